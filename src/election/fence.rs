@@ -1,0 +1,246 @@
+//! Fencing: the shared, term-aware fence in etcd, and an in-process
+//! [`Fencer`] for writes that never leave one process.
+//!
+//! The shared fence decides in **one** etcd txn (nested txns pick the
+//! reason) and writes both outcomes to etcd:
+//!
+//! - accepted: the leader key of the election has `CreateRevision == token`
+//!   and the resource's stored token is not higher. `P fence/<name>/<resource>`
+//!   is set to the token, zero-padded to 20 digits. Equal is accepted: a
+//!   leader's second write in its own term must pass.
+//! - refused: `P fence/<name>/<resource>/~refusal` is set to
+//!   `{"token":T,"reason":"stale_token|term_ended|no_leader"}`, so every
+//!   watcher of the prefix sees each refusal as a PUT event (one key per
+//!   resource, overwritten: etcd holds the latest, the watch stream and
+//!   tenure's history hold them all).
+//!
+//! Reasons, first match wins: `stale_token` (the resource already accepted a
+//! higher token), `no_leader` (no leader key), `term_ended` (the leader key
+//! belongs to another term). A deposed leader is refused even at a resource
+//! that has not yet seen the newer token, because the leader key is checked.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use serde::Serialize;
+
+use super::campaign::header_revision;
+use super::keys::{self, pad_token, parse_padded_token};
+use super::{Client, ElectionName, Error};
+
+/// Why the fence refused a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FenceReason {
+    /// The resource already accepted a higher token: a newer term wrote.
+    StaleToken,
+    /// The election's leader key belongs to another term now.
+    TermEnded,
+    /// Nobody leads the election.
+    NoLeader,
+}
+
+impl FenceReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FenceReason::StaleToken => "stale_token",
+            FenceReason::TermEnded => "term_ended",
+            FenceReason::NoLeader => "no_leader",
+        }
+    }
+}
+
+impl std::fmt::Display for FenceReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The value of a refusal record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RefusalRecord {
+    pub token: i64,
+    pub reason: FenceReason,
+}
+
+/// What the shared fence decided, and what it saw when it decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FenceDecision {
+    pub accepted: bool,
+    /// Set when refused.
+    pub reason: Option<FenceReason>,
+    pub election: String,
+    pub resource: String,
+    pub token: i64,
+    /// The current term's token (leader key CreateRevision), if anyone leads.
+    pub current_token: Option<i64>,
+    pub current_holder: Option<String>,
+    /// The highest token the resource had accepted before this check.
+    pub stored_token: Option<i64>,
+    /// The etcd revision of the decision (of the write it made).
+    pub revision: i64,
+}
+
+impl Client {
+    /// Checks `token` against the shared fence of `resource` in election
+    /// `name`, in one etcd txn; see the module documentation.
+    pub async fn fence(&self, name: &ElectionName, resource: &str, token: i64) -> Result<FenceDecision, Error> {
+        keys::validate_resource(resource)?;
+        keys::validate_token(token)?;
+        let leader = self.keys.leader_key(name);
+        let fence = self.keys.fence_key(name, resource);
+        let refusal = self.keys.refusal_key(name, resource);
+        let (leader, fence) = (leader.as_bytes(), fence.as_bytes());
+        let accept = |prev: bool| {
+            let opts = if prev { Some(PutOptions::new().with_prev_key()) } else { None };
+            [TxnOp::put(fence, pad_token(token), opts), TxnOp::get(leader, None)]
+        };
+        let refuse = |reason: FenceReason| {
+            let record = serde_json::to_string(&RefusalRecord { token, reason }).unwrap_or_default();
+            [
+                TxnOp::put(refusal.as_bytes(), record, None),
+                TxnOp::get(leader, None),
+                TxnOp::get(fence, None),
+            ]
+        };
+        let is_current = Compare::create_revision(leader, CompareOp::Equal, token);
+        let txn = Txn::new()
+            .when([
+                is_current.clone(),
+                // A value compare on a missing key is false: the first write
+                // to a resource takes the next branch.
+                Compare::value(fence, CompareOp::Less, pad_token(token.saturating_add(1))),
+            ])
+            .and_then(accept(true))
+            .or_else([TxnOp::txn(
+                Txn::new()
+                    .when([is_current, Compare::version(fence, CompareOp::Equal, 0)])
+                    .and_then(accept(false))
+                    .or_else([TxnOp::txn(
+                        Txn::new()
+                            .when([Compare::value(fence, CompareOp::Greater, pad_token(token))])
+                            .and_then(refuse(FenceReason::StaleToken))
+                            .or_else([TxnOp::txn(
+                                Txn::new()
+                                    .when([Compare::version(leader, CompareOp::Equal, 0)])
+                                    .and_then(refuse(FenceReason::NoLeader))
+                                    .or_else(refuse(FenceReason::TermEnded)),
+                            )]),
+                    )]),
+            )]);
+        let resp = self.op(self.etcd.clone().txn(txn)).await?;
+        let revision = header_revision(&resp)?;
+        let mut decision = FenceDecision {
+            accepted: false,
+            reason: None,
+            election: name.to_string(),
+            resource: resource.to_owned(),
+            token,
+            current_token: None,
+            current_holder: None,
+            stored_token: None,
+            revision,
+        };
+        // Walk down the branches the txn took.
+        let reasons = [None, None, Some(FenceReason::StaleToken), Some(FenceReason::NoLeader)];
+        let mut level = resp;
+        for (depth, reason_if_taken) in reasons.iter().enumerate() {
+            let ops = level.op_responses();
+            if level.succeeded() || depth == reasons.len() - 1 {
+                decision.accepted = depth < 2;
+                decision.reason = if level.succeeded() {
+                    *reason_if_taken
+                } else {
+                    Some(FenceReason::TermEnded)
+                };
+                read_branch(&ops, leader, &mut decision);
+                return Ok(decision);
+            }
+            level = match ops.into_iter().next() {
+                Some(TxnOpResponse::Txn(t)) => t,
+                _ => return Err(Error::Protocol("fence txn: nested txn response missing".into())),
+            };
+        }
+        Err(Error::Protocol("fence txn: no branch taken".into()))
+    }
+}
+
+/// Reads the leader and fence values a fence branch returned.
+fn read_branch(ops: &[TxnOpResponse], leader_key: &[u8], decision: &mut FenceDecision) {
+    for op in ops {
+        match op {
+            TxnOpResponse::Put(p) => {
+                if let Some(prev) = p.prev_key() {
+                    decision.stored_token = parse_padded_token(prev.value());
+                }
+            }
+            TxnOpResponse::Get(g) => {
+                for kv in g.kvs() {
+                    if kv.key() == leader_key {
+                        decision.current_token = Some(kv.create_revision());
+                        decision.current_holder = Some(String::from_utf8_lossy(kv.value()).into_owned());
+                    } else {
+                        decision.stored_token = parse_padded_token(kv.value());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// An in-process fence for one process's own resources: it refuses only
+/// tokens *lower* than the highest it has accepted (equal passes: a second
+/// write in the same term). It forgets everything on restart and protects
+/// one process only; the shared fence ([`Client::fence`]) is the one that
+/// stops a deposed leader across processes.
+#[derive(Debug, Default)]
+pub struct Fencer {
+    highest: Mutex<HashMap<String, i64>>,
+}
+
+/// A refusal by the in-process [`Fencer`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("token {token} is stale for {resource:?}: token {highest} was already accepted")]
+pub struct StaleToken {
+    pub resource: String,
+    pub token: i64,
+    pub highest: i64,
+}
+
+impl Fencer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn check(&self, resource: &str, token: i64) -> Result<(), StaleToken> {
+        let mut highest = self.highest.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = highest.entry(resource.to_owned()).or_insert(token);
+        if token < *seen {
+            return Err(StaleToken {
+                resource: resource.to_owned(),
+                token,
+                highest: *seen,
+            });
+        }
+        *seen = token;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fencer_accepts_equal_and_refuses_lower() {
+        let f = Fencer::new();
+        assert!(f.check("db", 451).is_ok());
+        assert!(f.check("db", 451).is_ok(), "second write in the same term");
+        assert!(f.check("db", 453).is_ok());
+        let err = f.check("db", 451).unwrap_err();
+        assert_eq!(err.highest, 453);
+        assert!(f.check("other", 1).is_ok(), "resources are independent");
+    }
+}

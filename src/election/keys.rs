@@ -1,0 +1,298 @@
+//! The etcd key schema: the contract with every client, in any language.
+//!
+//! | key                                   | value                                  |
+//! |---------------------------------------|----------------------------------------|
+//! | `P election/<name>`                   | holder identity (single-key layout)    |
+//! | `P election/<name>/<lease-hex>`       | candidate value (etcd's queue layout)  |
+//! | `P fence/<name>/<resource>`           | last accepted token, 20 digits         |
+//! | `P fence/<name>/<resource>/~refusal`  | the latest refusal, JSON               |
+//!
+//! Everything that builds or parses one of these keys lives here, and every
+//! name that reaches a key has been validated by [`ElectionName::new`] or
+//! [`validate_resource`] first. User input never becomes a prefix or range
+//! operation on its own: ranges are always built from a validated name.
+
+use super::Error;
+
+/// Longest election name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 128;
+/// Longest resource name accepted, in bytes.
+pub const MAX_RESOURCE_LEN: usize = 128;
+/// Longest candidate identity accepted, in bytes.
+pub const MAX_CANDIDATE_LEN: usize = 256;
+/// The last segment of a refusal record's key. `~` is never part of a valid
+/// resource name, so this key cannot collide with a fence key.
+pub const REFUSAL_SEGMENT: &str = "~refusal";
+
+/// A validated election name: 1–128 bytes of `[A-Za-z0-9._-]` segments
+/// separated by `/`, with no empty, `.` or `..` segment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ElectionName(String);
+
+impl ElectionName {
+    pub fn new(name: &str) -> Result<Self, Error> {
+        let invalid = |reason: &'static str| Error::InvalidName {
+            name: truncate_for_message(name),
+            reason,
+        };
+        if name.is_empty() {
+            return Err(invalid("an election name must not be empty"));
+        }
+        if name.len() > MAX_NAME_LEN {
+            return Err(invalid("an election name is at most 128 bytes"));
+        }
+        for segment in name.split('/') {
+            match segment {
+                "" => return Err(invalid("empty segment (leading, trailing or double '/')")),
+                "." | ".." => return Err(invalid("'.' and '..' segments are not allowed")),
+                s if !s.bytes().all(is_name_byte) => {
+                    return Err(invalid(
+                        "only ASCII letters, digits, '.', '_' and '-' are allowed, with '/' between segments",
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(Self(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ElectionName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for ElectionName {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        Self::new(s)
+    }
+}
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')
+}
+
+/// A fenced resource name: 1–128 bytes of `[A-Za-z0-9._-]`, no `/` (so a
+/// fence key splits unambiguously into election and resource), not `.`/`..`.
+pub fn validate_resource(resource: &str) -> Result<(), Error> {
+    let invalid = |reason: &'static str| Error::InvalidResource {
+        resource: truncate_for_message(resource),
+        reason,
+    };
+    if resource.is_empty() {
+        return Err(invalid("a resource name must not be empty"));
+    }
+    if resource.len() > MAX_RESOURCE_LEN {
+        return Err(invalid("a resource name is at most 128 bytes"));
+    }
+    if resource == "." || resource == ".." {
+        return Err(invalid("'.' and '..' are not resource names"));
+    }
+    if !resource.bytes().all(is_name_byte) {
+        return Err(invalid(
+            "only ASCII letters, digits, '.', '_' and '-' are allowed (no '/')",
+        ));
+    }
+    Ok(())
+}
+
+/// A candidate identity (the leader key's value): 1–256 bytes of UTF-8
+/// without control characters. Anything else is allowed, `<script>` too: it
+/// is escaped wherever it is shown.
+pub fn validate_candidate(id: &str) -> Result<(), Error> {
+    if id.is_empty() {
+        return Err(Error::InvalidCandidate("a candidate id must not be empty"));
+    }
+    if id.len() > MAX_CANDIDATE_LEN {
+        return Err(Error::InvalidCandidate(
+            "a candidate id is at most 256 bytes",
+        ));
+    }
+    if id.chars().any(char::is_control) {
+        return Err(Error::InvalidCandidate(
+            "a candidate id must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// Fencing tokens are etcd revisions, so they are positive.
+pub fn validate_token(token: i64) -> Result<(), Error> {
+    if token <= 0 {
+        return Err(Error::InvalidToken(token));
+    }
+    Ok(())
+}
+
+fn truncate_for_message(s: &str) -> String {
+    const MAX: usize = 64;
+    if s.len() <= MAX {
+        return s.to_owned();
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &s[..end], s.len())
+}
+
+/// A fence value: the token zero-padded to 20 digits, so byte order is
+/// numeric order and etcd's value comparison can compare tokens.
+pub fn pad_token(token: i64) -> String {
+    format!("{token:020}")
+}
+
+/// Parses a fence value written by [`pad_token`].
+pub fn parse_padded_token(value: &[u8]) -> Option<i64> {
+    std::str::from_utf8(value).ok()?.trim().parse().ok()
+}
+
+/// The queue layout's last segment: the lease id in lower-case hex, as
+/// etcd's `concurrency.Election` writes it (`fmt.Sprintf("%x", lease)`).
+pub fn lease_hex(lease: i64) -> String {
+    format!("{lease:x}")
+}
+
+/// Builds every key of the schema under one root prefix `P`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `P election/`: everything the watcher looks at for elections.
+    pub fn elections_root(&self) -> String {
+        format!("{}election/", self.prefix)
+    }
+
+    /// `P fence/`: every fence and refusal record.
+    pub fn fences_root(&self) -> String {
+        format!("{}fence/", self.prefix)
+    }
+
+    /// `P election/<name>`: the single-key layout's leader key.
+    pub fn leader_key(&self, name: &ElectionName) -> String {
+        format!("{}election/{}", self.prefix, name.as_str())
+    }
+
+    /// The key range holding both layouts of one election:
+    /// `[P election/<name>, P election/<name>0)`. It contains the leader key,
+    /// every `P election/<name>/…` key (`/` is 0x2F, `0` is 0x30) and a few
+    /// siblings such as `<name>-x`, which [`classify`] filters out.
+    pub fn election_range(&self, name: &ElectionName) -> (String, String) {
+        let start = self.leader_key(name);
+        let end = format!("{start}0");
+        (start, end)
+    }
+
+    pub fn fence_key(&self, name: &ElectionName, resource: &str) -> String {
+        format!("{}fence/{}/{}", self.prefix, name.as_str(), resource)
+    }
+
+    pub fn refusal_key(&self, name: &ElectionName, resource: &str) -> String {
+        format!("{}/{}", self.fence_key(name, resource), REFUSAL_SEGMENT)
+    }
+}
+
+/// Which layout a leader key uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layout {
+    /// `P election/<name>`, created by tenure's txn.
+    Single,
+    /// `P election/<name>/<lease-hex>`, etcd's own `concurrency.Election`.
+    Queue,
+}
+
+/// What a key in an election's range is, for the election `name`.
+pub fn classify(keys: &Keys, name: &ElectionName, key: &[u8], lease: i64) -> Option<Layout> {
+    let leader_key = keys.leader_key(name);
+    let rest = key.strip_prefix(leader_key.as_bytes())?;
+    if rest.is_empty() {
+        return Some(Layout::Single);
+    }
+    let last = rest.strip_prefix(b"/")?;
+    if lease != 0 && last == lease_hex(lease).as_bytes() {
+        Some(Layout::Queue)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for ok in ["a", "team/db-primary", "x.y_z-1", "a/b/c"] {
+            assert!(ElectionName::new(ok).is_ok(), "{ok}");
+        }
+        let too_long = "a".repeat(129);
+        for bad in [
+            "",
+            "/a",
+            "a/",
+            "a//b",
+            "../x",
+            "a/./b",
+            "a b",
+            "a\0b",
+            "<script>",
+            too_long.as_str(),
+        ] {
+            assert!(ElectionName::new(bad).is_err(), "{bad:?}");
+        }
+        assert!(ElectionName::new(&"a".repeat(128)).is_ok());
+    }
+
+    #[test]
+    fn resources_and_candidates() {
+        assert!(validate_resource("orders-db").is_ok());
+        for bad in ["", "a/b", "..", "~refusal", "a b"] {
+            assert!(validate_resource(bad).is_err(), "{bad:?}");
+        }
+        assert!(validate_candidate("<script>alert(1)</script>").is_ok());
+        assert!(validate_candidate("").is_err());
+        assert!(validate_candidate("a\nb").is_err());
+        assert!(validate_candidate(&"x".repeat(257)).is_err());
+    }
+
+    #[test]
+    fn padding_orders_numerically() {
+        assert!(pad_token(9) < pad_token(10));
+        assert!(pad_token(451) < pad_token(1_000_000));
+        assert_eq!(pad_token(453).len(), 20);
+        assert_eq!(parse_padded_token(pad_token(453).as_bytes()), Some(453));
+    }
+
+    #[test]
+    fn classification() {
+        let keys = Keys::new("p/");
+        let name = ElectionName::new("db").unwrap();
+        assert_eq!(classify(&keys, &name, b"p/election/db", 7), Some(Layout::Single));
+        assert_eq!(classify(&keys, &name, b"p/election/db/1f", 31), Some(Layout::Queue));
+        assert_eq!(classify(&keys, &name, b"p/election/db/1f", 32), None);
+        assert_eq!(classify(&keys, &name, b"p/election/db-x", 0), None);
+        assert_eq!(classify(&keys, &name, b"p/election/db/sub", 0), None);
+        let (start, end) = keys.election_range(&name);
+        assert!(start.as_str() < "p/election/db/ff" && "p/election/db/ff" < end.as_str());
+        assert_eq!(keys.refusal_key(&name, "r"), "p/fence/db/r/~refusal");
+    }
+}

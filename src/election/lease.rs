@@ -1,0 +1,398 @@
+//! Leases: TTL validation, and a session that keeps one lease alive and
+//! knows, at every moment, until when it can be *sure* the lease lives.
+//!
+//! The session's keepalive task records the instant each keepalive request
+//! was *sent*; etcd extends the lease no earlier than that, so
+//! `sent + ttl - margin` is a deadline the holder can trust without reading
+//! anyone's wall clock (only this process's monotonic clock is used). When no
+//! renewal has been confirmed by then, the session is lost, before etcd can
+//! have expired the lease. Loss is sticky: a late confirmation never revives
+//! a lost session.
+
+use std::time::Duration;
+
+use etcd_client::Client as EtcdClient;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, timeout, Instant};
+
+use super::Error;
+
+/// etcd's smallest lease: `ceil(1.5 × election-timeout)`, 2 s with etcd's
+/// default 1000 ms election timeout. etcd silently raises shorter requests.
+pub const ETCD_MIN_TTL_SECS: u64 = 2;
+/// etcd's largest lease TTL (`MaxLeaseTTL`, 9,000,000,000 s).
+pub const ETCD_MAX_TTL_SECS: u64 = 9_000_000_000;
+
+/// A lease TTL in whole seconds, validated against etcd's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ttl(u64);
+
+impl Ttl {
+    pub fn from_secs(secs: u64) -> Result<Self, Error> {
+        if secs == 0 {
+            return Err(Error::InvalidTtl(format!(
+                "0 s is not a lease; etcd's minimum is {ETCD_MIN_TTL_SECS} s"
+            )));
+        }
+        if secs < ETCD_MIN_TTL_SECS {
+            return Err(Error::InvalidTtl(format!(
+                "{secs} s is below etcd's minimum lease TTL of {ETCD_MIN_TTL_SECS} s \
+                 (1.5 × its 1000 ms election timeout); etcd would silently grant {ETCD_MIN_TTL_SECS} s"
+            )));
+        }
+        if secs > ETCD_MAX_TTL_SECS {
+            return Err(Error::InvalidTtl(format!(
+                "{secs} s is above etcd's maximum lease TTL of {ETCD_MAX_TTL_SECS} s"
+            )));
+        }
+        Ok(Self(secs))
+    }
+
+    /// Refuses fractions instead of truncating them: `1.5 s` is an error,
+    /// not a 1 s (or, as in the reference code, a 0 s) lease.
+    pub fn from_duration(d: Duration) -> Result<Self, Error> {
+        if d.subsec_nanos() != 0 {
+            return Err(Error::InvalidTtl(format!(
+                "{d:?} is not a whole number of seconds; etcd leases have 1 s resolution"
+            )));
+        }
+        Self::from_secs(d.as_secs())
+    }
+
+    pub fn secs(self) -> u64 {
+        self.0
+    }
+
+    pub fn as_duration(self) -> Duration {
+        Duration::from_secs(self.0)
+    }
+}
+
+impl std::str::FromStr for Ttl {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let secs: u64 = s.trim().trim_end_matches('s').parse().map_err(|_| {
+            Error::InvalidTtl(format!(
+                "{s:?} is not a whole number of seconds (etcd's minimum is {ETCD_MIN_TTL_SECS})"
+            ))
+        })?;
+        Self::from_secs(secs)
+    }
+}
+
+/// The default safety margin: a quarter of the TTL, at least 500 ms, so the
+/// holder stops before etcd can expire its lease even if one renewal is late.
+pub fn default_margin(ttl: Duration) -> Duration {
+    (ttl / 4).max(Duration::from_millis(500)).min(ttl / 2)
+}
+
+/// Why a session (and with it, a leadership) ended. The first reason wins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LossReason {
+    /// No renewal was confirmed within TTL minus the safety margin.
+    RenewalDeadline { ttl: Duration, margin: Duration },
+    /// etcd answered that the lease does not exist any more.
+    LeaseGone,
+    /// The leader key was deleted (revision of the deletion).
+    KeyDeleted { revision: i64 },
+    /// The leader key now belongs to another term.
+    TakenOver {
+        holder: String,
+        token: i64,
+        revision: i64,
+    },
+    /// The holder resigned.
+    Resigned,
+    /// The process received SIGTERM or SIGINT and resigned.
+    Signal,
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LossReason::RenewalDeadline { ttl, margin } => write!(
+                f,
+                "no lease renewal confirmed within the TTL ({ttl:?}) minus the safety margin ({margin:?})"
+            ),
+            LossReason::LeaseGone => f.write_str("etcd reports the lease is gone (expired or revoked)"),
+            LossReason::KeyDeleted { revision } => {
+                write!(f, "the leader key was deleted at revision {revision}")
+            }
+            LossReason::TakenOver {
+                holder,
+                token,
+                revision,
+            } => write!(
+                f,
+                "the leader key was taken over by {holder:?} (token {token}) at revision {revision}"
+            ),
+            LossReason::Resigned => f.write_str("resigned"),
+            LossReason::Signal => f.write_str("resigned on SIGTERM/SIGINT"),
+        }
+    }
+}
+
+/// What a session knows about its lease.
+#[derive(Debug, Clone)]
+pub struct LeaseState {
+    /// Until this instant the lease certainly lives (if not `lost`).
+    pub valid_until: Instant,
+    pub lost: Option<LossReason>,
+}
+
+pub(crate) fn mark_lost(state: &watch::Sender<LeaseState>, reason: LossReason) {
+    state.send_if_modified(|s| {
+        if s.lost.is_none() {
+            s.lost = Some(reason);
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// Waits until the state reports a loss, enforcing the deadline itself so
+/// that the answer never depends on the keepalive task being scheduled.
+pub(crate) async fn wait_lost(state: &watch::Sender<LeaseState>, ttl: Duration, margin: Duration) -> LossReason {
+    let mut rx = state.subscribe();
+    loop {
+        let (lost, valid_until) = {
+            let s = rx.borrow_and_update();
+            (s.lost.clone(), s.valid_until)
+        };
+        if let Some(reason) = lost {
+            return reason;
+        }
+        tokio::select! {
+            biased;
+            _ = sleep_until(valid_until) => {
+                let now = Instant::now();
+                state.send_if_modified(|s| {
+                    if s.lost.is_none() && now >= s.valid_until {
+                        s.lost = Some(LossReason::RenewalDeadline { ttl, margin });
+                        true
+                    } else {
+                        false
+                    }
+                });
+            }
+            _ = rx.changed() => {}
+        }
+    }
+}
+
+/// One lease kept alive in the background.
+pub(crate) struct Session {
+    client: EtcdClient,
+    pub(crate) lease_id: i64,
+    pub(crate) ttl: Duration,
+    pub(crate) margin: Duration,
+    pub(crate) state: watch::Sender<LeaseState>,
+    keepalive: JoinHandle<()>,
+    released: bool,
+}
+
+impl Session {
+    /// Grants a lease and starts keeping it alive.
+    pub(crate) async fn grant(
+        client: &EtcdClient,
+        ttl: Ttl,
+        margin: Option<Duration>,
+        op_timeout: Duration,
+    ) -> Result<Self, Error> {
+        let sent = Instant::now();
+        let resp = timeout(op_timeout, client.clone().lease_grant(ttl.secs() as i64, None))
+            .await
+            .map_err(|_| Error::EtcdTimeout(op_timeout))??;
+        // etcd may raise a short TTL to its minimum: trust what it granted.
+        let granted = Duration::from_secs(resp.ttl().max(1) as u64);
+        let margin = margin.unwrap_or_else(|| default_margin(granted)).min(granted / 2);
+        let (state, _) = watch::channel(LeaseState {
+            valid_until: sent + granted - margin,
+            lost: None,
+        });
+        let keepalive = tokio::spawn(keepalive_task(
+            client.clone(),
+            resp.id(),
+            granted,
+            margin,
+            state.clone(),
+        ));
+        Ok(Self {
+            client: client.clone(),
+            lease_id: resp.id(),
+            ttl: granted,
+            margin,
+            state,
+            keepalive,
+            released: false,
+        })
+    }
+
+    pub(crate) fn lost(&self) -> Option<LossReason> {
+        self.state.borrow().lost.clone()
+    }
+
+    /// True while the lease certainly lives.
+    pub(crate) fn is_valid(&self) -> bool {
+        let s = self.state.borrow();
+        s.lost.is_none() && Instant::now() < s.valid_until
+    }
+
+    /// Stops the keepalive and revokes the lease, which deletes every key
+    /// attached to it.
+    pub(crate) async fn revoke(&mut self, reason: LossReason, op_timeout: Duration) -> Result<(), Error> {
+        self.keepalive.abort();
+        self.released = true;
+        mark_lost(&self.state, reason);
+        let result = timeout(op_timeout, self.client.clone().lease_revoke(self.lease_id))
+            .await
+            .map_err(|_| Error::EtcdTimeout(op_timeout))?
+            .map_err(Error::from);
+        match result {
+            Ok(_) => Ok(()),
+            // Already expired or revoked: the term is over either way.
+            Err(e) if e.is_lease_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.keepalive.abort();
+        if self.released {
+            return;
+        }
+        mark_lost(&self.state, LossReason::Resigned);
+        // Best effort: without a runtime, etcd expires the lease after its TTL.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let mut client = self.client.clone();
+            let id = self.lease_id;
+            rt.spawn(async move {
+                let _ = timeout(Duration::from_secs(5), client.lease_revoke(id)).await;
+            });
+        }
+    }
+}
+
+async fn keepalive_task(
+    mut client: EtcdClient,
+    id: i64,
+    ttl: Duration,
+    margin: Duration,
+    state: watch::Sender<LeaseState>,
+) {
+    let interval = ttl / 3;
+    let mut stream = None;
+    let mut next_send = Instant::now() + interval;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let valid_until = {
+            let s = state.borrow();
+            if s.lost.is_some() {
+                return;
+            }
+            s.valid_until
+        };
+        tokio::select! {
+            biased;
+            _ = sleep_until(valid_until) => {
+                mark_lost(&state, LossReason::RenewalDeadline { ttl, margin });
+                return;
+            }
+            outcome = async {
+                sleep_until(next_send).await;
+                renew_once(&mut client, id, &mut stream, interval).await
+            } => {
+                let now = Instant::now();
+                match outcome {
+                    Renewal::Confirmed { sent, ttl: confirmed_ttl } => {
+                        backoff = Duration::from_millis(50);
+                        state.send_if_modified(|s| {
+                            if s.lost.is_some() {
+                                return false;
+                            }
+                            if now >= s.valid_until {
+                                // Too late: the holder may already have been
+                                // told to stop. Loss stays final.
+                                s.lost = Some(LossReason::RenewalDeadline { ttl, margin });
+                                return true;
+                            }
+                            let candidate = sent + confirmed_ttl.min(ttl) - margin;
+                            if candidate > s.valid_until {
+                                s.valid_until = candidate;
+                                true
+                            } else {
+                                false
+                            }
+                        });
+                        next_send = sent + interval;
+                    }
+                    Renewal::Gone => {
+                        mark_lost(&state, LossReason::LeaseGone);
+                        return;
+                    }
+                    Renewal::Failed(why) => {
+                        tracing::warn!(lease = id, %why, "lease keepalive failed; retrying");
+                        stream = None;
+                        next_send = now + backoff;
+                        backoff = (backoff * 2).min(interval);
+                    }
+                }
+            }
+        }
+    }
+}
+
+enum Renewal {
+    Confirmed { sent: Instant, ttl: Duration },
+    Gone,
+    Failed(String),
+}
+
+async fn renew_once(
+    client: &mut EtcdClient,
+    id: i64,
+    stream: &mut Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>,
+    wait: Duration,
+) -> Renewal {
+    let sent = Instant::now();
+    match stream {
+        None => match timeout(wait, client.lease_keep_alive(id)).await {
+            // Opening the stream sends one keepalive and reads its answer.
+            Ok(Ok(pair)) => {
+                *stream = Some(pair);
+                Renewal::Confirmed {
+                    sent,
+                    ttl: Duration::MAX,
+                }
+            }
+            Ok(Err(e)) => {
+                let e = Error::from(e);
+                if e.is_lease_not_found() {
+                    Renewal::Gone
+                } else {
+                    Renewal::Failed(e.to_string())
+                }
+            }
+            Err(_) => Renewal::Failed(format!("no keepalive answer within {wait:?}")),
+        },
+        Some((keeper, responses)) => {
+            if let Err(e) = keeper.keep_alive().await {
+                return Renewal::Failed(e.to_string());
+            }
+            match timeout(wait, responses.message()).await {
+                Ok(Ok(Some(resp))) if resp.ttl() <= 0 => Renewal::Gone,
+                Ok(Ok(Some(resp))) => Renewal::Confirmed {
+                    sent,
+                    ttl: Duration::from_secs(resp.ttl() as u64),
+                },
+                Ok(Ok(None)) => Renewal::Failed("keepalive stream closed".into()),
+                Ok(Err(e)) => Renewal::Failed(e.to_string()),
+                Err(_) => Renewal::Failed(format!("no keepalive answer within {wait:?}")),
+            }
+        }
+    }
+}

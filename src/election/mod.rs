@@ -1,0 +1,289 @@
+//! The election core: campaign, leadership, resign, leader, observe, and the
+//! shared fence. It knows etcd and nothing else: no HTTP, no metrics, no
+//! storage. Every key it touches is built by [`keys::Keys`].
+//!
+//! The fencing token of a term is the CreateRevision of its leader key (the
+//! header revision of the winning txn). Revisions only grow, so a later term
+//! always has a larger token. ModRevision is never used as a token: it moves
+//! when the value changes (proclaim).
+
+mod campaign;
+mod error;
+pub mod fence;
+pub mod keys;
+mod keywatch;
+pub mod lease;
+mod observe;
+
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{Client as EtcdClient, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, Txn, TxnOp, TxnResponse};
+use serde::Serialize;
+
+pub use campaign::{CampaignOptions, Campaigned, Leadership};
+pub use error::Error;
+pub use fence::{FenceDecision, FenceReason, Fencer};
+pub use keys::{ElectionName, Keys, Layout};
+pub use lease::{LossReason, Ttl};
+pub use observe::Observer;
+
+/// How long one etcd request may take before it is reported as
+/// [`Error::EtcdTimeout`], unless the client is told otherwise.
+pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The current term of an election, as etcd holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Leader {
+    pub name: String,
+    /// The leader key's value, decoded as UTF-8 (invalid bytes replaced).
+    pub holder: String,
+    /// The fencing token: the leader key's CreateRevision.
+    pub token: i64,
+    pub lease_id: i64,
+    pub key: String,
+    pub layout: Layout,
+    /// Revision of the last change to the value (a proclaim moves it).
+    pub mod_revision: i64,
+}
+
+impl Leader {
+    fn from_kv(name: &ElectionName, kv: &KeyValue, layout: Layout) -> Self {
+        Self {
+            name: name.to_string(),
+            holder: String::from_utf8_lossy(kv.value()).into_owned(),
+            token: kv.create_revision(),
+            lease_id: kv.lease(),
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            layout,
+            mod_revision: kv.mod_revision(),
+        }
+    }
+}
+
+/// [`Leader`] plus what `tenure leader` shows: the lease's remaining TTL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeaderStatus {
+    #[serde(flatten)]
+    pub leader: Leader,
+    /// `None` when the key has no lease or the lease just ended.
+    pub ttl_remaining_seconds: Option<i64>,
+    /// The etcd revision this answer was read at.
+    pub revision: i64,
+}
+
+/// Picks the leader among the keys of one election's range: the key with the
+/// lowest CreateRevision among the single key and the queue candidates.
+pub(crate) fn pick_leader(keys: &Keys, name: &ElectionName, kvs: &[KeyValue]) -> Option<Leader> {
+    kvs.iter()
+        .filter_map(|kv| keys::classify(keys, name, kv.key(), kv.lease()).map(|layout| (kv, layout)))
+        .min_by_key(|(kv, _)| kv.create_revision())
+        .map(|(kv, layout)| Leader::from_kv(name, kv, layout))
+}
+
+/// A handle on etcd for election work. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    etcd: EtcdClient,
+    keys: Keys,
+    op_timeout: Duration,
+}
+
+impl Client {
+    /// Connects lazily: an unreachable etcd shows up as an error of the first
+    /// operation, within the operation timeout.
+    pub async fn connect(endpoints: &[String], prefix: &str) -> Result<Self, Error> {
+        if endpoints.is_empty() {
+            return Err(Error::NoEndpoints);
+        }
+        let options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(3))
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_keep_alive_while_idle(true);
+        let etcd = EtcdClient::connect(endpoints, Some(options)).await?;
+        Ok(Self::new(etcd, prefix))
+    }
+
+    pub fn new(etcd: EtcdClient, prefix: &str) -> Self {
+        Self {
+            etcd,
+            keys: Keys::new(prefix),
+            op_timeout: DEFAULT_OP_TIMEOUT,
+        }
+    }
+
+    pub fn with_op_timeout(mut self, op_timeout: Duration) -> Self {
+        self.op_timeout = op_timeout;
+        self
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn op_timeout(&self) -> Duration {
+        self.op_timeout
+    }
+
+    /// The underlying etcd client, for the caller's own guarded writes.
+    pub fn etcd(&self) -> EtcdClient {
+        self.etcd.clone()
+    }
+
+    /// Runs one etcd request with the operation timeout.
+    pub(crate) async fn op<T>(&self, fut: impl Future<Output = Result<T, etcd_client::Error>>) -> Result<T, Error> {
+        match tokio::time::timeout(self.op_timeout, fut).await {
+            Ok(r) => r.map_err(Error::from),
+            Err(_) => Err(Error::EtcdTimeout(self.op_timeout)),
+        }
+    }
+
+    /// Reads every key of one election (both layouts) at one revision.
+    pub(crate) async fn read_election(&self, name: &ElectionName) -> Result<(Vec<KeyValue>, i64), Error> {
+        let (start, end) = self.keys.election_range(name);
+        let resp = self
+            .op(self.etcd.clone().get(start, Some(GetOptions::new().with_range(end))))
+            .await?;
+        let revision = resp.header().map(|h| h.revision()).unwrap_or_default();
+        Ok((resp.kvs().to_vec(), revision))
+    }
+
+    /// Who leads `name` now, with the lease's remaining TTL.
+    pub async fn leader(&self, name: &ElectionName) -> Result<Option<LeaderStatus>, Error> {
+        let (kvs, revision) = self.read_election(name).await?;
+        let Some(leader) = pick_leader(&self.keys, name, &kvs) else {
+            return Ok(None);
+        };
+        let ttl_remaining_seconds = if leader.lease_id == 0 {
+            None
+        } else {
+            let resp = self
+                .op(self.etcd.clone().lease_time_to_live(leader.lease_id, None))
+                .await?;
+            (resp.ttl() >= 0).then_some(resp.ttl())
+        };
+        Ok(Some(LeaderStatus {
+            leader,
+            ttl_remaining_seconds,
+            revision,
+        }))
+    }
+
+    /// Ends the term whose token is `token`, and no other. The term's lease is
+    /// revoked (so watchers see the end as a resignation, not a deletion);
+    /// a key without a lease is deleted under the same CreateRevision guard.
+    pub async fn resign(&self, name: &ElectionName, token: i64) -> Result<Leader, Error> {
+        keys::validate_token(token)?;
+        let (kvs, _) = self.read_election(name).await?;
+        let current = pick_leader(&self.keys, name, &kvs);
+        let Some(leader) = current.clone().filter(|l| l.token == token) else {
+            return Err(Error::NotHolder {
+                name: name.to_string(),
+                token,
+                current,
+            });
+        };
+        self.end_term(name, &leader, true).await?;
+        Ok(leader)
+    }
+
+    /// Operator action: deletes the current leader key, whoever holds it, and
+    /// returns who was deposed. Deleting (not revoking) lets watchers tell a
+    /// deposition from a resignation; the holder's loss signal fires either way.
+    pub async fn depose(&self, name: &ElectionName) -> Result<Option<Leader>, Error> {
+        let (kvs, _) = self.read_election(name).await?;
+        let Some(leader) = pick_leader(&self.keys, name, &kvs) else {
+            return Ok(None);
+        };
+        self.end_term(name, &leader, false).await?;
+        Ok(Some(leader))
+    }
+
+    async fn end_term(&self, name: &ElectionName, leader: &Leader, revoke: bool) -> Result<(), Error> {
+        if revoke && leader.lease_id != 0 {
+            // Revoking a lease deletes only the keys attached to it, and a
+            // lease belongs to one term, so this cannot end a later term.
+            return match self.op(self.etcd.clone().lease_revoke(leader.lease_id)).await {
+                Ok(_) => Ok(()),
+                Err(e) if e.is_lease_not_found() => Err(Error::NotHolder {
+                    name: name.to_string(),
+                    token: leader.token,
+                    current: None,
+                }),
+                Err(e) => Err(e),
+            };
+        }
+        let txn = Txn::new()
+            .when([Compare::create_revision(leader.key.as_bytes(), CompareOp::Equal, leader.token)])
+            .and_then([TxnOp::delete(leader.key.as_bytes(), None)]);
+        let resp = self.op(self.etcd.clone().txn(txn)).await?;
+        if resp.succeeded() {
+            Ok(())
+        } else {
+            let (kvs, _) = self.read_election(name).await?;
+            Err(Error::NotHolder {
+                name: name.to_string(),
+                token: leader.token,
+                current: pick_leader(&self.keys, name, &kvs),
+            })
+        }
+    }
+
+    /// Applies `ops` in one etcd txn only if the single-key leader key of
+    /// `name` still has CreateRevision == `token`. Otherwise nothing is
+    /// written and [`Error::NotHolder`] says who holds it now.
+    pub async fn guarded_txn(&self, name: &ElectionName, token: i64, ops: Vec<TxnOp>) -> Result<TxnResponse, Error> {
+        keys::validate_token(token)?;
+        let key = self.keys.leader_key(name);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_bytes(), CompareOp::Equal, token)])
+            .and_then(ops)
+            .or_else([TxnOp::get(key.as_bytes(), None)]);
+        let resp = self.op(self.etcd.clone().txn(txn)).await?;
+        if resp.succeeded() {
+            return Ok(resp);
+        }
+        let current = resp.op_responses().into_iter().find_map(|r| match r {
+            etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| Leader::from_kv(name, kv, Layout::Single)),
+            _ => None,
+        });
+        Err(Error::NotHolder {
+            name: name.to_string(),
+            token,
+            current,
+        })
+    }
+
+    /// A stream of leader changes of `name`, starting with the current one.
+    pub async fn observe(&self, name: &ElectionName) -> Result<Observer, Error> {
+        Observer::start(self.clone(), name.clone()).await
+    }
+}
+
+/// The shutdown signals tenure honours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownSignal {
+    Term,
+    Int,
+}
+
+impl ShutdownSignal {
+    /// The conventional exit status of a process ended by this signal.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ShutdownSignal::Term => 128 + 15,
+            ShutdownSignal::Int => 128 + 2,
+        }
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+pub async fn shutdown_signal() -> std::io::Result<ShutdownSignal> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(tokio::select! {
+        _ = term.recv() => ShutdownSignal::Term,
+        _ = int.recv() => ShutdownSignal::Int,
+    })
+}

@@ -16,7 +16,9 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
 use super::{parse_seconds, EXIT_LOST, EXIT_REFUSED};
-use crate::election::{shutdown_signal, CampaignOptions, Campaigned, Client, ElectionName, Error, Leadership, Ttl};
+use crate::election::{
+    shutdown_signal, CampaignOptions, Campaigned, Client, ElectionName, Error, Leadership, Ttl,
+};
 
 #[derive(Debug, Args)]
 pub struct CampaignArgs {
@@ -70,7 +72,10 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
 
     let acquire = async {
         if args.wait {
-            client.campaign_wait(name, &id, &opts, args.wait_timeout).await.map(Some)
+            client
+                .campaign_wait(name, &id, &opts, args.wait_timeout)
+                .await
+                .map(Some)
         } else {
             match client.campaign(name, &id, &opts).await? {
                 Campaigned::Leader(l) => Ok(Some(l)),
@@ -160,7 +165,10 @@ async fn resign_quietly(leadership: Leadership) {
 
 fn exit_code(status: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
-    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1)
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
 }
 
 /// SIGTERM, then SIGKILL after `grace`.

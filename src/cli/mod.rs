@@ -89,7 +89,11 @@ pub enum Command {
 }
 
 pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s.trim().trim_end_matches('s').parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    let secs: f64 = s
+        .trim()
+        .trim_end_matches('s')
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
     if !(secs.is_finite() && secs > 0.0) {
         return Err(format!("{s:?} must be a positive number of seconds"));
     }
@@ -100,7 +104,10 @@ pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("tenure: cannot start the async runtime: {e}");
@@ -141,7 +148,10 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Campaign(args) => campaign::run(&client, args).await,
         Command::Leader { name, json } => {
-            let status = client.leader(&name).await.with_context(|| format!("reading the leader of {name} from {at}"))?;
+            let status = client
+                .leader(&name)
+                .await
+                .with_context(|| format!("reading the leader of {name} from {at}"))?;
             let Some(status) = status else {
                 eprintln!("tenure: nobody leads {name}");
                 return Ok(EXIT_ERROR);
@@ -162,7 +172,10 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(EXIT_OK)
         }
         Command::Observe { name, json } => {
-            let mut observer = client.observe(&name).await.with_context(|| format!("observing {name} at {at}"))?;
+            let mut observer = client
+                .observe(&name)
+                .await
+                .with_context(|| format!("observing {name} at {at}"))?;
             let stop = crate::election::shutdown_signal();
             tokio::pin!(stop);
             loop {
@@ -170,7 +183,9 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                     c = observer.next() => c,
                     _ = &mut stop => return Ok(EXIT_OK),
                 };
-                let Some(leader) = change else { return Ok(EXIT_ERROR) };
+                let Some(leader) = change else {
+                    return Ok(EXIT_ERROR);
+                };
                 if json {
                     println!("{}", serde_json::to_string(&leader)?);
                 } else {
@@ -187,7 +202,10 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             token,
             json,
         } => {
-            let d = client.fence(&name, &resource, token).await.with_context(|| format!("checking the fence at {at}"))?;
+            let d = client
+                .fence(&name, &resource, token)
+                .await
+                .with_context(|| format!("checking the fence at {at}"))?;
             if json {
                 println!("{}", serde_json::to_string(&d)?);
             } else if d.accepted {
@@ -197,7 +215,10 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                     (Some(t), Some(h)) => format!("the current term is {h:?} with token {t}"),
                     _ => "nobody leads".to_owned(),
                 };
-                let stored = d.stored_token.map(|t| format!("; {resource} has accepted token {t}")).unwrap_or_default();
+                let stored = d
+                    .stored_token
+                    .map(|t| format!("; {resource} has accepted token {t}"))
+                    .unwrap_or_default();
                 println!(
                     "refused: {}: token {token} may not write {resource}: {current}{stored}",
                     d.reason.map(|r| r.as_str()).unwrap_or("refused")
@@ -207,12 +228,18 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Resign { name, token } => {
             let l = client.resign(&name, token).await?;
-            println!("resigned: {} (token {}) no longer leads {}", l.holder, l.token, l.name);
+            println!(
+                "resigned: {} (token {}) no longer leads {}",
+                l.holder, l.token, l.name
+            );
             Ok(EXIT_OK)
         }
         Command::Depose { name } => match client.depose(&name).await? {
             Some(l) => {
-                println!("deposed {} (token {}, lease {:x}) from {}", l.holder, l.token, l.lease_id, l.name);
+                println!(
+                    "deposed {} (token {}, lease {:x}) from {}",
+                    l.holder, l.token, l.lease_id, l.name
+                );
                 Ok(EXIT_OK)
             }
             None => {

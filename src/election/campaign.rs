@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use etcd_client::{
+    Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -40,19 +42,31 @@ pub enum Campaigned {
 }
 
 enum Attempt {
-    Won { token: i64 },
-    Held { leader: Option<Leader>, revision: i64 },
+    Won {
+        token: i64,
+    },
+    Held {
+        leader: Option<Leader>,
+        revision: i64,
+    },
 }
 
 impl Client {
     /// One attempt: `If(CreateRevision(key) == 0) Then(Put(key, id, lease))`.
-    pub async fn campaign(&self, name: &ElectionName, candidate: &str, opts: &CampaignOptions) -> Result<Campaigned, Error> {
+    pub async fn campaign(
+        &self,
+        name: &ElectionName,
+        candidate: &str,
+        opts: &CampaignOptions,
+    ) -> Result<Campaigned, Error> {
         keys::validate_candidate(candidate)?;
-        let mut session = Session::grant(&self.etcd, opts.ttl, opts.margin, self.op_timeout).await?;
+        let mut session = Session::grant(self, opts.ttl, opts.margin).await?;
         match self.try_acquire(name, candidate, &session).await? {
-            Attempt::Won { token } => Ok(Campaigned::Leader(Leadership::start(self, name, candidate, token, session, opts))),
+            Attempt::Won { token } => Ok(Campaigned::Leader(Leadership::start(
+                self, name, candidate, token, session, opts,
+            ))),
             Attempt::Held { leader, .. } => {
-                let _ = session.revoke(LossReason::Resigned, self.op_timeout).await;
+                let _ = session.revoke(LossReason::Resigned).await;
                 match leader {
                     Some(l) => Ok(Campaigned::Held(l)),
                     // Held by a queue-layout candidate only, or the key went
@@ -78,14 +92,21 @@ impl Client {
         let work = self.campaign_loop(name, candidate, opts);
         match wait {
             None => work.await,
-            Some(w) => tokio::time::timeout(w, work).await.map_err(|_| Error::Timeout {
-                name: name.to_string(),
-                waited: w,
-            })?,
+            Some(w) => tokio::time::timeout(w, work)
+                .await
+                .map_err(|_| Error::Timeout {
+                    name: name.to_string(),
+                    waited: w,
+                })?,
         }
     }
 
-    async fn campaign_loop(&self, name: &ElectionName, candidate: &str, opts: &CampaignOptions) -> Result<Leadership, Error> {
+    async fn campaign_loop(
+        &self,
+        name: &ElectionName,
+        candidate: &str,
+        opts: &CampaignOptions,
+    ) -> Result<Leadership, Error> {
         let key = self.keys.leader_key(name);
         let mut session: Option<Session> = None;
         let mut backoff = Duration::from_millis(100);
@@ -94,7 +115,7 @@ impl Client {
             // takeover costs one round trip after the deletion is seen.
             let s = match session.take() {
                 Some(s) if s.is_valid() => s,
-                _ => match Session::grant(&self.etcd, opts.ttl, opts.margin, self.op_timeout).await {
+                _ => match Session::grant(self, opts.ttl, opts.margin).await {
                     Ok(s) => s,
                     Err(e) if e.is_unavailable() => {
                         tracing::warn!(error = %e, "cannot reach etcd to campaign; retrying");
@@ -117,12 +138,14 @@ impl Client {
             };
             backoff = Duration::from_millis(100);
             let revision = match attempt {
-                Attempt::Won { token } => return Ok(Leadership::start(self, name, candidate, token, s, opts)),
+                Attempt::Won { token } => {
+                    return Ok(Leadership::start(self, name, candidate, token, s, opts))
+                }
                 Attempt::Held { revision, .. } => revision,
             };
             // Wait for the holder's key to go, from the revision after the
             // one our failed txn read, so a deletion in between is not missed.
-            let mut watch = RangeWatch::new(&self.etcd, key.clone(), None, revision + 1);
+            let mut watch = RangeWatch::new(&self.etcd(), key.clone(), None, revision + 1);
             let mut lease_state = s.state.subscribe();
             loop {
                 tokio::select! {
@@ -143,17 +166,26 @@ impl Client {
         }
     }
 
-    async fn try_acquire(&self, name: &ElectionName, candidate: &str, session: &Session) -> Result<Attempt, Error> {
+    async fn try_acquire(
+        &self,
+        name: &ElectionName,
+        candidate: &str,
+        session: &Session,
+    ) -> Result<Attempt, Error> {
         let key = self.keys.leader_key(name);
         let txn = Txn::new()
-            .when([Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0)])
+            .when([Compare::create_revision(
+                key.as_bytes(),
+                CompareOp::Equal,
+                0,
+            )])
             .and_then([TxnOp::put(
                 key.as_bytes(),
                 candidate,
                 Some(PutOptions::new().with_lease(session.lease_id)),
             )])
             .or_else([TxnOp::get(key.as_bytes(), None)]);
-        let resp = self.op(self.etcd.clone().txn(txn)).await?;
+        let resp = self.op(self.etcd().txn(txn)).await?;
         let revision = header_revision(&resp)?;
         if resp.succeeded() {
             // The put happened at the txn's revision: that is the key's
@@ -161,7 +193,10 @@ impl Client {
             return Ok(Attempt::Won { token: revision });
         }
         let leader = resp.op_responses().into_iter().find_map(|r| match r {
-            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| Leader::from_kv(name, kv, Layout::Single)),
+            TxnOpResponse::Get(g) => g
+                .kvs()
+                .first()
+                .map(|kv| Leader::from_kv(name, kv, Layout::Single)),
             _ => None,
         });
         Ok(Attempt::Held { leader, revision })
@@ -192,17 +227,31 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    fn start(client: &Client, name: &ElectionName, holder: &str, token: i64, session: Session, opts: &CampaignOptions) -> Self {
+    fn start(
+        client: &Client,
+        name: &ElectionName,
+        holder: &str,
+        token: i64,
+        session: Session,
+        opts: &CampaignOptions,
+    ) -> Self {
         let key = client.keys.leader_key(name);
-        let key_watch = tokio::spawn(watch_leader_key(client.clone(), name.clone(), key, token, session.state.clone()));
+        let key_watch = tokio::spawn(watch_leader_key(
+            client.clone(),
+            name.clone(),
+            key,
+            token,
+            session.state.clone(),
+        ));
         let signals = opts.resign_on_signal.then(|| {
             let state = session.state.clone();
-            let mut etcd = client.etcd.clone();
+            let mut etcd = client.etcd();
             let lease = session.lease_id;
             tokio::spawn(async move {
                 if crate::election::shutdown_signal().await.is_ok() {
                     mark_lost(&state, LossReason::Signal);
-                    let _ = tokio::time::timeout(Duration::from_secs(5), etcd.lease_revoke(lease)).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(5), etcd.lease_revoke(lease))
+                        .await;
                 }
             })
         });
@@ -244,13 +293,13 @@ impl Leadership {
         self.session.margin
     }
 
-    pub fn acquired_at(&self) -> Instant {
-        self.acquired_at
+    pub fn acquired_at(&self) -> std::time::Instant {
+        self.acquired_at.into_std()
     }
 
     /// Until this instant the holder may act as leader (if not lost).
-    pub fn valid_until(&self) -> Instant {
-        self.session.state.borrow().valid_until
+    pub fn valid_until(&self) -> std::time::Instant {
+        self.session.state.borrow().valid_until.into_std()
     }
 
     /// `Some(reason)` once leadership is lost.
@@ -258,7 +307,7 @@ impl Leadership {
         if let Some(r) = self.session.lost() {
             return Some(r);
         }
-        (Instant::now() >= self.valid_until()).then(|| {
+        (Instant::now() >= self.session.state.borrow().valid_until).then(|| {
             mark_lost(
                 &self.session.state,
                 LossReason::RenewalDeadline {
@@ -279,15 +328,22 @@ impl Leadership {
     /// Ends this term: the lease is revoked, which deletes the leader key.
     pub async fn resign(mut self) -> Result<(), Error> {
         self.key_watch.abort();
-        self.session.revoke(LossReason::Resigned, self.client.op_timeout).await
+        self.session.revoke(LossReason::Resigned).await
     }
 
     /// Replaces the leader key's value, only while this term holds it.
     pub async fn proclaim(&self, value: &str) -> Result<(), Error> {
         keys::validate_candidate(value)?;
         let key = self.client.keys.leader_key(&self.name);
-        let put = TxnOp::put(key.as_bytes(), value, Some(PutOptions::new().with_lease(self.session.lease_id)));
-        self.client.guarded_txn(&self.name, self.token, vec![put]).await.map(|_| ())
+        let put = TxnOp::put(
+            key.as_bytes(),
+            value,
+            Some(PutOptions::new().with_lease(self.session.lease_id)),
+        );
+        self.client
+            .guarded_txn(&self.name, self.token, vec![put])
+            .await
+            .map(|_| ())
     }
 
     /// Applies `ops` only while this term holds the leader key.
@@ -320,7 +376,7 @@ async fn watch_leader_key(
     token: i64,
     state: tokio::sync::watch::Sender<super::lease::LeaseState>,
 ) {
-    let mut watch = RangeWatch::new(&client.etcd, key.clone(), None, token);
+    let mut watch = RangeWatch::new(&client.etcd(), key.clone(), None, token);
     loop {
         match watch.next().await {
             WatchItem::Events(events) => {
@@ -328,7 +384,12 @@ async fn watch_leader_key(
                     let Some(kv) = e.kv() else { continue };
                     match e.event_type() {
                         EventType::Delete => {
-                            mark_lost(&state, LossReason::KeyDeleted { revision: kv.mod_revision() });
+                            mark_lost(
+                                &state,
+                                LossReason::KeyDeleted {
+                                    revision: kv.mod_revision(),
+                                },
+                            );
                             return;
                         }
                         EventType::Put if kv.create_revision() != token => {

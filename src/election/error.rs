@@ -24,7 +24,9 @@ pub enum Error {
     #[error("invalid TTL: {0}")]
     InvalidTtl(String),
 
-    #[error("no etcd endpoint given (use --endpoints or TENURE_ENDPOINTS, e.g. http://127.0.0.1:2379)")]
+    #[error(
+        "no etcd endpoint given (use --endpoints or TENURE_ENDPOINTS, e.g. http://127.0.0.1:2379)"
+    )]
     NoEndpoints,
 
     /// The caller's token is not the current term of this election.
@@ -32,7 +34,7 @@ pub enum Error {
     NotHolder {
         name: String,
         token: i64,
-        current: Option<Leader>,
+        current: Option<Box<Leader>>,
     },
 
     #[error("no leadership of {name} within {waited:?}")]
@@ -42,13 +44,19 @@ pub enum Error {
     EtcdTimeout(Duration),
 
     #[error("etcd: {0}")]
-    Etcd(#[from] etcd_client::Error),
+    Etcd(Box<etcd_client::Error>),
 
     #[error("unexpected answer from etcd: {0}")]
     Protocol(String),
 }
 
-fn describe_current(current: &Option<Leader>) -> String {
+impl From<etcd_client::Error> for Error {
+    fn from(e: etcd_client::Error) -> Self {
+        Error::Etcd(Box::new(e))
+    }
+}
+
+fn describe_current(current: &Option<Box<Leader>>) -> String {
     match current {
         Some(l) => format!("it is held by {:?} with token {}", l.holder, l.token),
         None => "nobody leads it now".to_owned(),
@@ -59,24 +67,30 @@ impl Error {
     /// True when etcd could not be reached or did not answer in time: the
     /// operation may be retried, and nothing was decided.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Error::EtcdTimeout(_))
-            || matches!(
-                self,
-                Error::Etcd(
+        match self {
+            Error::EtcdTimeout(_) => true,
+            Error::Etcd(e) => {
+                matches!(
+                    **e,
                     etcd_client::Error::TransportError(_)
                         | etcd_client::Error::IoError(_)
                         | etcd_client::Error::GRpcStatus(_)
-                )
-            ) && !self.is_lease_not_found()
+                ) && !self.is_lease_not_found()
+            }
+            _ => false,
+        }
     }
 
     /// True when etcd said the lease does not exist (revoked or expired).
     pub fn is_lease_not_found(&self) -> bool {
         match self {
-            Error::Etcd(etcd_client::Error::GRpcStatus(s)) => {
-                s.message().contains("requested lease not found")
-            }
-            Error::Etcd(etcd_client::Error::LeaseKeepAliveError(m)) => m.contains("not found"),
+            Error::Etcd(e) => match &**e {
+                etcd_client::Error::GRpcStatus(s) => {
+                    s.message().contains("requested lease not found")
+                }
+                etcd_client::Error::LeaseKeepAliveError(m) => m.contains("not found"),
+                _ => false,
+            },
             _ => false,
         }
     }

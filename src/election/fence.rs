@@ -85,7 +85,12 @@ pub struct FenceDecision {
 impl Client {
     /// Checks `token` against the shared fence of `resource` in election
     /// `name`, in one etcd txn; see the module documentation.
-    pub async fn fence(&self, name: &ElectionName, resource: &str, token: i64) -> Result<FenceDecision, Error> {
+    pub async fn fence(
+        &self,
+        name: &ElectionName,
+        resource: &str,
+        token: i64,
+    ) -> Result<FenceDecision, Error> {
         keys::validate_resource(resource)?;
         keys::validate_token(token)?;
         let leader = self.keys.leader_key(name);
@@ -93,11 +98,19 @@ impl Client {
         let refusal = self.keys.refusal_key(name, resource);
         let (leader, fence) = (leader.as_bytes(), fence.as_bytes());
         let accept = |prev: bool| {
-            let opts = if prev { Some(PutOptions::new().with_prev_key()) } else { None };
-            [TxnOp::put(fence, pad_token(token), opts), TxnOp::get(leader, None)]
+            let opts = if prev {
+                Some(PutOptions::new().with_prev_key())
+            } else {
+                None
+            };
+            [
+                TxnOp::put(fence, pad_token(token), opts),
+                TxnOp::get(leader, None),
+            ]
         };
         let refuse = |reason: FenceReason| {
-            let record = serde_json::to_string(&RefusalRecord { token, reason }).unwrap_or_default();
+            let record =
+                serde_json::to_string(&RefusalRecord { token, reason }).unwrap_or_default();
             [
                 TxnOp::put(refusal.as_bytes(), record, None),
                 TxnOp::get(leader, None),
@@ -129,7 +142,7 @@ impl Client {
                             )]),
                     )]),
             )]);
-        let resp = self.op(self.etcd.clone().txn(txn)).await?;
+        let resp = self.op(self.etcd().txn(txn)).await?;
         let revision = header_revision(&resp)?;
         let mut decision = FenceDecision {
             accepted: false,
@@ -143,7 +156,12 @@ impl Client {
             revision,
         };
         // Walk down the branches the txn took.
-        let reasons = [None, None, Some(FenceReason::StaleToken), Some(FenceReason::NoLeader)];
+        let reasons = [
+            None,
+            None,
+            Some(FenceReason::StaleToken),
+            Some(FenceReason::NoLeader),
+        ];
         let mut level = resp;
         for (depth, reason_if_taken) in reasons.iter().enumerate() {
             let ops = level.op_responses();
@@ -159,7 +177,11 @@ impl Client {
             }
             level = match ops.into_iter().next() {
                 Some(TxnOpResponse::Txn(t)) => t,
-                _ => return Err(Error::Protocol("fence txn: nested txn response missing".into())),
+                _ => {
+                    return Err(Error::Protocol(
+                        "fence txn: nested txn response missing".into(),
+                    ))
+                }
             };
         }
         Err(Error::Protocol("fence txn: no branch taken".into()))
@@ -179,7 +201,8 @@ fn read_branch(ops: &[TxnOpResponse], leader_key: &[u8], decision: &mut FenceDec
                 for kv in g.kvs() {
                     if kv.key() == leader_key {
                         decision.current_token = Some(kv.create_revision());
-                        decision.current_holder = Some(String::from_utf8_lossy(kv.value()).into_owned());
+                        decision.current_holder =
+                            Some(String::from_utf8_lossy(kv.value()).into_owned());
                     } else {
                         decision.stored_token = parse_padded_token(kv.value());
                     }

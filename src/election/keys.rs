@@ -286,8 +286,14 @@ mod tests {
     fn classification() {
         let keys = Keys::new("p/");
         let name = ElectionName::new("db").unwrap();
-        assert_eq!(classify(&keys, &name, b"p/election/db", 7), Some(Layout::Single));
-        assert_eq!(classify(&keys, &name, b"p/election/db/1f", 31), Some(Layout::Queue));
+        assert_eq!(
+            classify(&keys, &name, b"p/election/db", 7),
+            Some(Layout::Single)
+        );
+        assert_eq!(
+            classify(&keys, &name, b"p/election/db/1f", 31),
+            Some(Layout::Queue)
+        );
         assert_eq!(classify(&keys, &name, b"p/election/db/1f", 32), None);
         assert_eq!(classify(&keys, &name, b"p/election/db-x", 0), None);
         assert_eq!(classify(&keys, &name, b"p/election/db/sub", 0), None);

@@ -30,7 +30,12 @@ pub(crate) struct RangeWatch {
 
 impl RangeWatch {
     /// Watches `[start, end)` (or the single key `start`) from `from_rev`.
-    pub(crate) fn new(client: &EtcdClient, start: impl Into<Vec<u8>>, end: Option<Vec<u8>>, from_rev: i64) -> Self {
+    pub(crate) fn new(
+        client: &EtcdClient,
+        start: impl Into<Vec<u8>>,
+        end: Option<Vec<u8>>,
+        from_rev: i64,
+    ) -> Self {
         Self {
             client: client.clone(),
             start: start.into(),
@@ -52,7 +57,9 @@ impl RangeWatch {
         let mut backoff = Duration::from_millis(50);
         loop {
             if self.stream.is_none() {
-                let mut opts = WatchOptions::new().with_start_revision(self.next_rev).with_prev_key();
+                let mut opts = WatchOptions::new()
+                    .with_start_revision(self.next_rev)
+                    .with_prev_key();
                 if let Some(end) = &self.end {
                     opts = opts.with_range(end.clone());
                 }
@@ -94,10 +101,16 @@ impl RangeWatch {
                     if resp.canceled() {
                         self.stream = None;
                         if resp.compact_revision() > 0 {
-                            tracing::debug!(compact_revision = resp.compact_revision(), "watch start revision compacted");
+                            tracing::debug!(
+                                compact_revision = resp.compact_revision(),
+                                "watch start revision compacted"
+                            );
                             return WatchItem::Compacted;
                         }
-                        tracing::debug!(reason = resp.cancel_reason(), "watch cancelled by etcd; reopening");
+                        tracing::debug!(
+                            reason = resp.cancel_reason(),
+                            "watch cancelled by etcd; reopening"
+                        );
                         continue;
                     }
                     let next_rev = self.next_rev;

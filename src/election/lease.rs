@@ -11,12 +11,11 @@
 
 use std::time::Duration;
 
-use etcd_client::Client as EtcdClient;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout, Instant};
 
-use super::Error;
+use super::{Client, Error};
 
 /// etcd's smallest lease: `ceil(1.5 × election-timeout)`, 2 s with etcd's
 /// default 1000 ms election timeout. etcd silently raises shorter requests.
@@ -154,7 +153,11 @@ pub(crate) fn mark_lost(state: &watch::Sender<LeaseState>, reason: LossReason) {
 
 /// Waits until the state reports a loss, enforcing the deadline itself so
 /// that the answer never depends on the keepalive task being scheduled.
-pub(crate) async fn wait_lost(state: &watch::Sender<LeaseState>, ttl: Duration, margin: Duration) -> LossReason {
+pub(crate) async fn wait_lost(
+    state: &watch::Sender<LeaseState>,
+    ttl: Duration,
+    margin: Duration,
+) -> LossReason {
     let mut rx = state.subscribe();
     loop {
         let (lost, valid_until) = {
@@ -184,7 +187,7 @@ pub(crate) async fn wait_lost(state: &watch::Sender<LeaseState>, ttl: Duration, 
 
 /// One lease kept alive in the background.
 pub(crate) struct Session {
-    client: EtcdClient,
+    client: Client,
     pub(crate) lease_id: i64,
     pub(crate) ttl: Duration,
     pub(crate) margin: Duration,
@@ -196,24 +199,25 @@ pub(crate) struct Session {
 impl Session {
     /// Grants a lease and starts keeping it alive.
     pub(crate) async fn grant(
-        client: &EtcdClient,
+        client: &Client,
         ttl: Ttl,
         margin: Option<Duration>,
-        op_timeout: Duration,
     ) -> Result<Self, Error> {
         let sent = Instant::now();
-        let resp = timeout(op_timeout, client.clone().lease_grant(ttl.secs() as i64, None))
-            .await
-            .map_err(|_| Error::EtcdTimeout(op_timeout))??;
+        let resp = client
+            .op(client.etcd().lease_grant(ttl.secs() as i64, None))
+            .await?;
         // etcd may raise a short TTL to its minimum: trust what it granted.
         let granted = Duration::from_secs(resp.ttl().max(1) as u64);
-        let margin = margin.unwrap_or_else(|| default_margin(granted)).min(granted / 2);
+        let margin = margin
+            .unwrap_or_else(|| default_margin(granted))
+            .min(granted / 2);
         let (state, _) = watch::channel(LeaseState {
             valid_until: sent + granted - margin,
             lost: None,
         });
         let keepalive = tokio::spawn(keepalive_task(
-            client.clone(),
+            client.etcd(),
             resp.id(),
             granted,
             margin,
@@ -242,15 +246,15 @@ impl Session {
 
     /// Stops the keepalive and revokes the lease, which deletes every key
     /// attached to it.
-    pub(crate) async fn revoke(&mut self, reason: LossReason, op_timeout: Duration) -> Result<(), Error> {
+    pub(crate) async fn revoke(&mut self, reason: LossReason) -> Result<(), Error> {
         self.keepalive.abort();
         self.released = true;
         mark_lost(&self.state, reason);
-        let result = timeout(op_timeout, self.client.clone().lease_revoke(self.lease_id))
+        match self
+            .client
+            .op(self.client.etcd().lease_revoke(self.lease_id))
             .await
-            .map_err(|_| Error::EtcdTimeout(op_timeout))?
-            .map_err(Error::from);
-        match result {
+        {
             Ok(_) => Ok(()),
             // Already expired or revoked: the term is over either way.
             Err(e) if e.is_lease_not_found() => Ok(()),
@@ -268,7 +272,7 @@ impl Drop for Session {
         mark_lost(&self.state, LossReason::Resigned);
         // Best effort: without a runtime, etcd expires the lease after its TTL.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let mut client = self.client.clone();
+            let mut client = self.client.etcd();
             let id = self.lease_id;
             rt.spawn(async move {
                 let _ = timeout(Duration::from_secs(5), client.lease_revoke(id)).await;
@@ -278,7 +282,7 @@ impl Drop for Session {
 }
 
 async fn keepalive_task(
-    mut client: EtcdClient,
+    mut client: etcd_client::Client,
     id: i64,
     ttl: Duration,
     margin: Duration,
@@ -353,7 +357,7 @@ enum Renewal {
 }
 
 async fn renew_once(
-    client: &mut EtcdClient,
+    client: &mut etcd_client::Client,
     id: i64,
     stream: &mut Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>,
     wait: Duration,

@@ -18,7 +18,10 @@ mod observe;
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{Client as EtcdClient, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, Txn, TxnOp, TxnResponse};
+use etcd_client::{
+    Client as EtcdClient, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, Txn, TxnOp,
+    TxnResponse,
+};
 use serde::Serialize;
 
 pub use campaign::{CampaignOptions, Campaigned, Leadership};
@@ -76,7 +79,9 @@ pub struct LeaderStatus {
 /// lowest CreateRevision among the single key and the queue candidates.
 pub(crate) fn pick_leader(keys: &Keys, name: &ElectionName, kvs: &[KeyValue]) -> Option<Leader> {
     kvs.iter()
-        .filter_map(|kv| keys::classify(keys, name, kv.key(), kv.lease()).map(|layout| (kv, layout)))
+        .filter_map(|kv| {
+            keys::classify(keys, name, kv.key(), kv.lease()).map(|layout| (kv, layout))
+        })
         .min_by_key(|(kv, _)| kv.create_revision())
         .map(|(kv, layout)| Leader::from_kv(name, kv, layout))
 }
@@ -84,7 +89,7 @@ pub(crate) fn pick_leader(keys: &Keys, name: &ElectionName, kvs: &[KeyValue]) ->
 /// A handle on etcd for election work. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
-    etcd: EtcdClient,
+    etcd: std::sync::Arc<EtcdClient>,
     keys: Keys,
     op_timeout: Duration,
 }
@@ -106,7 +111,7 @@ impl Client {
 
     pub fn new(etcd: EtcdClient, prefix: &str) -> Self {
         Self {
-            etcd,
+            etcd: std::sync::Arc::new(etcd),
             keys: Keys::new(prefix),
             op_timeout: DEFAULT_OP_TIMEOUT,
         }
@@ -127,11 +132,14 @@ impl Client {
 
     /// The underlying etcd client, for the caller's own guarded writes.
     pub fn etcd(&self) -> EtcdClient {
-        self.etcd.clone()
+        EtcdClient::clone(&self.etcd)
     }
 
     /// Runs one etcd request with the operation timeout.
-    pub(crate) async fn op<T>(&self, fut: impl Future<Output = Result<T, etcd_client::Error>>) -> Result<T, Error> {
+    pub(crate) async fn op<T>(
+        &self,
+        fut: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, Error> {
         match tokio::time::timeout(self.op_timeout, fut).await {
             Ok(r) => r.map_err(Error::from),
             Err(_) => Err(Error::EtcdTimeout(self.op_timeout)),
@@ -139,10 +147,15 @@ impl Client {
     }
 
     /// Reads every key of one election (both layouts) at one revision.
-    pub(crate) async fn read_election(&self, name: &ElectionName) -> Result<(Vec<KeyValue>, i64), Error> {
+    pub(crate) async fn read_election(
+        &self,
+        name: &ElectionName,
+    ) -> Result<(Vec<KeyValue>, i64), Error> {
         let (start, end) = self.keys.election_range(name);
         let resp = self
-            .op(self.etcd.clone().get(start, Some(GetOptions::new().with_range(end))))
+            .op(self
+                .etcd()
+                .get(start, Some(GetOptions::new().with_range(end))))
             .await?;
         let revision = resp.header().map(|h| h.revision()).unwrap_or_default();
         Ok((resp.kvs().to_vec(), revision))
@@ -158,7 +171,7 @@ impl Client {
             None
         } else {
             let resp = self
-                .op(self.etcd.clone().lease_time_to_live(leader.lease_id, None))
+                .op(self.etcd().lease_time_to_live(leader.lease_id, None))
                 .await?;
             (resp.ttl() >= 0).then_some(resp.ttl())
         };
@@ -180,7 +193,7 @@ impl Client {
             return Err(Error::NotHolder {
                 name: name.to_string(),
                 token,
-                current,
+                current: current.map(Box::new),
             });
         };
         self.end_term(name, &leader, true).await?;
@@ -199,11 +212,16 @@ impl Client {
         Ok(Some(leader))
     }
 
-    async fn end_term(&self, name: &ElectionName, leader: &Leader, revoke: bool) -> Result<(), Error> {
+    async fn end_term(
+        &self,
+        name: &ElectionName,
+        leader: &Leader,
+        revoke: bool,
+    ) -> Result<(), Error> {
         if revoke && leader.lease_id != 0 {
             // Revoking a lease deletes only the keys attached to it, and a
             // lease belongs to one term, so this cannot end a later term.
-            return match self.op(self.etcd.clone().lease_revoke(leader.lease_id)).await {
+            return match self.op(self.etcd().lease_revoke(leader.lease_id)).await {
                 Ok(_) => Ok(()),
                 Err(e) if e.is_lease_not_found() => Err(Error::NotHolder {
                     name: name.to_string(),
@@ -214,9 +232,13 @@ impl Client {
             };
         }
         let txn = Txn::new()
-            .when([Compare::create_revision(leader.key.as_bytes(), CompareOp::Equal, leader.token)])
+            .when([Compare::create_revision(
+                leader.key.as_bytes(),
+                CompareOp::Equal,
+                leader.token,
+            )])
             .and_then([TxnOp::delete(leader.key.as_bytes(), None)]);
-        let resp = self.op(self.etcd.clone().txn(txn)).await?;
+        let resp = self.op(self.etcd().txn(txn)).await?;
         if resp.succeeded() {
             Ok(())
         } else {
@@ -224,7 +246,7 @@ impl Client {
             Err(Error::NotHolder {
                 name: name.to_string(),
                 token: leader.token,
-                current: pick_leader(&self.keys, name, &kvs),
+                current: pick_leader(&self.keys, name, &kvs).map(Box::new),
             })
         }
     }
@@ -232,25 +254,37 @@ impl Client {
     /// Applies `ops` in one etcd txn only if the single-key leader key of
     /// `name` still has CreateRevision == `token`. Otherwise nothing is
     /// written and [`Error::NotHolder`] says who holds it now.
-    pub async fn guarded_txn(&self, name: &ElectionName, token: i64, ops: Vec<TxnOp>) -> Result<TxnResponse, Error> {
+    pub async fn guarded_txn(
+        &self,
+        name: &ElectionName,
+        token: i64,
+        ops: Vec<TxnOp>,
+    ) -> Result<TxnResponse, Error> {
         keys::validate_token(token)?;
         let key = self.keys.leader_key(name);
         let txn = Txn::new()
-            .when([Compare::create_revision(key.as_bytes(), CompareOp::Equal, token)])
+            .when([Compare::create_revision(
+                key.as_bytes(),
+                CompareOp::Equal,
+                token,
+            )])
             .and_then(ops)
             .or_else([TxnOp::get(key.as_bytes(), None)]);
-        let resp = self.op(self.etcd.clone().txn(txn)).await?;
+        let resp = self.op(self.etcd().txn(txn)).await?;
         if resp.succeeded() {
             return Ok(resp);
         }
         let current = resp.op_responses().into_iter().find_map(|r| match r {
-            etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| Leader::from_kv(name, kv, Layout::Single)),
+            etcd_client::TxnOpResponse::Get(g) => g
+                .kvs()
+                .first()
+                .map(|kv| Leader::from_kv(name, kv, Layout::Single)),
             _ => None,
         });
         Err(Error::NotHolder {
             name: name.to_string(),
             token,
-            current,
+            current: current.map(Box::new),
         })
     }
 

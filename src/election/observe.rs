@@ -45,8 +45,15 @@ fn same_term(a: &Option<Leader>, b: &Option<Leader>) -> bool {
     }
 }
 
-async fn run(client: Client, name: ElectionName, kvs: Vec<KeyValue>, revision: i64, tx: mpsc::Sender<Option<Leader>>) {
-    let mut keys: BTreeMap<Vec<u8>, KeyValue> = kvs.into_iter().map(|kv| (kv.key().to_vec(), kv)).collect();
+async fn run(
+    client: Client,
+    name: ElectionName,
+    kvs: Vec<KeyValue>,
+    revision: i64,
+    tx: mpsc::Sender<Option<Leader>>,
+) {
+    let mut keys: BTreeMap<Vec<u8>, KeyValue> =
+        kvs.into_iter().map(|kv| (kv.key().to_vec(), kv)).collect();
     let leader_of = |keys: &BTreeMap<Vec<u8>, KeyValue>| {
         let kvs: Vec<KeyValue> = keys.values().cloned().collect();
         pick_leader(client.keys(), &name, &kvs)

@@ -603,8 +603,8 @@ impl Group {
             }
         }
         panic!(
-            "restart of etcd member(s) {which:?} failed (a cluster member only becomes ready \
-             when a quorum is up):\n{}",
+            "restart of etcd member(s) {which:?} failed (in a cluster a member is ready only \
+             once a quorum is up):\n{}",
             failures.join("\n\n")
         );
     }

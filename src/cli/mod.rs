@@ -165,7 +165,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                     .map(|t| format!("{t} s left"))
                     .unwrap_or_else(|| "no lease".to_owned());
                 println!(
-                    "{} leads {} (token {}, lease {:x}, {ttl}, {:?} layout)",
+                    "{} leads {} (token {}, lease {:x}, {ttl}, {} layout)",
                     l.holder, l.name, l.token, l.lease_id, l.layout
                 );
             }

@@ -220,6 +220,15 @@ pub enum Layout {
     Queue,
 }
 
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Layout::Single => "single-key",
+            Layout::Queue => "queue",
+        })
+    }
+}
+
 /// What a key in an election's range is, for the election `name`.
 pub fn classify(keys: &Keys, name: &ElectionName, key: &[u8], lease: i64) -> Option<Layout> {
     let leader_key = keys.leader_key(name);

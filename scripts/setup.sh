@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what tenure needs on a Debian machine, only what is missing:
+# etcd (server and etcdctl) for the demo and the tests, protoc for etcd-client's build.
+set -euo pipefail
+
+need=()
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+
+if ((${#need[@]})); then
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  echo "setup: installing ${need[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo is missing; install Rust (https://rustup.rs) and run this again" >&2
+  exit 1
+fi

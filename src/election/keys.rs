@@ -211,7 +211,7 @@ impl Keys {
 }
 
 /// Which layout a leader key uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Layout {
     /// `P election/<name>`, created by tenure's txn.

@@ -1,0 +1,214 @@
+//! The one event type that flows from the watcher to every sink (metrics,
+//! traces, history, and the web's live feed). Events flow one way: sinks
+//! never talk to etcd, and the watcher never renders or stores.
+
+use serde::{Deserialize, Serialize};
+
+use crate::election::{FenceReason, Layout};
+
+/// Why a term ended. How each is told apart, and how sure it is, is in
+/// ARCHITECTURE.md ("Telling end causes apart").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndCause {
+    /// The holder gave it up: its lease was revoked.
+    Resigned,
+    /// The holder's lease ran out.
+    Expired,
+    /// The key was deleted while its lease lived (`tenure depose`, etcd's
+    /// own `Election.Resign`, a manual `etcdctl del`).
+    Deleted,
+    /// Another key became leader while the old key still existed.
+    Superseded,
+    /// etcd compacted the history in which the term ended (see the gap).
+    Unknown,
+}
+
+impl EndCause {
+    pub const ALL: [EndCause; 5] = [
+        EndCause::Resigned,
+        EndCause::Expired,
+        EndCause::Deleted,
+        EndCause::Superseded,
+        EndCause::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndCause::Resigned => "resigned",
+            EndCause::Expired => "expired",
+            EndCause::Deleted => "deleted",
+            EndCause::Superseded => "superseded",
+            EndCause::Unknown => "unknown",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for EndCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One transition, as the watcher saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// The etcd revision of the change. For a gap: the revision of the
+    /// snapshot the watcher resynced from.
+    pub revision: i64,
+    /// When the watcher observed it, in unix milliseconds.
+    pub at_ms: i64,
+    /// The election's name; empty for a gap, which concerns every election.
+    pub election: String,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    TermStarted {
+        /// The fencing token: the leader key's CreateRevision.
+        token: i64,
+        holder: String,
+        lease_id: i64,
+        layout: Layout,
+        previous_holder: Option<String>,
+        /// True when the term was already running when the watcher first saw
+        /// it (a snapshot): `at_ms` is then when it was seen, not when it began.
+        from_snapshot: bool,
+    },
+    TermEnded {
+        token: i64,
+        holder: String,
+        lease_id: i64,
+        cause: EndCause,
+        started_revision: i64,
+        started_at_ms: i64,
+    },
+    /// The leader key's value changed within a term (a proclaim).
+    LeaderValueChanged {
+        token: i64,
+        holder: String,
+        previous: String,
+    },
+    FenceAccepted {
+        resource: String,
+        token: i64,
+    },
+    FenceRefused {
+        resource: String,
+        token: i64,
+        reason: FenceReason,
+        /// The term that led when the refusal was recorded, as the watcher knew it.
+        current_token: Option<i64>,
+        current_holder: Option<String>,
+    },
+    /// etcd compacted revisions `from_revision..=to_revision` before the
+    /// watcher saw them: transitions in between are not known one by one.
+    Gap {
+        from_revision: i64,
+        to_revision: i64,
+    },
+}
+
+impl EventKind {
+    /// The `type` tag as serialized.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::TermStarted { .. } => "term_started",
+            EventKind::TermEnded { .. } => "term_ended",
+            EventKind::LeaderValueChanged { .. } => "leader_value_changed",
+            EventKind::FenceAccepted { .. } => "fence_accepted",
+            EventKind::FenceRefused { .. } => "fence_refused",
+            EventKind::Gap { .. } => "gap",
+        }
+    }
+}
+
+/// The events of one or more complete etcd revisions, and the revision up
+/// to which everything has been processed. A sink that persists must store
+/// `events` and `revision` in one transaction: that is what makes a restart
+/// resume without missing or repeating a transition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    pub revision: i64,
+    pub events: Vec<Event>,
+}
+
+/// Why the watcher re-established its watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RestartReason {
+    /// The start revision was compacted: resynced from a snapshot (a gap).
+    Compacted,
+    /// The stream ended or failed (etcd restarted, a member died).
+    StreamError,
+    /// The stream went silent and did not answer a progress request.
+    Stalled,
+    /// etcd cancelled the watch for another reason.
+    Cancelled,
+}
+
+impl RestartReason {
+    pub const ALL: [RestartReason; 4] = [
+        RestartReason::Compacted,
+        RestartReason::StreamError,
+        RestartReason::Stalled,
+        RestartReason::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartReason::Compacted => "compacted",
+            RestartReason::StreamError => "stream_error",
+            RestartReason::Stalled => "stalled",
+            RestartReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The watcher's own health, for metrics and readiness; never persisted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchStatus {
+    /// Whether etcd answered the watcher's last request.
+    EtcdUp(bool),
+    Restarted(RestartReason),
+    /// Everything up to `revision` (etcd's current revision when the
+    /// watcher last asked) has been processed.
+    CaughtUp { revision: i64 },
+    /// A new election was ignored because `--max-elections` are tracked.
+    Overflow { election: String },
+    /// A key under the prefix that is not a valid election or fence key.
+    IgnoredKey,
+}
+
+/// Everything the watcher reports, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Update {
+    Batch(Batch),
+    /// The current leader's lease, sampled: remaining seconds, or `None`
+    /// when etcd no longer knows the lease.
+    LeaseSampled {
+        election: String,
+        lease_id: i64,
+        remaining_seconds: Option<i64>,
+    },
+    /// An election (and its series) is no longer tracked: no keys left and
+    /// nothing happened for a while.
+    Forgotten { election: String },
+    Watch(WatchStatus),
+}
+
+/// Unix milliseconds now, from the wall clock (for display and history
+/// only: no decision is made on it).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,1 @@
+//! The watcher (being written).

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::keywatch::{RangeWatch, WatchItem};
 use super::lease::{mark_lost, wait_lost, LossReason, Session, Ttl};
-use super::{keys, Client, ElectionName, Error, FenceDecision, Layout, Leader};
+use super::{keys, Client, ElectionName, EndMarkerCause, Error, FenceDecision, Layout, Leader};
 
 /// How to campaign.
 #[derive(Debug, Clone)]
@@ -326,8 +326,30 @@ impl Leadership {
     }
 
     /// Ends this term: the lease is revoked, which deletes the leader key.
+    /// Ends this term: the leader key is deleted with an end marker saying
+    /// "resigned", and the lease is revoked.
     pub async fn resign(mut self) -> Result<(), Error> {
         self.key_watch.abort();
+        if self.session.lost().is_none() {
+            let key = self.client.keys.leader_key(&self.name);
+            let ended = self
+                .client
+                .end_term(
+                    &self.name,
+                    &key,
+                    self.token,
+                    self.session.lease_id,
+                    EndMarkerCause::Resigned,
+                )
+                .await;
+            // NotHolder: the term had already ended; the lease still goes.
+            if let Err(e) = ended {
+                if !matches!(e, Error::NotHolder { .. }) {
+                    let _ = self.session.revoke(LossReason::Resigned).await;
+                    return Err(e);
+                }
+            }
+        }
         self.session.revoke(LossReason::Resigned).await
     }
 

@@ -23,6 +23,26 @@ pub const MAX_CANDIDATE_LEN: usize = 256;
 /// The last segment of a refusal record's key. `~` is never part of a valid
 /// resource name, so this key cannot collide with a fence key.
 pub const REFUSAL_SEGMENT: &str = "~refusal";
+/// The last segment of an election's end marker, `P election/<name>/~end`.
+pub const END_MARKER_SEGMENT: &str = "~end";
+
+/// Why tenure itself ended a term; the value of the end marker key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndMarkerCause {
+    /// The holder (or `tenure resign` with its token) gave it up.
+    Resigned,
+    /// An operator deposed the holder (`tenure depose`).
+    Deleted,
+}
+
+/// `{"token":T,"cause":"resigned|deleted"}`, written in the same txn that
+/// deletes the leader key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EndMarker {
+    pub token: i64,
+    pub cause: EndMarkerCause,
+}
 
 /// A validated election name: 1–128 bytes of `[A-Za-z0-9._-]` segments
 /// separated by `/`, with no empty, `.` or `..` segment.
@@ -199,6 +219,12 @@ impl Keys {
         let start = self.leader_key(name);
         let end = format!("{start}0");
         (start, end)
+    }
+
+    /// `P election/<name>/~end`: written with the deletion of a leader key
+    /// when tenure ends a term, so watchers know why it ended.
+    pub fn end_marker_key(&self, name: &ElectionName) -> String {
+        format!("{}/{}", self.leader_key(name), END_MARKER_SEGMENT)
     }
 
     pub fn fence_key(&self, name: &ElectionName, resource: &str) -> String {

@@ -19,15 +19,15 @@ use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{
-    Client as EtcdClient, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, Txn, TxnOp,
-    TxnResponse,
+    Client as EtcdClient, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions,
+    Txn, TxnOp, TxnResponse,
 };
 use serde::Serialize;
 
 pub use campaign::{CampaignOptions, Campaigned, Leadership};
 pub use error::Error;
 pub use fence::{FenceDecision, FenceReason, Fencer};
-pub use keys::{ElectionName, Keys, Layout};
+pub use keys::{ElectionName, EndMarker, EndMarkerCause, Keys, Layout};
 pub use lease::{LossReason, Ttl};
 pub use observe::Observer;
 
@@ -104,7 +104,10 @@ impl Client {
         let options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(3))
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-            .with_keep_alive_while_idle(true);
+            .with_keep_alive_while_idle(true)
+            // A member cut off from the cluster fails requests and watches
+            // instead of serving stale answers or hanging.
+            .with_require_leader(true);
         let etcd = EtcdClient::connect(endpoints, Some(options)).await?;
         Ok(Self::new(etcd, prefix))
     }
@@ -182,9 +185,9 @@ impl Client {
         }))
     }
 
-    /// Ends the term whose token is `token`, and no other. The term's lease is
-    /// revoked (so watchers see the end as a resignation, not a deletion);
-    /// a key without a lease is deleted under the same CreateRevision guard.
+    /// Ends the term whose token is `token`, and no other: the leader key is
+    /// deleted under a CreateRevision guard with an end marker saying
+    /// "resigned", then the term's lease is revoked.
     pub async fn resign(&self, name: &ElectionName, token: i64) -> Result<Leader, Error> {
         keys::validate_token(token)?;
         let (kvs, _) = self.read_election(name).await?;
@@ -196,59 +199,82 @@ impl Client {
                 current: current.map(Box::new),
             });
         };
-        self.end_term(name, &leader, true).await?;
+        self.end_term(
+            name,
+            &leader.key,
+            leader.token,
+            leader.lease_id,
+            EndMarkerCause::Resigned,
+        )
+        .await?;
         Ok(leader)
     }
 
     /// Operator action: deletes the current leader key, whoever holds it, and
-    /// returns who was deposed. Deleting (not revoking) lets watchers tell a
-    /// deposition from a resignation; the holder's loss signal fires either way.
+    /// returns who was deposed. The end marker says "deleted", so watchers
+    /// tell a deposition from a resignation; the holder's loss signal fires.
     pub async fn depose(&self, name: &ElectionName) -> Result<Option<Leader>, Error> {
         let (kvs, _) = self.read_election(name).await?;
         let Some(leader) = pick_leader(&self.keys, name, &kvs) else {
             return Ok(None);
         };
-        self.end_term(name, &leader, false).await?;
+        self.end_term(
+            name,
+            &leader.key,
+            leader.token,
+            leader.lease_id,
+            EndMarkerCause::Deleted,
+        )
+        .await?;
         Ok(Some(leader))
     }
 
-    async fn end_term(
+    /// Ends the term `token` of `name`, whose leader key is `key`: in one
+    /// txn guarded by `CreateRevision == token`, deletes the key and writes
+    /// the end marker (bound to the term's lease) so watchers know the cause
+    /// for certain. A resignation then revokes the lease, which also removes
+    /// the marker; after a deposition the marker goes with the holder's lease.
+    pub(crate) async fn end_term(
         &self,
         name: &ElectionName,
-        leader: &Leader,
-        revoke: bool,
+        key: &str,
+        token: i64,
+        lease_id: i64,
+        cause: EndMarkerCause,
     ) -> Result<(), Error> {
-        if revoke && leader.lease_id != 0 {
-            // Revoking a lease deletes only the keys attached to it, and a
-            // lease belongs to one term, so this cannot end a later term.
-            return match self.op(self.etcd().lease_revoke(leader.lease_id)).await {
-                Ok(_) => Ok(()),
-                Err(e) if e.is_lease_not_found() => Err(Error::NotHolder {
-                    name: name.to_string(),
-                    token: leader.token,
-                    current: None,
-                }),
-                Err(e) => Err(e),
-            };
-        }
+        let marker = serde_json::to_string(&EndMarker { token, cause })
+            .map_err(|e| Error::Protocol(e.to_string()))?;
+        let opts = (lease_id != 0).then(|| PutOptions::new().with_lease(lease_id));
         let txn = Txn::new()
-            .when([Compare::create_revision(
-                leader.key.as_bytes(),
-                CompareOp::Equal,
-                leader.token,
-            )])
-            .and_then([TxnOp::delete(leader.key.as_bytes(), None)]);
-        let resp = self.op(self.etcd().txn(txn)).await?;
-        if resp.succeeded() {
-            Ok(())
-        } else {
+            .when([Compare::create_revision(key, CompareOp::Equal, token)])
+            .and_then([
+                TxnOp::delete(key, None),
+                TxnOp::put(self.keys.end_marker_key(name), marker, opts),
+            ]);
+        let ended = match self.op(self.etcd().txn(txn)).await {
+            Ok(resp) => resp.succeeded(),
+            // The term's lease is gone, so is the term.
+            Err(e) if e.is_lease_not_found() => false,
+            Err(e) => return Err(e),
+        };
+        if !ended {
             let (kvs, _) = self.read_election(name).await?;
-            Err(Error::NotHolder {
+            return Err(Error::NotHolder {
                 name: name.to_string(),
-                token: leader.token,
+                token,
                 current: pick_leader(&self.keys, name, &kvs).map(Box::new),
-            })
+            });
         }
+        if cause == EndMarkerCause::Resigned && lease_id != 0 {
+            // A lease belongs to one term (tenure grants one per candidate),
+            // so revoking it cannot end a later term.
+            match self.op(self.etcd().lease_revoke(lease_id)).await {
+                Ok(_) => {}
+                Err(e) if e.is_lease_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Applies `ops` in one etcd txn only if the single-key leader key of

@@ -8,7 +8,7 @@ use etcd_client::{
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::keywatch::{RangeWatch, WatchItem};
+use super::keywatch::{RangeWatch, Watched};
 use super::lease::{mark_lost, wait_lost, LossReason, Session, Ttl};
 use super::{keys, Client, ElectionName, EndMarkerCause, Error, FenceDecision, Layout, Leader};
 
@@ -150,10 +150,10 @@ impl Client {
             loop {
                 tokio::select! {
                     item = watch.next() => match item {
-                        WatchItem::Events(events) if events.iter().any(|e| e.event_type() == EventType::Delete) => break,
-                        WatchItem::Events(_) => {}
+                        Watched::Events(events) if events.iter().any(|e| e.event_type() == EventType::Delete) => break,
+                        Watched::Events(_) => {}
                         // Can't know what happened: just try again.
-                        WatchItem::Compacted => break,
+                        Watched::Compacted => break,
                     },
                     _ = lease_state.changed() => {
                         if !s.is_valid() {
@@ -401,7 +401,7 @@ async fn watch_leader_key(
     let mut watch = RangeWatch::new(&client.etcd(), key.clone(), None, token);
     loop {
         match watch.next().await {
-            WatchItem::Events(events) => {
+            Watched::Events(events) => {
                 for e in events {
                     let Some(kv) = e.kv() else { continue };
                     match e.event_type() {
@@ -429,7 +429,7 @@ async fn watch_leader_key(
                     }
                 }
             }
-            WatchItem::Compacted => loop {
+            Watched::Compacted => loop {
                 match client.read_election(&name).await {
                     Ok((kvs, revision)) => {
                         let ours = kvs.iter().find(|kv| kv.key() == key.as_bytes());

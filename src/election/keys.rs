@@ -255,6 +255,92 @@ impl std::fmt::Display for Layout {
     }
 }
 
+/// A key of the schema, parsed (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaKey {
+    /// A leader key or queue candidate of election `name`.
+    Leader { name: ElectionName, layout: Layout },
+    /// `P election/<name>/~end`.
+    EndMarker { name: ElectionName },
+    /// `P fence/<name>/<resource>`.
+    Fence {
+        name: ElectionName,
+        resource: String,
+    },
+    /// `P fence/<name>/<resource>/~refusal`.
+    Refusal {
+        name: ElectionName,
+        resource: String,
+    },
+}
+
+/// Why a key under the prefix is not part of the schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotSchema {
+    /// Outside `P election/` and `P fence/`: not tenure's business.
+    Outside,
+    /// Under them, but not valid UTF-8 or not a valid name.
+    Invalid,
+}
+
+impl Keys {
+    /// Parses any key (with its lease) into a schema key. Keys from etcd are
+    /// untrusted: anything that is not a valid name is `Invalid`, never a panic.
+    pub fn parse(&self, key: &[u8], lease: i64) -> Result<SchemaKey, NotSchema> {
+        let prefix = self.prefix.as_bytes();
+        let rest = key.strip_prefix(prefix).ok_or(NotSchema::Outside)?;
+        if let Some(rest) = rest.strip_prefix(b"election/") {
+            let rest = std::str::from_utf8(rest).map_err(|_| NotSchema::Invalid)?;
+            let valid = |n: &str| ElectionName::new(n).map_err(|_| NotSchema::Invalid);
+            if let Some(name) = rest
+                .strip_suffix(END_MARKER_SEGMENT)
+                .and_then(|r| r.strip_suffix('/'))
+            {
+                return Ok(SchemaKey::EndMarker { name: valid(name)? });
+            }
+            if let Some((parent, last)) = rest.rsplit_once('/') {
+                if lease != 0 && last == lease_hex(lease) {
+                    return Ok(SchemaKey::Leader {
+                        name: valid(parent)?,
+                        layout: Layout::Queue,
+                    });
+                }
+            }
+            return Ok(SchemaKey::Leader {
+                name: valid(rest)?,
+                layout: Layout::Single,
+            });
+        }
+        if let Some(rest) = rest.strip_prefix(b"fence/") {
+            let rest = std::str::from_utf8(rest).map_err(|_| NotSchema::Invalid)?;
+            let (rest, refusal) = match rest
+                .strip_suffix(REFUSAL_SEGMENT)
+                .and_then(|r| r.strip_suffix('/'))
+            {
+                Some(r) => (r, true),
+                None => (rest, false),
+            };
+            let (name, resource) = rest.rsplit_once('/').ok_or(NotSchema::Invalid)?;
+            let name = ElectionName::new(name).map_err(|_| NotSchema::Invalid)?;
+            validate_resource(resource).map_err(|_| NotSchema::Invalid)?;
+            let resource = resource.to_owned();
+            return Ok(if refusal {
+                SchemaKey::Refusal { name, resource }
+            } else {
+                SchemaKey::Fence { name, resource }
+            });
+        }
+        Err(NotSchema::Outside)
+    }
+
+    /// The one key range a watcher needs for both `P election/` and
+    /// `P fence/`: `[P election/, P fence0)`. Keys in between that belong to
+    /// neither parse as [`NotSchema::Outside`].
+    pub fn watch_range(&self) -> (String, String) {
+        (self.elections_root(), format!("{}fence0", self.prefix))
+    }
+}
+
 /// What a key in an election's range is, for the election `name`.
 pub fn classify(keys: &Keys, name: &ElectionName, key: &[u8], lease: i64) -> Option<Layout> {
     let leader_key = keys.leader_key(name);
@@ -335,5 +421,62 @@ mod tests {
         let (start, end) = keys.election_range(&name);
         assert!(start.as_str() < "p/election/db/ff" && "p/election/db/ff" < end.as_str());
         assert_eq!(keys.refusal_key(&name, "r"), "p/fence/db/r/~refusal");
+    }
+
+    #[test]
+    fn parsing_round_trips_every_key_kind() {
+        let keys = Keys::new("p/");
+        let name = ElectionName::new("team/db").unwrap();
+        let leader = |layout| SchemaKey::Leader {
+            name: name.clone(),
+            layout,
+        };
+        assert_eq!(
+            keys.parse(keys.leader_key(&name).as_bytes(), 5),
+            Ok(leader(Layout::Single))
+        );
+        let queue = format!("{}/{}", keys.leader_key(&name), lease_hex(0x1f));
+        assert_eq!(
+            keys.parse(queue.as_bytes(), 0x1f),
+            Ok(leader(Layout::Queue))
+        );
+        // Not the key's own lease: a single-key election named "team/db/1f".
+        assert!(matches!(
+            keys.parse(queue.as_bytes(), 7),
+            Ok(SchemaKey::Leader {
+                layout: Layout::Single,
+                ..
+            })
+        ));
+        assert_eq!(
+            keys.parse(keys.end_marker_key(&name).as_bytes(), 5),
+            Ok(SchemaKey::EndMarker { name: name.clone() })
+        );
+        assert_eq!(
+            keys.parse(keys.fence_key(&name, "orders").as_bytes(), 0),
+            Ok(SchemaKey::Fence {
+                name: name.clone(),
+                resource: "orders".into()
+            })
+        );
+        assert_eq!(
+            keys.parse(keys.refusal_key(&name, "orders").as_bytes(), 0),
+            Ok(SchemaKey::Refusal {
+                name: name.clone(),
+                resource: "orders".into()
+            })
+        );
+        assert_eq!(keys.parse(b"other/election/x", 0), Err(NotSchema::Outside));
+        assert_eq!(keys.parse(b"p/elephant", 0), Err(NotSchema::Outside));
+        assert_eq!(
+            keys.parse(b"p/election/\xff\xfe", 0),
+            Err(NotSchema::Invalid)
+        );
+        assert_eq!(keys.parse(b"p/election/a b", 0), Err(NotSchema::Invalid));
+        assert_eq!(keys.parse(b"p/fence/nodash", 0), Err(NotSchema::Invalid));
+        let (start, end) = keys.watch_range();
+        for k in [keys.leader_key(&name), keys.refusal_key(&name, "r")] {
+            assert!(start <= k && k < end, "{k} outside the watch range");
+        }
     }
 }

@@ -3,34 +3,67 @@
 //! etcd-client does not re-establish a broken watch stream; this does, from
 //! the revision after the last event it handed out, so no event is missed or
 //! repeated. When etcd has compacted that revision away it says so instead of
-//! guessing, and the caller re-reads the state.
+//! guessing, and the caller re-reads the state. A stream that goes silent is
+//! probed with a progress request and reopened when even that is not
+//! answered: a watch on a dead member can hang without an error.
+//!
+//! Used by the election core (waiting campaigns, the leader's own key,
+//! observe) and by the watcher, which also reads the progress and
+//! reconnection items.
 
 use std::time::Duration;
 
 use etcd_client::{Client as EtcdClient, Event, WatchOptions, WatchStream};
 
 /// How long a watch stream may stay silent before it is probed.
-const PROBE_AFTER: Duration = Duration::from_secs(5);
+pub const DEFAULT_PROBE_AFTER: Duration = Duration::from_secs(5);
 
-pub(crate) enum WatchItem {
-    /// Events in revision order, none at or below an earlier batch's.
+/// Why the stream was reopened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reopened {
+    /// The stream ended or failed.
+    StreamError,
+    /// The stream was silent and did not answer a progress request.
+    Stalled,
+    /// etcd cancelled the watch (not for compaction).
+    Cancelled,
+}
+
+pub enum WatchItem {
+    /// Events of complete revisions, in order, none at or below an earlier
+    /// item's. etcd never splits a revision across responses unless asked to
+    /// fragment, which this watch does not.
     Events(Vec<Event>),
+    /// etcd confirmed every event up to `revision` has been sent.
+    Progress { revision: i64 },
     /// The next revision was compacted; re-read the state, then call
     /// [`RangeWatch::resume_after`] with the read's revision.
+    Compacted { compact_revision: i64 },
+    /// The stream broke and is being reopened from the next revision.
+    Reopening(Reopened),
+    /// Opening the stream failed (etcd unreachable); retrying with backoff.
+    Unavailable(String),
+}
+
+/// What [`RangeWatch::next`] returns: events, or "re-read the state".
+pub enum Watched {
+    Events(Vec<Event>),
     Compacted,
 }
 
-pub(crate) struct RangeWatch {
+pub struct RangeWatch {
     client: EtcdClient,
     start: Vec<u8>,
     end: Option<Vec<u8>>,
     next_rev: i64,
     stream: Option<WatchStream>,
+    probe_after: Duration,
+    backoff: Duration,
 }
 
 impl RangeWatch {
     /// Watches `[start, end)` (or the single key `start`) from `from_rev`.
-    pub(crate) fn new(
+    pub fn new(
         client: &EtcdClient,
         start: impl Into<Vec<u8>>,
         end: Option<Vec<u8>>,
@@ -42,19 +75,30 @@ impl RangeWatch {
             end,
             next_rev: from_rev,
             stream: None,
+            probe_after: DEFAULT_PROBE_AFTER,
+            backoff: Duration::from_millis(50),
         }
     }
 
+    pub fn with_probe_after(mut self, probe_after: Duration) -> Self {
+        self.probe_after = probe_after;
+        self
+    }
+
+    /// The revision the next event will be at or after.
+    pub fn next_revision(&self) -> i64 {
+        self.next_rev
+    }
+
     /// Continue after `revision` (a snapshot read at that revision).
-    pub(crate) fn resume_after(&mut self, revision: i64) {
+    pub fn resume_after(&mut self, revision: i64) {
         self.next_rev = revision + 1;
         self.stream = None;
     }
 
-    /// The next batch of events. Retries broken streams with backoff for as
-    /// long as the caller waits; cancel it by dropping the future.
-    pub(crate) async fn next(&mut self) -> WatchItem {
-        let mut backoff = Duration::from_millis(50);
+    /// The next events, or news about the stream. Retries for as long as
+    /// the caller waits; cancel it by dropping the future.
+    pub async fn next_item(&mut self) -> WatchItem {
         loop {
             if self.stream.is_none() {
                 let mut opts = WatchOptions::new()
@@ -63,55 +107,60 @@ impl RangeWatch {
                 if let Some(end) = &self.end {
                     opts = opts.with_range(end.clone());
                 }
-                match self.client.watch(self.start.clone(), Some(opts)).await {
-                    Ok(s) => self.stream = Some(s),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "watch could not be opened; retrying");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(2));
-                        continue;
+                match tokio::time::timeout(
+                    self.probe_after,
+                    self.client.watch(self.start.clone(), Some(opts)),
+                )
+                .await
+                {
+                    Ok(Ok(s)) => self.stream = Some(s),
+                    failed => {
+                        let why = match failed {
+                            Ok(Err(e)) => e.to_string(),
+                            _ => format!("no answer within {:?}", self.probe_after),
+                        };
+                        tokio::time::sleep(self.backoff).await;
+                        self.backoff = (self.backoff * 2).min(Duration::from_secs(2));
+                        return WatchItem::Unavailable(why);
                     }
                 }
             }
             let Some(stream) = self.stream.as_mut() else {
                 continue;
             };
-            // A watch on a dead member can hang without an error: after a
-            // quiet spell, ask for a progress notification, and reopen the
-            // stream when even that gets no answer.
-            let message = match tokio::time::timeout(PROBE_AFTER, stream.message()).await {
+            let message = match tokio::time::timeout(self.probe_after, stream.message()).await {
                 Ok(m) => m,
                 Err(_) => {
-                    if stream.request_progress().await.is_err() {
-                        self.stream = None;
-                        continue;
-                    }
-                    match tokio::time::timeout(PROBE_AFTER, stream.message()).await {
-                        Ok(m) => m,
-                        Err(_) => {
-                            tracing::warn!("watch stream silent and unresponsive to a progress request; reopening");
+                    let answered = match stream.request_progress().await {
+                        Ok(()) => tokio::time::timeout(self.probe_after, stream.message())
+                            .await
+                            .ok(),
+                        Err(_) => None,
+                    };
+                    match answered {
+                        Some(m) => m,
+                        None => {
                             self.stream = None;
-                            continue;
+                            return WatchItem::Reopening(Reopened::Stalled);
                         }
                     }
                 }
             };
             match message {
                 Ok(Some(resp)) => {
+                    self.backoff = Duration::from_millis(50);
                     if resp.canceled() {
                         self.stream = None;
                         if resp.compact_revision() > 0 {
-                            tracing::debug!(
-                                compact_revision = resp.compact_revision(),
-                                "watch start revision compacted"
-                            );
-                            return WatchItem::Compacted;
+                            return WatchItem::Compacted {
+                                compact_revision: resp.compact_revision(),
+                            };
                         }
                         tracing::debug!(
                             reason = resp.cancel_reason(),
                             "watch cancelled by etcd; reopening"
                         );
-                        continue;
+                        return WatchItem::Reopening(Reopened::Cancelled);
                     }
                     let next_rev = self.next_rev;
                     let events: Vec<Event> = resp
@@ -124,12 +173,34 @@ impl RangeWatch {
                         self.next_rev = last.mod_revision() + 1;
                         return WatchItem::Events(events);
                     }
+                    if resp.created() || !resp.events().is_empty() {
+                        continue;
+                    }
+                    // A progress notification: nothing is pending up to here.
+                    if let Some(rev) = resp.header().map(|h| h.revision()) {
+                        if rev >= self.next_rev {
+                            self.next_rev = rev + 1;
+                        }
+                        return WatchItem::Progress { revision: rev };
+                    }
                 }
                 Ok(None) | Err(_) => {
                     self.stream = None;
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    return WatchItem::Reopening(Reopened::StreamError);
                 }
+            }
+        }
+    }
+
+    /// Only events and compaction; the rest is handled here.
+    pub async fn next(&mut self) -> Watched {
+        loop {
+            match self.next_item().await {
+                WatchItem::Events(events) => return Watched::Events(events),
+                WatchItem::Compacted { .. } => return Watched::Compacted,
+                WatchItem::Reopening(why) => tracing::debug!(?why, "watch reopening"),
+                WatchItem::Unavailable(why) => tracing::debug!(%why, "watch unavailable; retrying"),
+                WatchItem::Progress { .. } => {}
             }
         }
     }

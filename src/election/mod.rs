@@ -11,7 +11,7 @@ mod campaign;
 mod error;
 pub mod fence;
 pub mod keys;
-mod keywatch;
+pub mod keywatch;
 pub mod lease;
 mod observe;
 

@@ -6,7 +6,7 @@ use etcd_client::{EventType, KeyValue};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::keywatch::{RangeWatch, WatchItem};
+use super::keywatch::{RangeWatch, Watched};
 use super::{pick_leader, Client, ElectionName, Error, Leader};
 
 /// Leader changes of one election. The first item is the leader at the
@@ -66,7 +66,7 @@ async fn run(
     let mut watch = RangeWatch::new(&client.etcd(), start, Some(end.into_bytes()), revision + 1);
     loop {
         match watch.next().await {
-            WatchItem::Events(events) => {
+            Watched::Events(events) => {
                 for e in events {
                     let Some(kv) = e.kv() else { continue };
                     match e.event_type() {
@@ -79,7 +79,7 @@ async fn run(
                     }
                 }
             }
-            WatchItem::Compacted => match client.read_election(&name).await {
+            Watched::Compacted => match client.read_election(&name).await {
                 Ok((kvs, revision)) => {
                     keys = kvs.into_iter().map(|kv| (kv.key().to_vec(), kv)).collect();
                     watch.resume_after(revision);

@@ -1,1 +1,519 @@
-//! The watcher (being written).
+//! The watcher: a snapshot of every election under `P election/` and the
+//! fence keys under `P fence/`, then one watch over both from the snapshot's
+//! revision + 1, turned into [`Update`]s by the state machine in [`state`].
+//!
+//! - Resumes from the revision history committed last (read at exactly that
+//!   revision, so nothing is missed or repeated); where etcd compacted it,
+//!   resyncs from a fresh snapshot and reports an explicit gap.
+//! - Reopens a broken or silently stalled watch (progress probes) from the
+//!   next revision, on whichever endpoint answers.
+//! - Asks etcd about a lease only where a term ended without tenure's end
+//!   marker, and samples current leaders' leases (bounded rate) for
+//!   `tenure_election_lease_remaining_seconds` and to tell expiry apart.
+//!
+//! The watcher never stores or renders: it sends updates down one channel.
+
+pub mod state;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{EventType, GetOptions, KeyValue};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::election::keywatch::{RangeWatch, Reopened, WatchItem};
+use crate::election::{Client, Error};
+use crate::events::{
+    now_ms, Batch, EndCause, Event, EventKind, RestartReason, Update, WatchStatus,
+};
+pub use state::{Change, Kv, OpenTerm, State};
+
+/// Where a restart resumes: the revision history committed last, and the
+/// terms it holds as open.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resume {
+    pub revision: i64,
+    pub open_terms: Vec<OpenTerm>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    /// At most this many elections are tracked (memory, label cardinality).
+    pub max_elections: usize,
+    /// Silence after which the watch stream is probed.
+    pub probe_after: Duration,
+    /// How often current leaders' leases are sampled.
+    pub lease_sample_interval: Duration,
+    /// At most this many lease samples per interval (oldest first).
+    pub lease_samples_per_interval: usize,
+    /// An election with no keys and no change for this long is forgotten.
+    pub forget_after: Duration,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        Self {
+            max_elections: 10_000,
+            probe_after: Duration::from_secs(5),
+            lease_sample_interval: Duration::from_secs(1),
+            lease_samples_per_interval: 200,
+            forget_after: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// The receiving side went away: the watcher stops.
+#[derive(Debug, thiserror::Error)]
+#[error("the watcher's consumer is gone")]
+pub struct Closed;
+
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: Instant,
+    remaining: i64,
+}
+
+/// What the lease sampler and the cause lookup share.
+#[derive(Default)]
+struct Leases {
+    /// election → lease of its current leader.
+    current: HashMap<String, i64>,
+    samples: HashMap<i64, Sample>,
+    /// Round-robin order of elections to sample.
+    queue: VecDeque<String>,
+}
+
+pub struct Watcher {
+    client: Client,
+    cfg: WatchConfig,
+    leases: Arc<Mutex<Leases>>,
+}
+
+impl Watcher {
+    pub fn new(client: Client, cfg: WatchConfig) -> Self {
+        Self {
+            client,
+            cfg,
+            leases: Arc::default(),
+        }
+    }
+
+    /// Runs until the receiver of `tx` is dropped.
+    pub async fn run(self, resume: Option<Resume>, tx: mpsc::Sender<Update>) -> Result<(), Closed> {
+        let sampler = tokio::spawn(sample_leases(
+            self.client.clone(),
+            self.cfg.clone(),
+            self.leases.clone(),
+            tx.clone(),
+        ));
+        let result = self.watch(resume, &tx).await;
+        sampler.abort();
+        result
+    }
+
+    async fn watch(&self, resume: Option<Resume>, tx: &mpsc::Sender<Update>) -> Result<(), Closed> {
+        let mut state = State::new(self.client.keys().clone(), self.cfg.max_elections);
+        let mut applied = self.load(&mut state, resume, tx).await?;
+        let (start, end) = self.client.keys().watch_range();
+        let mut watch = RangeWatch::new(
+            &self.client.etcd(),
+            start,
+            Some(end.into_bytes()),
+            applied + 1,
+        )
+        .with_probe_after(self.cfg.probe_after);
+        let mut up = true;
+        let mut last_forget = Instant::now();
+        loop {
+            let item = watch.next_item().await;
+            let now_up = !matches!(item, WatchItem::Unavailable(_));
+            if now_up != up {
+                up = now_up;
+                send(tx, Update::Watch(WatchStatus::EtcdUp(up))).await?;
+            }
+            match item {
+                WatchItem::Events(events) => {
+                    let revision = self.apply(&mut state, &events, tx).await?;
+                    applied = revision;
+                }
+                WatchItem::Progress { revision } => {
+                    if revision > applied {
+                        // Persist progress so a restart need not replay it.
+                        applied = revision;
+                        send(
+                            tx,
+                            Update::Batch(Batch {
+                                revision,
+                                events: vec![],
+                            }),
+                        )
+                        .await?;
+                    }
+                    send(tx, Update::Watch(WatchStatus::CaughtUp { revision })).await?;
+                }
+                WatchItem::Compacted { compact_revision } => {
+                    tracing::warn!(
+                        applied,
+                        compact_revision,
+                        "watch revision compacted; resyncing from a snapshot"
+                    );
+                    send(
+                        tx,
+                        Update::Watch(WatchStatus::Restarted(RestartReason::Compacted)),
+                    )
+                    .await?;
+                    let open = open_terms(&state);
+                    applied = self
+                        .load(
+                            &mut state,
+                            Some(Resume {
+                                revision: applied,
+                                open_terms: open,
+                            }),
+                            tx,
+                        )
+                        .await?;
+                    watch.resume_after(applied);
+                }
+                WatchItem::Reopening(why) => {
+                    let reason = match why {
+                        Reopened::StreamError => RestartReason::StreamError,
+                        Reopened::Stalled => RestartReason::Stalled,
+                        Reopened::Cancelled => RestartReason::Cancelled,
+                    };
+                    tracing::warn!(
+                        reason = reason.as_str(),
+                        next = watch.next_revision(),
+                        "watch stream lost; reopening"
+                    );
+                    send(tx, Update::Watch(WatchStatus::Restarted(reason))).await?;
+                }
+                WatchItem::Unavailable(why) => {
+                    tracing::debug!(%why, "etcd unavailable for the watch; retrying")
+                }
+            }
+            if last_forget.elapsed() >= Duration::from_secs(60) {
+                last_forget = Instant::now();
+                let idle_before = now_ms() - self.cfg.forget_after.as_millis() as i64;
+                for election in state.forget_idle(idle_before) {
+                    send(tx, Update::Forgotten { election }).await?;
+                }
+            }
+        }
+    }
+
+    /// Loads the state: at the resume revision when etcd still has it (no
+    /// events), else from a fresh snapshot with a gap event first. Retries
+    /// until etcd answers. Returns the revision the state is at.
+    async fn load(
+        &self,
+        state: &mut State,
+        resume: Option<Resume>,
+        tx: &mpsc::Sender<Update>,
+    ) -> Result<i64, Closed> {
+        let mut backoff = Duration::from_millis(100);
+        let mut at_resume = resume.is_some();
+        loop {
+            let read = match (&resume, at_resume) {
+                (Some(r), true) => self.snapshot(Some(r.revision)).await,
+                _ => self.snapshot(None).await,
+            };
+            match read {
+                Ok((kvs, revision)) => {
+                    let at_ms = now_ms();
+                    let open = resume
+                        .as_ref()
+                        .map(|r| r.open_terms.as_slice())
+                        .unwrap_or(&[]);
+                    let (events, statuses) = state.load(revision, &kvs, open, at_ms);
+                    let mut batch = Vec::new();
+                    if let (Some(r), false) = (&resume, at_resume) {
+                        batch.push(Event {
+                            revision,
+                            at_ms,
+                            election: String::new(),
+                            kind: EventKind::Gap {
+                                from_revision: r.revision + 1,
+                                to_revision: revision,
+                            },
+                        });
+                    }
+                    batch.extend(events);
+                    for s in statuses {
+                        send(tx, Update::Watch(s)).await?;
+                    }
+                    self.track_leases(state);
+                    send(tx, Update::Watch(WatchStatus::EtcdUp(true))).await?;
+                    send(
+                        tx,
+                        Update::Batch(Batch {
+                            revision,
+                            events: batch,
+                        }),
+                    )
+                    .await?;
+                    return Ok(revision);
+                }
+                Err(e) if at_resume && is_gone_revision(&e) => {
+                    tracing::warn!(error = %e, "the resume revision is no longer in etcd; resyncing with a gap");
+                    at_resume = false;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the snapshot from etcd; retrying");
+                    send(tx, Update::Watch(WatchStatus::EtcdUp(false))).await?;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Every key of the watch range, at `revision` (or now).
+    async fn snapshot(&self, revision: Option<i64>) -> Result<(Vec<Kv>, i64), Error> {
+        let (start, end) = self.client.keys().watch_range();
+        let mut opts = GetOptions::new().with_range(end);
+        if let Some(r) = revision {
+            opts = opts.with_revision(r);
+        }
+        let resp = self
+            .client
+            .op(self.client.etcd().get(start, Some(opts)))
+            .await?;
+        let header = resp.header().map(|h| h.revision()).unwrap_or_default();
+        let kvs = resp.kvs().iter().map(kv_of).collect();
+        Ok((kvs, revision.unwrap_or(header)))
+    }
+
+    /// Applies a batch of watch events (complete revisions), resolves end
+    /// causes that need etcd's word, and sends one batch. Returns the last
+    /// revision applied.
+    async fn apply(
+        &self,
+        state: &mut State,
+        events: &[etcd_client::Event],
+        tx: &mpsc::Sender<Update>,
+    ) -> Result<i64, Closed> {
+        let at_ms = now_ms();
+        let mut out = Vec::new();
+        let mut revision = 0;
+        let mut i = 0;
+        while i < events.len() {
+            let rev = events[i]
+                .kv()
+                .map(|kv| kv.mod_revision())
+                .unwrap_or_default();
+            let mut changes = Vec::new();
+            while i < events.len()
+                && events[i]
+                    .kv()
+                    .map(|kv| kv.mod_revision())
+                    .unwrap_or_default()
+                    == rev
+            {
+                if let Some(c) = change_of(&events[i]) {
+                    changes.push(c);
+                }
+                i += 1;
+            }
+            let (pending, statuses) = state.apply(rev, &changes, at_ms);
+            for s in statuses {
+                send(tx, Update::Watch(s)).await?;
+            }
+            out.extend(pending);
+            revision = rev;
+        }
+        let mut resolved = Vec::with_capacity(out.len());
+        for p in out {
+            let mut event = p.event;
+            if let (Some(lease), EventKind::TermEnded { cause, .. }) =
+                (p.cause_lookup, &mut event.kind)
+            {
+                *cause = self.cause_of_lease_end(lease).await;
+            }
+            resolved.push(event);
+        }
+        self.track_leases(state);
+        send(
+            tx,
+            Update::Batch(Batch {
+                revision,
+                events: resolved,
+            }),
+        )
+        .await?;
+        Ok(revision)
+    }
+
+    /// A leader key went without tenure's end marker. If its lease still
+    /// lives, the key was deleted; if not, the lease was revoked or ran out:
+    /// the last sample tells which (expired when its predicted expiry has
+    /// come, allowing etcd's ~0.5 s expiry check and 1 s TTL resolution).
+    async fn cause_of_lease_end(&self, lease: i64) -> EndCause {
+        let ttl = match self
+            .client
+            .op(self.client.etcd().lease_time_to_live(lease, None))
+            .await
+        {
+            Ok(resp) => resp.ttl(),
+            Err(e) if e.is_lease_not_found() => -1,
+            Err(e) => {
+                tracing::warn!(error = %e, lease, "cannot ask etcd about an ended term's lease");
+                return EndCause::Unknown;
+            }
+        };
+        if ttl > 0 {
+            return EndCause::Deleted;
+        }
+        let sample = self
+            .leases
+            .lock()
+            .ok()
+            .and_then(|l| l.samples.get(&lease).copied());
+        match sample {
+            Some(s)
+                if Instant::now() + Duration::from_millis(1500)
+                    >= s.at + Duration::from_secs(s.remaining.max(0) as u64) =>
+            {
+                EndCause::Expired
+            }
+            _ => EndCause::Resigned,
+        }
+    }
+
+    /// Tells the sampler which leases lead now.
+    fn track_leases(&self, state: &State) {
+        let Ok(mut l) = self.leases.lock() else {
+            return;
+        };
+        let current: HashMap<String, i64> = state
+            .leaders()
+            .filter(|(_, t)| t.lease_id != 0)
+            .map(|(n, t)| (n.to_owned(), t.lease_id))
+            .collect();
+        for name in current.keys() {
+            if !l.current.contains_key(name) || l.current.get(name) != current.get(name) {
+                // New leases are sampled first.
+                l.queue.push_front(name.clone());
+            }
+        }
+        let live: std::collections::HashSet<i64> = current.values().copied().collect();
+        l.samples.retain(|lease, _| live.contains(lease));
+        l.current = current;
+    }
+}
+
+/// Samples current leaders' leases, at most `lease_samples_per_interval`
+/// per interval, oldest first.
+async fn sample_leases(
+    client: Client,
+    cfg: WatchConfig,
+    leases: Arc<Mutex<Leases>>,
+    tx: mpsc::Sender<Update>,
+) {
+    let mut tick = tokio::time::interval(cfg.lease_sample_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let batch: Vec<(String, i64)> = {
+            let Ok(mut l) = leases.lock() else { return };
+            let mut picked = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            while picked.len() < cfg.lease_samples_per_interval {
+                let Some(name) = l.queue.pop_front() else {
+                    break;
+                };
+                if !seen.insert(name.clone()) {
+                    l.queue.push_front(name);
+                    break;
+                }
+                if let Some(&lease) = l.current.get(&name) {
+                    picked.push((name.clone(), lease));
+                    l.queue.push_back(name);
+                }
+            }
+            // Elections that lead but were never queued (e.g. after a load).
+            if l.queue.is_empty() {
+                let names: Vec<String> = l.current.keys().cloned().collect();
+                l.queue.extend(names);
+            }
+            picked
+        };
+        for (election, lease) in batch {
+            let remaining = match client
+                .op(client.etcd().lease_time_to_live(lease, None))
+                .await
+            {
+                Ok(r) if r.ttl() >= 0 => Some(r.ttl()),
+                Ok(_) => None,
+                Err(e) if e.is_lease_not_found() => None,
+                Err(_) => continue,
+            };
+            if let (Some(r), Ok(mut l)) = (remaining, leases.lock()) {
+                l.samples.insert(
+                    lease,
+                    Sample {
+                        at: Instant::now(),
+                        remaining: r,
+                    },
+                );
+            }
+            let update = Update::LeaseSampled {
+                election,
+                lease_id: lease,
+                remaining_seconds: remaining,
+            };
+            if tx.send(update).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+fn open_terms(state: &State) -> Vec<OpenTerm> {
+    state
+        .leaders()
+        .map(|(name, t)| OpenTerm {
+            election: name.to_owned(),
+            token: t.token,
+            holder: t.holder.clone(),
+            lease_id: t.lease_id,
+            layout: t.layout,
+            started_revision: t.started_revision,
+            started_at_ms: t.started_at_ms,
+        })
+        .collect()
+}
+
+fn is_gone_revision(e: &Error) -> bool {
+    let s = e.to_string();
+    s.contains("required revision has been compacted")
+        || s.contains("required revision is a future revision")
+}
+
+fn kv_of(kv: &KeyValue) -> Kv {
+    Kv {
+        key: kv.key().to_vec(),
+        value: kv.value().to_vec(),
+        create_revision: kv.create_revision(),
+        mod_revision: kv.mod_revision(),
+        lease: kv.lease(),
+    }
+}
+
+fn change_of(e: &etcd_client::Event) -> Option<Change> {
+    let kv = e.kv()?;
+    Some(match e.event_type() {
+        EventType::Put => Change::Put(kv_of(kv)),
+        EventType::Delete => Change::Delete {
+            key: kv.key().to_vec(),
+            revision: kv.mod_revision(),
+            lease: e.prev_kv().map(|p| p.lease()).unwrap_or_default(),
+        },
+    })
+}
+
+async fn send(tx: &mpsc::Sender<Update>, u: Update) -> Result<(), Closed> {
+    tx.send(u).await.map_err(|_| Closed)
+}

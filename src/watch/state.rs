@@ -1,0 +1,714 @@
+//! The per-election state machine: key changes of complete etcd revisions
+//! in, transitions out. Pure: no I/O, no clock (times are passed in), so it
+//! is tested without etcd and replays the same way every time.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::election::keys::{EndMarker, EndMarkerCause, NotSchema, SchemaKey, MAX_CANDIDATE_LEN};
+use crate::election::{fence::RefusalRecord, keys::parse_padded_token, Keys, Layout};
+use crate::events::{EndCause, Event, EventKind, WatchStatus};
+
+/// A key-value as etcd holds it (decoupled from etcd-client's type).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kv {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub create_revision: i64,
+    pub mod_revision: i64,
+    pub lease: i64,
+}
+
+/// One key change of a revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Put(Kv),
+    /// `lease` comes from the previous value, when etcd sent it.
+    Delete {
+        key: Vec<u8>,
+        revision: i64,
+        lease: i64,
+    },
+}
+
+/// A term that history holds as still running: where a restart resumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenTerm {
+    pub election: String,
+    pub token: i64,
+    pub holder: String,
+    pub lease_id: i64,
+    pub layout: Layout,
+    pub started_revision: i64,
+    pub started_at_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term {
+    pub token: i64,
+    pub holder: String,
+    pub lease_id: i64,
+    pub layout: Layout,
+    pub key: Vec<u8>,
+    pub started_revision: i64,
+    pub started_at_ms: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Candidate {
+    create_revision: i64,
+    lease: i64,
+    layout: Layout,
+    value: String,
+}
+
+#[derive(Debug, Default)]
+struct Election {
+    candidates: BTreeMap<Vec<u8>, Candidate>,
+    leader: Option<Term>,
+    last_change_ms: i64,
+}
+
+/// A transition whose end cause still needs etcd's word on the lease
+/// (`cause_lookup`); every other event is final.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub event: Event,
+    pub cause_lookup: Option<i64>,
+}
+
+impl Pending {
+    fn done(event: Event) -> Self {
+        Self {
+            event,
+            cause_lookup: None,
+        }
+    }
+}
+
+/// Holder values from etcd are untrusted and may be up to 1.5 MiB: keep at
+/// most this many bytes (cut on a character boundary, marked with `…`).
+fn holder_of(value: &[u8]) -> String {
+    let s = String::from_utf8_lossy(value);
+    if s.len() <= MAX_CANDIDATE_LEN {
+        return s.into_owned();
+    }
+    let mut end = MAX_CANDIDATE_LEN;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// All elections under the prefix, as of the last applied revision.
+pub struct State {
+    keys: Keys,
+    max_elections: usize,
+    elections: HashMap<String, Election>,
+}
+
+impl State {
+    pub fn new(keys: Keys, max_elections: usize) -> Self {
+        Self {
+            keys,
+            max_elections,
+            elections: HashMap::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.elections.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.elections.is_empty()
+    }
+
+    /// Current leaders: election → (token, lease).
+    pub fn leaders(&self) -> impl Iterator<Item = (&str, &Term)> {
+        self.elections
+            .iter()
+            .filter_map(|(n, e)| e.leader.as_ref().map(|t| (n.as_str(), t)))
+    }
+
+    pub fn leader(&self, election: &str) -> Option<&Term> {
+        self.elections.get(election).and_then(|e| e.leader.as_ref())
+    }
+
+    /// The election's entry, created if there is room. `Err` carries the
+    /// overflow status to report.
+    fn track(&mut self, name: &str, at_ms: i64) -> Result<&mut Election, WatchStatus> {
+        if !self.elections.contains_key(name) {
+            if self.elections.len() >= self.max_elections {
+                return Err(WatchStatus::Overflow {
+                    election: name.to_owned(),
+                });
+            }
+            self.elections.insert(
+                name.to_owned(),
+                Election {
+                    last_change_ms: at_ms,
+                    ..Election::default()
+                },
+            );
+        }
+        self.elections.get_mut(name).ok_or(WatchStatus::IgnoredKey)
+    }
+
+    /// Replaces the state with a snapshot read at `revision`, reconciled with
+    /// the terms history holds as open. Terms that match are adopted
+    /// silently; an open term that is gone ended in history etcd no longer
+    /// has (`EndCause::Unknown`); a leader history did not know started
+    /// before the watcher saw it (`from_snapshot`).
+    pub fn load(
+        &mut self,
+        revision: i64,
+        kvs: &[Kv],
+        open: &[OpenTerm],
+        at_ms: i64,
+    ) -> (Vec<Event>, Vec<WatchStatus>) {
+        self.elections.clear();
+        let mut statuses = Vec::new();
+        for kv in kvs {
+            match self.keys.parse(&kv.key, kv.lease) {
+                Ok(SchemaKey::Leader { name, layout }) => match self.track(name.as_str(), at_ms) {
+                    Ok(e) => {
+                        e.candidates.insert(kv.key.clone(), candidate(kv, layout));
+                    }
+                    Err(s) => statuses.push(s),
+                },
+                Ok(_) | Err(NotSchema::Outside) => {}
+                Err(NotSchema::Invalid) => statuses.push(WatchStatus::IgnoredKey),
+            }
+        }
+        // Elections history knows but etcd no longer has keys for.
+        for t in open {
+            if !self.elections.contains_key(&t.election) {
+                if let Err(s) = self.track(&t.election, at_ms) {
+                    statuses.push(s);
+                }
+            }
+        }
+        let open: HashMap<&str, &OpenTerm> =
+            open.iter().map(|t| (t.election.as_str(), t)).collect();
+        let mut events = Vec::new();
+        let mut names: Vec<String> = self.elections.keys().cloned().collect();
+        names.sort();
+        for name in names {
+            let Some(e) = self.elections.get_mut(&name) else {
+                continue;
+            };
+            let now = pick(&e.candidates, revision, at_ms);
+            let known = open.get(name.as_str());
+            match (known, now) {
+                (Some(k), Some(mut t)) if k.token == t.token => {
+                    t.started_revision = k.started_revision;
+                    t.started_at_ms = k.started_at_ms;
+                    e.leader = Some(t);
+                }
+                (k, now) => {
+                    if let Some(k) = k {
+                        events.push(ended(revision, at_ms, &name, k, EndCause::Unknown));
+                    }
+                    if let Some(t) = &now {
+                        events.push(started(
+                            revision,
+                            at_ms,
+                            &name,
+                            t,
+                            k.map(|k| k.holder.clone()),
+                            true,
+                        ));
+                    }
+                    e.leader = now;
+                }
+            }
+        }
+        (events, statuses)
+    }
+
+    /// Applies every change of one complete revision and returns its
+    /// transitions, in key order within the revision: for each election a
+    /// term end comes before the next term's start.
+    pub fn apply(
+        &mut self,
+        revision: i64,
+        changes: &[Change],
+        at_ms: i64,
+    ) -> (Vec<Pending>, Vec<WatchStatus>) {
+        let mut statuses = Vec::new();
+        let mut touched: Vec<String> = Vec::new();
+        let mut markers: HashMap<String, EndMarker> = HashMap::new();
+        let mut fence: Vec<(String, EventKind)> = Vec::new();
+        for change in changes {
+            let (key, lease) = match change {
+                Change::Put(kv) => (&kv.key, kv.lease),
+                Change::Delete { key, lease, .. } => (key, *lease),
+            };
+            let parsed = match self.keys.parse(key, lease) {
+                Ok(p) => p,
+                Err(NotSchema::Outside) => continue,
+                Err(NotSchema::Invalid) => {
+                    statuses.push(WatchStatus::IgnoredKey);
+                    continue;
+                }
+            };
+            match (parsed, change) {
+                (SchemaKey::Leader { name, layout }, _) => {
+                    let e = match self.track(name.as_str(), at_ms) {
+                        Ok(e) => e,
+                        Err(s) => {
+                            statuses.push(s);
+                            continue;
+                        }
+                    };
+                    match change {
+                        Change::Put(kv) => {
+                            e.candidates.insert(kv.key.clone(), candidate(kv, layout));
+                        }
+                        Change::Delete { key, .. } => {
+                            e.candidates.remove(key);
+                        }
+                    }
+                    if !touched.iter().any(|t| t == name.as_str()) {
+                        touched.push(name.to_string());
+                    }
+                }
+                (SchemaKey::EndMarker { name }, Change::Put(kv)) => {
+                    match serde_json::from_slice::<EndMarker>(&kv.value) {
+                        Ok(m) => {
+                            markers.insert(name.to_string(), m);
+                        }
+                        Err(_) => statuses.push(WatchStatus::IgnoredKey),
+                    }
+                }
+                (SchemaKey::Fence { name, resource }, Change::Put(kv)) => {
+                    match parse_padded_token(&kv.value) {
+                        Some(token) => fence.push((
+                            name.to_string(),
+                            EventKind::FenceAccepted { resource, token },
+                        )),
+                        None => statuses.push(WatchStatus::IgnoredKey),
+                    }
+                }
+                (SchemaKey::Refusal { name, resource }, Change::Put(kv)) => {
+                    match serde_json::from_slice::<RefusalRecord>(&kv.value) {
+                        Ok(r) => fence.push((
+                            name.to_string(),
+                            EventKind::FenceRefused {
+                                resource,
+                                token: r.token,
+                                reason: r.reason,
+                                current_token: None,
+                                current_holder: None,
+                            },
+                        )),
+                        Err(_) => statuses.push(WatchStatus::IgnoredKey),
+                    }
+                }
+                // Deleted markers, fence keys and refusal records: nothing happened.
+                (_, Change::Delete { .. }) => {}
+            }
+        }
+
+        let mut out = Vec::new();
+        for name in touched {
+            let Some(e) = self.elections.get_mut(&name) else {
+                continue;
+            };
+            let now = pick(&e.candidates, revision, at_ms);
+            let before = e.leader.take();
+            match (before, now) {
+                (Some(old), Some(new)) if old.token == new.token && old.key == new.key => {
+                    if old.holder != new.holder {
+                        out.push(Pending::done(event(
+                            revision,
+                            at_ms,
+                            &name,
+                            EventKind::LeaderValueChanged {
+                                token: new.token,
+                                holder: new.holder.clone(),
+                                previous: old.holder.clone(),
+                            },
+                        )));
+                        e.last_change_ms = at_ms;
+                    }
+                    e.leader = Some(Term {
+                        started_revision: old.started_revision,
+                        started_at_ms: old.started_at_ms,
+                        ..new
+                    });
+                }
+                (before, now) => {
+                    if before.is_none() && now.is_none() {
+                        continue;
+                    }
+                    e.last_change_ms = at_ms;
+                    let previous_holder = before.as_ref().map(|b| b.holder.clone());
+                    if let Some(old) = before {
+                        let marker = markers.get(&name).filter(|m| m.token == old.token);
+                        let (cause, lookup) = if e.candidates.contains_key(&old.key) {
+                            (EndCause::Superseded, None)
+                        } else if let Some(m) = marker {
+                            let cause = match m.cause {
+                                EndMarkerCause::Resigned => EndCause::Resigned,
+                                EndMarkerCause::Deleted => EndCause::Deleted,
+                            };
+                            (cause, None)
+                        } else if old.lease_id == 0 {
+                            (EndCause::Deleted, None)
+                        } else {
+                            // Revoked, expired, or deleted by someone else:
+                            // the watcher asks etcd about the lease.
+                            (EndCause::Unknown, Some(old.lease_id))
+                        };
+                        let open = OpenTerm {
+                            election: name.clone(),
+                            token: old.token,
+                            holder: old.holder.clone(),
+                            lease_id: old.lease_id,
+                            layout: old.layout,
+                            started_revision: old.started_revision,
+                            started_at_ms: old.started_at_ms,
+                        };
+                        out.push(Pending {
+                            event: ended(revision, at_ms, &name, &open, cause),
+                            cause_lookup: lookup,
+                        });
+                    }
+                    if let Some(t) = &now {
+                        out.push(Pending::done(started(
+                            revision,
+                            at_ms,
+                            &name,
+                            t,
+                            previous_holder,
+                            false,
+                        )));
+                    }
+                    e.leader = now;
+                }
+            }
+        }
+        for (name, mut kind) in fence {
+            if let EventKind::FenceRefused {
+                current_token,
+                current_holder,
+                ..
+            } = &mut kind
+            {
+                if let Some(t) = self.leader(&name) {
+                    *current_token = Some(t.token);
+                    *current_holder = Some(t.holder.clone());
+                }
+            }
+            if let Err(s) = self.track(&name, at_ms) {
+                statuses.push(s);
+                continue;
+            }
+            out.push(Pending::done(event(revision, at_ms, &name, kind)));
+        }
+        (out, statuses)
+    }
+
+    /// Forgets elections with no keys and no leader whose last change is
+    /// older than `idle_before_ms`, so churn of names cannot fill the cap.
+    pub fn forget_idle(&mut self, idle_before_ms: i64) -> Vec<String> {
+        let gone: Vec<String> = self
+            .elections
+            .iter()
+            .filter(|(_, e)| {
+                e.candidates.is_empty() && e.leader.is_none() && e.last_change_ms < idle_before_ms
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in &gone {
+            self.elections.remove(n);
+        }
+        gone
+    }
+}
+
+fn candidate(kv: &Kv, layout: Layout) -> Candidate {
+    Candidate {
+        create_revision: kv.create_revision,
+        lease: kv.lease,
+        layout,
+        value: holder_of(&kv.value),
+    }
+}
+
+/// The leader among an election's keys: the lowest CreateRevision.
+fn pick(candidates: &BTreeMap<Vec<u8>, Candidate>, revision: i64, at_ms: i64) -> Option<Term> {
+    candidates
+        .iter()
+        .min_by_key(|(_, c)| c.create_revision)
+        .map(|(key, c)| Term {
+            token: c.create_revision,
+            holder: c.value.clone(),
+            lease_id: c.lease,
+            layout: c.layout,
+            key: key.clone(),
+            started_revision: revision,
+            started_at_ms: at_ms,
+        })
+}
+
+fn event(revision: i64, at_ms: i64, election: &str, kind: EventKind) -> Event {
+    Event {
+        revision,
+        at_ms,
+        election: election.to_owned(),
+        kind,
+    }
+}
+
+fn started(
+    revision: i64,
+    at_ms: i64,
+    election: &str,
+    t: &Term,
+    previous_holder: Option<String>,
+    from_snapshot: bool,
+) -> Event {
+    event(
+        revision,
+        at_ms,
+        election,
+        EventKind::TermStarted {
+            token: t.token,
+            holder: t.holder.clone(),
+            lease_id: t.lease_id,
+            layout: t.layout,
+            previous_holder,
+            from_snapshot,
+        },
+    )
+}
+
+fn ended(revision: i64, at_ms: i64, election: &str, t: &OpenTerm, cause: EndCause) -> Event {
+    event(
+        revision,
+        at_ms,
+        election,
+        EventKind::TermEnded {
+            token: t.token,
+            holder: t.holder.clone(),
+            lease_id: t.lease_id,
+            cause,
+            started_revision: t.started_revision,
+            started_at_ms: t.started_at_ms,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(key: &str, value: &str, create: i64, rev: i64, lease: i64) -> Change {
+        Change::Put(Kv {
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            create_revision: create,
+            mod_revision: rev,
+            lease,
+        })
+    }
+
+    fn del(key: &str, rev: i64, lease: i64) -> Change {
+        Change::Delete {
+            key: key.as_bytes().to_vec(),
+            revision: rev,
+            lease,
+        }
+    }
+
+    fn kinds(p: &[Pending]) -> Vec<&'static str> {
+        p.iter().map(|p| p.event.kind.name()).collect()
+    }
+
+    #[test]
+    fn single_key_terms_markers_and_proclaim() {
+        let mut s = State::new(Keys::new(""), 10);
+        let (p, _) = s.apply(5, &[put("election/db", "a", 5, 5, 100)], 1000);
+        assert_eq!(kinds(&p), ["term_started"]);
+        let (p, _) = s.apply(6, &[put("election/db", "a2", 5, 6, 100)], 1100);
+        assert!(
+            matches!(&p[0].event.kind, EventKind::LeaderValueChanged { previous, holder, .. } if previous == "a" && holder == "a2")
+        );
+        // tenure resign: deletion and marker in one revision.
+        let (p, _) = s.apply(
+            7,
+            &[
+                del("election/db", 7, 100),
+                put(
+                    "election/db/~end",
+                    r#"{"token":5,"cause":"resigned"}"#,
+                    7,
+                    7,
+                    100,
+                ),
+            ],
+            1200,
+        );
+        match &p[0].event.kind {
+            EventKind::TermEnded {
+                cause,
+                token,
+                started_revision,
+                started_at_ms,
+                ..
+            } => {
+                assert_eq!(
+                    (*cause, *token, *started_revision, *started_at_ms),
+                    (EndCause::Resigned, 5, 5, 1000)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(p[0].cause_lookup, None);
+        // A deletion without a marker needs the lease looked up.
+        s.apply(9, &[put("election/db", "b", 9, 9, 200)], 1300);
+        let (p, _) = s.apply(10, &[del("election/db", 10, 200)], 1400);
+        assert_eq!(p[0].cause_lookup, Some(200));
+        // A marker of another term does not count.
+        s.apply(11, &[put("election/db", "c", 11, 11, 300)], 1500);
+        let (p, _) = s.apply(
+            12,
+            &[
+                del("election/db", 12, 300),
+                put(
+                    "election/db/~end",
+                    r#"{"token":9,"cause":"deleted"}"#,
+                    12,
+                    12,
+                    0,
+                ),
+            ],
+            1600,
+        );
+        assert_eq!(p[0].cause_lookup, Some(300));
+    }
+
+    #[test]
+    fn queue_layout_next_lowest_takes_over_in_the_same_revision() {
+        let mut s = State::new(Keys::new(""), 10);
+        s.apply(3, &[put("election/q/a", "alice", 3, 3, 0xa)], 0);
+        let (p, _) = s.apply(4, &[put("election/q/b", "bob", 4, 4, 0xb)], 0);
+        assert!(p.is_empty(), "bob queues behind alice");
+        let (p, _) = s.apply(5, &[del("election/q/a", 5, 0xa)], 0);
+        assert_eq!(kinds(&p), ["term_ended", "term_started"]);
+        assert!(
+            matches!(&p[1].event.kind, EventKind::TermStarted { holder, token: 4, layout: Layout::Queue, previous_holder: Some(prev), .. } if holder == "bob" && prev == "alice")
+        );
+    }
+
+    #[test]
+    fn fence_events_carry_the_current_term() {
+        let mut s = State::new(Keys::new(""), 10);
+        s.apply(3, &[put("election/db", "a", 3, 3, 7)], 0);
+        let (p, _) = s.apply(
+            4,
+            &[put(
+                "fence/db/orders/~refusal",
+                r#"{"token":2,"reason":"stale_token"}"#,
+                4,
+                4,
+                0,
+            )],
+            0,
+        );
+        assert!(matches!(
+            &p[0].event.kind,
+            EventKind::FenceRefused {
+                token: 2,
+                current_token: Some(3),
+                ..
+            }
+        ));
+        let (p, _) = s.apply(
+            5,
+            &[put("fence/db/orders", "00000000000000000003", 4, 5, 0)],
+            0,
+        );
+        assert!(
+            matches!(&p[0].event.kind, EventKind::FenceAccepted { token: 3, resource } if resource == "orders")
+        );
+    }
+
+    #[test]
+    fn load_adopts_open_terms_and_reports_what_changed_while_away() {
+        let mut s = State::new(Keys::new(""), 10);
+        let kv = |k: &str, v: &str, c: i64| Kv {
+            key: k.as_bytes().to_vec(),
+            value: v.as_bytes().to_vec(),
+            create_revision: c,
+            mod_revision: c,
+            lease: 1,
+        };
+        let open = |e: &str, token: i64| OpenTerm {
+            election: e.into(),
+            token,
+            holder: "old".into(),
+            lease_id: 1,
+            layout: Layout::Single,
+            started_revision: token,
+            started_at_ms: 42,
+        };
+        let (ev, _) = s.load(
+            20,
+            &[kv("election/same", "x", 3), kv("election/changed", "y", 15)],
+            &[open("same", 3), open("changed", 4), open("gone", 5)],
+            1000,
+        );
+        let names: Vec<(String, &str)> = ev
+            .iter()
+            .map(|e| (e.election.clone(), e.kind.name()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("changed".to_string(), "term_ended"),
+                ("changed".to_string(), "term_started"),
+                ("gone".to_string(), "term_ended"),
+            ]
+        );
+        assert_eq!(s.leader("same").map(|t| t.started_at_ms), Some(42));
+    }
+
+    #[test]
+    fn hostile_input_is_bounded() {
+        let mut s = State::new(Keys::new(""), 2);
+        let huge = "<script>".repeat(100_000);
+        let (p, _) = s.apply(3, &[put("election/a", &huge, 3, 3, 1)], 0);
+        match &p[0].event.kind {
+            EventKind::TermStarted { holder, .. } => assert!(holder.len() <= MAX_CANDIDATE_LEN + 3),
+            other => panic!("{other:?}"),
+        }
+        let (_, st) = s.apply(
+            4,
+            &[
+                Change::Put(Kv {
+                    key: b"election/\xff".to_vec(),
+                    value: vec![],
+                    create_revision: 4,
+                    mod_revision: 4,
+                    lease: 0,
+                }),
+                put("election/b", "x", 4, 4, 0),
+                put("election/c", "x", 4, 4, 0),
+            ],
+            0,
+        );
+        assert_eq!(
+            st,
+            [
+                WatchStatus::IgnoredKey,
+                WatchStatus::Overflow {
+                    election: "c".into()
+                }
+            ]
+        );
+        assert_eq!(s.len(), 2);
+    }
+}

@@ -1,0 +1,414 @@
+//! The watcher against a real etcd: a scripted scenario gives exactly the
+//! expected events; foreign layouts are seen; restarts resume exactly;
+//! compaction gives a gap; etcd restarts and member deaths are survived.
+
+mod support;
+
+use std::time::Duration;
+
+use etcd_client::CompactionOptions;
+use support::{Etcd, EtcdCluster};
+use tenure::election::{
+    CampaignOptions, Campaigned, Client, ElectionName, Layout, Leadership, Ttl,
+};
+use tenure::events::{Batch, EndCause, Event, EventKind, RestartReason, Update, WatchStatus};
+use tenure::watch::{Resume, WatchConfig, Watcher};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+struct Running {
+    rx: mpsc::Receiver<Update>,
+    task: JoinHandle<()>,
+    /// Every update seen so far, in order.
+    seen: Vec<Update>,
+    revision: i64,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn start(client: &Client, resume: Option<Resume>, cfg: WatchConfig) -> Running {
+    let (tx, rx) = mpsc::channel(1024);
+    let watcher = Watcher::new(client.clone(), cfg);
+    let task = tokio::spawn(async move {
+        let _ = watcher.run(resume, tx).await;
+    });
+    Running {
+        rx,
+        task,
+        seen: Vec::new(),
+        revision: 0,
+    }
+}
+
+fn fast() -> WatchConfig {
+    WatchConfig {
+        probe_after: Duration::from_secs(1),
+        lease_sample_interval: Duration::from_millis(200),
+        ..WatchConfig::default()
+    }
+}
+
+impl Running {
+    /// Waits for the next `n` events (from batches), in order.
+    async fn events(&mut self, n: usize) -> Vec<Event> {
+        let mut out = Vec::new();
+        while out.len() < n {
+            let u = tokio::time::timeout(WAIT, self.rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("waited for {n} events, got {out:#?}"))
+                .expect("watcher alive");
+            if let Update::Batch(Batch { revision, events }) = &u {
+                assert!(*revision >= self.revision, "batches in revision order");
+                self.revision = *revision;
+                out.extend(events.iter().cloned());
+            }
+            self.seen.push(u);
+        }
+        assert_eq!(out.len(), n, "more events than expected: {out:#?}");
+        out
+    }
+
+    /// Waits until a status update matching `f` arrives.
+    async fn status(&mut self, f: impl Fn(&WatchStatus) -> bool) {
+        loop {
+            let u = tokio::time::timeout(WAIT, self.rx.recv())
+                .await
+                .expect("status in time")
+                .expect("alive");
+            let hit = matches!(&u, Update::Watch(s) if f(s));
+            if let Update::Batch(b) = &u {
+                assert!(
+                    b.events.is_empty(),
+                    "unexpected events while waiting for a status: {:#?}",
+                    b.events
+                );
+                self.revision = b.revision;
+            }
+            self.seen.push(u);
+            if hit {
+                return;
+            }
+        }
+    }
+
+    /// Waits for the first batch (the snapshot) and returns its events.
+    async fn snapshot(&mut self) -> Vec<Event> {
+        loop {
+            let u = tokio::time::timeout(WAIT, self.rx.recv())
+                .await
+                .expect("snapshot in time")
+                .expect("alive");
+            if let Update::Batch(b) = &u {
+                self.revision = b.revision;
+                let events = b.events.clone();
+                self.seen.push(u);
+                return events;
+            }
+            self.seen.push(u);
+        }
+    }
+}
+
+fn name(s: &str) -> ElectionName {
+    ElectionName::new(s).expect("name")
+}
+
+async fn lead(c: &Client, n: &str, id: &str, ttl: u64) -> Leadership {
+    let opts = CampaignOptions::new(Ttl::from_secs(ttl).expect("ttl"));
+    match c.campaign(&name(n), id, &opts).await.expect("campaign") {
+        Campaigned::Leader(l) => l,
+        Campaigned::Held(h) => panic!("held by {h:?}"),
+    }
+}
+
+fn started(e: &Event) -> (i64, &str, Layout) {
+    match &e.kind {
+        EventKind::TermStarted {
+            token,
+            holder,
+            layout,
+            ..
+        } => (*token, holder.as_str(), *layout),
+        other => panic!("expected term_started, got {other:?}"),
+    }
+}
+
+fn ended(e: &Event) -> (i64, EndCause) {
+    match &e.kind {
+        EventKind::TermEnded { token, cause, .. } => (*token, *cause),
+        other => panic!("expected term_ended, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripted_scenario_gives_exactly_the_expected_events() {
+    let etcd = Etcd::start().await;
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let mut w = start(&c, None, fast());
+    assert!(w.snapshot().await.is_empty());
+
+    // Campaign, proclaim, fence, resign.
+    let a = lead(&c, "jobs", "alpha", 10).await;
+    let ev = w.events(1).await;
+    assert_eq!(started(&ev[0]), (a.token(), "alpha", Layout::Single));
+    assert_eq!(ev[0].revision, a.token());
+    a.proclaim("alpha-v2").await.expect("proclaim");
+    let ev = w.events(1).await;
+    assert!(
+        matches!(&ev[0].kind, EventKind::LeaderValueChanged { holder, previous, .. } if holder == "alpha-v2" && previous == "alpha")
+    );
+    assert!(a.fence("db").await.expect("fence").accepted);
+    let ev = w.events(1).await;
+    assert!(
+        matches!(&ev[0].kind, EventKind::FenceAccepted { resource, token } if resource == "db" && *token == a.token())
+    );
+    let t_alpha = a.token();
+    a.resign().await.expect("resign");
+    let ev = w.events(1).await;
+    assert_eq!(ended(&ev[0]), (t_alpha, EndCause::Resigned));
+
+    // Depose.
+    let b = lead(&c, "jobs", "bravo", 10).await;
+    assert_eq!(started(&w.events(1).await[0]).1, "bravo");
+    c.depose(&name("jobs")).await.expect("depose");
+    assert_eq!(ended(&w.events(1).await[0]), (b.token(), EndCause::Deleted));
+    drop(b);
+
+    // A refusal: the old token, nobody leads.
+    let d = c.fence(&name("jobs"), "db", t_alpha).await.expect("fence");
+    assert!(!d.accepted);
+    let ev = w.events(1).await;
+    assert!(
+        matches!(&ev[0].kind, EventKind::FenceRefused { token, reason, .. } if *token == t_alpha && reason.as_str() == "no_leader")
+    );
+
+    // Expiry: the reference Go Campaign's txn, from etcdctl, on a lease nobody renews.
+    let mut raw = etcd.client().await;
+    let lease = raw.lease_grant(2, None).await.expect("grant").id();
+    etcdctl_txn_campaign(&etcd, "election/jobs", "go-holder", lease).await;
+    let ev = w.events(1).await;
+    let (t_go, holder, layout) = started(&ev[0]);
+    assert_eq!((holder, layout), ("go-holder", Layout::Single));
+    let ev = w.events(1).await;
+    assert_eq!(ended(&ev[0]), (t_go, EndCause::Expired));
+
+    // A key deleted by hand while its lease lives.
+    let lease = raw.lease_grant(30, None).await.expect("grant").id();
+    etcdctl_txn_campaign(&etcd, "election/jobs", "manual", lease).await;
+    let t_manual = started(&w.events(1).await[0]).0;
+    raw.delete("election/jobs", None).await.expect("delete");
+    assert_eq!(ended(&w.events(1).await[0]), (t_manual, EndCause::Deleted));
+
+    // A revoked lease without tenure's marker (a Go session closing).
+    etcdctl_txn_campaign(&etcd, "election/jobs", "closer", lease).await;
+    let t_closer = started(&w.events(1).await[0]).0;
+    raw.lease_revoke(lease).await.expect("revoke");
+    assert_eq!(ended(&w.events(1).await[0]), (t_closer, EndCause::Resigned));
+
+    // Every batch was in revision order and nothing else came.
+    assert!(w
+        .rx
+        .try_recv()
+        .map(|u| !matches!(u, Update::Batch(ref b) if !b.events.is_empty()))
+        .unwrap_or(true));
+}
+
+async fn etcdctl_txn_campaign(etcd: &Etcd, key: &str, value: &str, lease: i64) {
+    use tokio::io::AsyncWriteExt;
+    let mut child = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", etcd.endpoint()))
+        .arg("txn")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("etcdctl");
+    let script = format!("create(\"{key}\") = \"0\"\n\nput {key} {value} --lease={lease:x}\n\n\n");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(script.as_bytes())
+        .await
+        .expect("write");
+    let out = child.wait_with_output().await.expect("etcdctl txn");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("SUCCESS"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_elect_queue_layout_is_seen_with_holder_and_token() {
+    let etcd = Etcd::start().await;
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let mut w = start(&c, None, fast());
+    w.snapshot().await;
+    let mut alice = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", etcd.endpoint()))
+        .args(["elect", "election/queue", "alice"])
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("etcdctl");
+    let ev = w.events(1).await;
+    let (token, holder, layout) = started(&ev[0]);
+    assert_eq!((holder, layout), ("alice", Layout::Queue));
+    let status = c
+        .leader(&name("queue"))
+        .await
+        .expect("leader")
+        .expect("leads");
+    assert_eq!(status.leader.token, token);
+    let _ = alice.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_resumes_exactly_and_compaction_gives_a_gap() {
+    let etcd = Etcd::start().await;
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let a = lead(&c, "svc", "a", 30).await;
+    let mut w = start(&c, None, fast());
+    let snap = w.snapshot().await;
+    assert_eq!(snap.len(), 1);
+    assert!(matches!(
+        &snap[0].kind,
+        EventKind::TermStarted {
+            from_snapshot: true,
+            ..
+        }
+    ));
+    let resume = Resume {
+        revision: w.revision,
+        open_terms: vec![tenure::watch::OpenTerm {
+            election: "svc".into(),
+            token: a.token(),
+            holder: "a".into(),
+            lease_id: a.lease_id(),
+            layout: Layout::Single,
+            started_revision: a.token(),
+            started_at_ms: snap[0].at_ms,
+        }],
+    };
+    drop(w);
+
+    // While the watcher is down: a resigns, b and c lead in turn.
+    let t_a = a.token();
+    a.resign().await.expect("resign");
+    let b = lead(&c, "svc", "b", 30).await;
+    let t_b = b.token();
+    b.resign().await.expect("resign");
+    let cc = lead(&c, "svc", "c", 30).await;
+
+    // Restart from the committed revision: each transition exactly once.
+    let mut w = start(&c, Some(resume.clone()), fast());
+    assert!(
+        w.snapshot().await.is_empty(),
+        "state at the resume revision matches history"
+    );
+    let ev = w.events(4).await;
+    assert_eq!(ended(&ev[0]), (t_a, EndCause::Resigned));
+    assert_eq!(started(&ev[1]).0, t_b);
+    assert_eq!(ended(&ev[2]), (t_b, EndCause::Resigned));
+    assert_eq!(started(&ev[3]), (cc.token(), "c", Layout::Single));
+    drop(w);
+
+    // Compaction past the resume revision while the watcher is down.
+    let mut raw = etcd.client().await;
+    let now = raw
+        .get("x", None)
+        .await
+        .expect("get")
+        .header()
+        .expect("header")
+        .revision();
+    raw.compact(now, Some(CompactionOptions::new().with_physical()))
+        .await
+        .expect("compact");
+    let resume_rev = resume.revision;
+    let mut w = start(&c, Some(resume), fast());
+    let ev = w.snapshot().await;
+    assert!(
+        matches!(&ev[0].kind, EventKind::Gap { from_revision, to_revision } if *from_revision == resume_rev + 1 && *to_revision >= now),
+        "{ev:#?}"
+    );
+    // a's term ended unseen; c leads now (seen from the snapshot).
+    assert_eq!(ended(&ev[1]), (t_a, EndCause::Unknown));
+    assert!(
+        matches!(&ev[2].kind, EventKind::TermStarted { token, from_snapshot: true, previous_holder: Some(p), .. } if *token == cc.token() && p == "a")
+    );
+    assert_eq!(ev.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_etcd_restart_and_a_dead_member() {
+    // Single member killed and restarted on the same data dir.
+    let mut etcd = Etcd::start().await;
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let mut w = start(&c, None, fast());
+    w.snapshot().await;
+    etcd.kill().await;
+    w.status(|s| {
+        matches!(
+            s,
+            WatchStatus::Restarted(RestartReason::StreamError) | WatchStatus::EtcdUp(false)
+        )
+    })
+    .await;
+    etcd.restart().await;
+    let a = lead(&c, "after-restart", "a", 10).await;
+    assert_eq!(started(&w.events(1).await[0]).0, a.token());
+    drop(w);
+
+    // A 3-member cluster: kill the member the watcher streams from.
+    let mut cluster = EtcdCluster::start().await;
+    let c = Client::connect(&cluster.endpoints(), "")
+        .await
+        .expect("connect");
+    let mut w = start(&c, None, fast());
+    w.snapshot().await;
+    let before = lead(&c, "cluster", "x", 10).await;
+    assert_eq!(started(&w.events(1).await[0]).0, before.token());
+    before.resign().await.expect("resign");
+    w.events(1).await;
+    for i in 0..cluster.len() {
+        // We don't know which member serves the stream: kill each in turn,
+        // writing a transition while it is down, then bring it back.
+        cluster.kill(i).await;
+
+        let writer = Client::connect(&cluster.endpoints_except(i), "")
+            .await
+            .expect("connect");
+        // Writes may wait for a new etcd leader: campaign_wait retries.
+        let opts = CampaignOptions::new(Ttl::from_secs(10).expect("ttl"));
+        let l = writer
+            .campaign_wait(&name("cluster"), &format!("during-{i}"), &opts, Some(WAIT))
+            .await
+            .expect("campaign while a member is down");
+        let ev = w.events(1).await;
+        assert_eq!(
+            started(&ev[0]),
+            (l.token(), format!("during-{i}").as_str(), Layout::Single)
+        );
+        l.resign().await.expect("resign");
+        assert_eq!(ended(&w.events(1).await[0]).1, EndCause::Resigned);
+        cluster.restart(i).await;
+    }
+}

@@ -180,9 +180,13 @@ pub enum WatchStatus {
     Restarted(RestartReason),
     /// Everything up to `revision` (etcd's current revision when the
     /// watcher last asked) has been processed.
-    CaughtUp { revision: i64 },
+    CaughtUp {
+        revision: i64,
+    },
     /// A new election was ignored because `--max-elections` are tracked.
-    Overflow { election: String },
+    Overflow {
+        election: String,
+    },
     /// A key under the prefix that is not a valid election or fence key.
     IgnoredKey,
 }
@@ -200,8 +204,31 @@ pub enum Update {
     },
     /// An election (and its series) is no longer tracked: no keys left and
     /// nothing happened for a while.
-    Forgotten { election: String },
+    Forgotten {
+        election: String,
+    },
     Watch(WatchStatus),
+}
+
+/// A term that history holds as still running.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenTerm {
+    pub election: String,
+    pub token: i64,
+    pub holder: String,
+    pub lease_id: i64,
+    pub layout: Layout,
+    pub started_revision: i64,
+    pub started_at_ms: i64,
+}
+
+/// Where a restarted watcher resumes: everything up to `revision` is
+/// stored, and these terms were open at that revision. History produces it;
+/// the watcher consumes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumePoint {
+    pub revision: i64,
+    pub open_terms: Vec<OpenTerm>,
 }
 
 /// Unix milliseconds now, from the wall clock (for display and history

@@ -14,3 +14,4 @@ pub mod events;
 pub mod history;
 pub mod telemetry;
 pub mod watch;
+pub mod web;

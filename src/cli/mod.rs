@@ -7,6 +7,8 @@
 //! while running a command; 128+N ended by signal N.
 
 mod campaign;
+mod history;
+mod serve;
 
 use std::time::Duration;
 
@@ -86,6 +88,10 @@ pub enum Command {
     },
     /// Operator action: delete the leader key, whoever holds it.
     Depose { name: ElectionName },
+    /// Watch every election under the prefix: metrics, traces, history, HTTP.
+    Serve(serve::ServeArgs),
+    /// Print the recorded terms of an election from the history file.
+    History(history::HistoryArgs),
 }
 
 pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
@@ -103,7 +109,8 @@ pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
 /// Parses the command line, runs it, and returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    init_logging();
+    // Flushes spans on the way out.
+    let _traces = init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -126,13 +133,33 @@ pub fn main() -> i32 {
     }
 }
 
-fn init_logging() {
+/// Logs to stderr (`TENURE_LOG`, default `warn`), and spans over OTLP when
+/// the standard `OTEL_*` variables configure an endpoint.
+fn init_logging() -> Option<crate::telemetry::TracesGuard> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_from_env("TENURE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .try_init();
+        .with_filter(filter);
+    let registry = tracing_subscriber::registry().with(fmt);
+    match crate::telemetry::layer_from_env() {
+        Ok(Some((traces, guard))) => {
+            let _ = registry.with(traces).try_init();
+            Some(guard)
+        }
+        Ok(None) => {
+            let _ = registry.try_init();
+            None
+        }
+        Err(e) => {
+            let _ = registry.try_init();
+            eprintln!("tenure: traces are off: {e}");
+            None
+        }
+    }
 }
 
 async fn connect(global: &Global) -> anyhow::Result<Client> {
@@ -143,10 +170,13 @@ async fn connect(global: &Global) -> anyhow::Result<Client> {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<i32> {
+    // Connecting is lazy: commands that need no etcd (history) never touch it.
     let client = connect(&cli.global).await?;
     let at = cli.global.endpoints.join(",");
     match cli.command {
         Command::Campaign(args) => campaign::run(&client, args).await,
+        Command::Serve(args) => serve::run(client, args).await,
+        Command::History(args) => history::run(args),
         Command::Leader { name, json } => {
             let status = client
                 .leader(&name)

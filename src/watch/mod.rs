@@ -28,15 +28,8 @@ use crate::election::{Client, Error};
 use crate::events::{
     now_ms, Batch, EndCause, Event, EventKind, RestartReason, Update, WatchStatus,
 };
-pub use state::{Change, Kv, OpenTerm, State};
-
-/// Where a restart resumes: the revision history committed last, and the
-/// terms it holds as open.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Resume {
-    pub revision: i64,
-    pub open_terms: Vec<OpenTerm>,
-}
+pub use crate::events::{OpenTerm, ResumePoint as Resume};
+pub use state::{Change, Kv, State};
 
 #[derive(Debug, Clone)]
 pub struct WatchConfig {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::election::keys::{EndMarker, EndMarkerCause, NotSchema, SchemaKey, MAX_CANDIDATE_LEN};
 use crate::election::{fence::RefusalRecord, keys::parse_padded_token, Keys, Layout};
-use crate::events::{EndCause, Event, EventKind, WatchStatus};
+use crate::events::{EndCause, Event, EventKind, OpenTerm, WatchStatus};
 
 /// A key-value as etcd holds it (decoupled from etcd-client's type).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,18 +28,6 @@ pub enum Change {
         revision: i64,
         lease: i64,
     },
-}
-
-/// A term that history holds as still running: where a restart resumes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpenTerm {
-    pub election: String,
-    pub token: i64,
-    pub holder: String,
-    pub lease_id: i64,
-    pub layout: Layout,
-    pub started_revision: i64,
-    pub started_at_ms: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -30,6 +30,10 @@
 //! Environment overrides: `TENURE_TEST_ETCD_BIN` (default `/usr/bin/etcd`),
 //! `TENURE_TEST_ETCD_TMPDIR` (parent of the data dirs; default `/dev/shm`).
 
+mod serve;
+#[allow(unused_imports)]
+pub use serve::{metric_value, Serve};
+
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader};

@@ -1,0 +1,348 @@
+//! The read side: row types and the queries, written once against a
+//! read-only connection and used by both [`Store`](super::Store) and
+//! [`Reader`](super::Reader).
+
+use rusqlite::types::Type;
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::schema::RESUME_KEY;
+use super::time::format_ms;
+use super::HistoryError;
+use crate::election::{FenceReason, Layout};
+use crate::events::{EndCause, Event};
+pub use crate::events::{OpenTerm, ResumePoint};
+
+/// Rows returned when a [`Query`] names no limit.
+pub const DEFAULT_LIMIT: usize = 1000;
+/// The most rows one query returns, whatever its limit says.
+pub const MAX_LIMIT: usize = 100_000;
+
+/// A time window (unix ms, both ends inclusive, open when `None`) and a row
+/// limit ([`DEFAULT_LIMIT`] when `None`, capped at [`MAX_LIMIT`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Query {
+    pub from_ms: Option<i64>,
+    pub to_ms: Option<i64>,
+    pub limit: Option<usize>,
+}
+
+impl Query {
+    /// The limit actually applied.
+    pub fn effective_limit(&self) -> usize {
+        self.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT)
+    }
+
+    fn from(&self) -> i64 {
+        self.from_ms.unwrap_or(i64::MIN)
+    }
+
+    fn to(&self) -> i64 {
+        self.to_ms.unwrap_or(i64::MAX)
+    }
+
+    fn sql_limit(&self) -> i64 {
+        self.effective_limit() as i64
+    }
+}
+
+/// One term, for display and export.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TermRow {
+    pub election: String,
+    pub token: i64,
+    /// The holder when the term started (a later proclaim is in the events).
+    pub holder: String,
+    pub lease_id: i64,
+    /// `None` when the history saw only the term's end.
+    pub layout: Option<Layout>,
+    /// RFC 3339, UTC, milliseconds.
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    pub started_at_ms: i64,
+    pub ended_at_ms: Option<i64>,
+    pub started_revision: i64,
+    pub ended_revision: Option<i64>,
+    pub end_cause: Option<EndCause>,
+    /// The start was not observed: `started_at_ms` is when the term was
+    /// first seen (a snapshot), or what the end event reported.
+    pub from_snapshot: bool,
+    /// `None` while the term is open.
+    pub duration_seconds: Option<f64>,
+}
+
+/// One refusal by the shared fence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RefusalRow {
+    pub election: String,
+    pub resource: String,
+    pub token: i64,
+    pub reason: FenceReason,
+    pub revision: i64,
+    pub at_ms: i64,
+    /// RFC 3339, UTC, milliseconds.
+    pub at: String,
+    pub current_token: Option<i64>,
+    pub current_holder: Option<String>,
+}
+
+/// What the history knows about one election.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ElectionSummary {
+    pub election: String,
+    /// The open term (the latest, should the history hold several).
+    pub current: Option<OpenTerm>,
+    pub terms: u64,
+    pub refusals: u64,
+    pub last_event_ms: Option<i64>,
+    pub last_event_at: Option<String>,
+}
+
+pub(super) fn resume_point(conn: &mut Connection) -> Result<Option<ResumePoint>, HistoryError> {
+    // One read transaction: the revision and the open terms are one snapshot.
+    let tx = conn.transaction()?;
+    let Some(revision) = read_resume(&tx)? else {
+        return Ok(None);
+    };
+    let open_terms = open_terms(&tx)?;
+    tx.finish()?;
+    Ok(Some(ResumePoint {
+        revision,
+        open_terms,
+    }))
+}
+
+pub(super) fn read_resume(conn: &Connection) -> Result<Option<i64>, HistoryError> {
+    Ok(conn
+        .query_row(
+            "SELECT value FROM watcher_state WHERE key = ?1",
+            [RESUME_KEY],
+            |row| row.get(0),
+        )
+        .optional()?)
+}
+
+fn open_terms(conn: &Connection) -> Result<Vec<OpenTerm>, HistoryError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT election, token, holder, lease_id, layout, started_revision, started_at_ms
+         FROM terms WHERE ended_at_ms IS NULL
+         ORDER BY election, started_revision, token",
+    )?;
+    let rows = stmt.query_map([], |row| {
+        Ok(OpenTerm {
+            election: row.get(0)?,
+            token: row.get(1)?,
+            holder: row.get(2)?,
+            lease_id: row.get(3)?,
+            layout: tag(row, 4)?,
+            started_revision: row.get(5)?,
+            started_at_ms: row.get(6)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(super) fn terms(
+    conn: &Connection,
+    election: &str,
+    q: &Query,
+) -> Result<Vec<TermRow>, HistoryError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT election, token, holder, lease_id, layout, started_at_ms, started_revision,
+                from_snapshot, ended_at_ms, ended_revision, end_cause
+         FROM terms
+         WHERE election = ?1 AND started_at_ms <= ?3
+           AND (ended_at_ms IS NULL OR ended_at_ms >= ?2)
+         ORDER BY started_revision, token
+         LIMIT ?4",
+    )?;
+    let rows = stmt.query_map(params![election, q.from(), q.to(), q.sql_limit()], |row| {
+        let started_at_ms: i64 = row.get(5)?;
+        let ended_at_ms: Option<i64> = row.get(8)?;
+        Ok(TermRow {
+            election: row.get(0)?,
+            token: row.get(1)?,
+            holder: row.get(2)?,
+            lease_id: row.get(3)?,
+            layout: opt_tag(row, 4)?,
+            started_at: format_ms(started_at_ms),
+            ended_at: ended_at_ms.map(format_ms),
+            started_at_ms,
+            ended_at_ms,
+            started_revision: row.get(6)?,
+            ended_revision: row.get(9)?,
+            end_cause: opt_tag(row, 10)?,
+            from_snapshot: row.get(7)?,
+            duration_seconds: ended_at_ms
+                .map(|end| end.saturating_sub(started_at_ms) as f64 / 1000.0),
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Events of `election` (and the gaps, which concern every election), or
+/// of all elections, in revision order.
+pub(super) fn events(
+    conn: &Connection,
+    election: Option<&str>,
+    q: &Query,
+) -> Result<Vec<Event>, HistoryError> {
+    let mut stmt;
+    let rows = match election {
+        Some(e) => {
+            stmt = conn.prepare_cached(
+                "SELECT id, json FROM events
+                 WHERE (election = ?1 OR election = '') AND at_ms BETWEEN ?2 AND ?3
+                 ORDER BY revision, id LIMIT ?4",
+            )?;
+            stmt.query_map(params![e, q.from(), q.to(), q.sql_limit()], id_json)?
+        }
+        None => {
+            stmt = conn.prepare_cached(
+                "SELECT id, json FROM events WHERE at_ms BETWEEN ?1 AND ?2
+                 ORDER BY revision, id LIMIT ?3",
+            )?;
+            stmt.query_map(params![q.from(), q.to(), q.sql_limit()], id_json)?
+        }
+    };
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, json) = row?;
+        let event = serde_json::from_str(&json).map_err(|source| HistoryError::Json {
+            what: format!("event row {id}"),
+            source,
+        })?;
+        out.push(event);
+    }
+    Ok(out)
+}
+
+fn id_json(row: &Row<'_>) -> rusqlite::Result<(i64, String)> {
+    Ok((row.get(0)?, row.get(1)?))
+}
+
+pub(super) fn refusals(
+    conn: &Connection,
+    election: Option<&str>,
+    q: &Query,
+) -> Result<Vec<RefusalRow>, HistoryError> {
+    const COLUMNS: &str = "SELECT election, resource, token, reason, revision, at_ms,
+                                  current_token, current_holder FROM refusals";
+    let mut stmt;
+    let rows = match election {
+        Some(e) => {
+            stmt = conn.prepare_cached(&format!(
+                "{COLUMNS} WHERE election = ?1 AND at_ms BETWEEN ?2 AND ?3
+                 ORDER BY revision, id LIMIT ?4"
+            ))?;
+            stmt.query_map(params![e, q.from(), q.to(), q.sql_limit()], refusal_row)?
+        }
+        None => {
+            stmt = conn.prepare_cached(&format!(
+                "{COLUMNS} WHERE at_ms BETWEEN ?1 AND ?2 ORDER BY revision, id LIMIT ?3"
+            ))?;
+            stmt.query_map(params![q.from(), q.to(), q.sql_limit()], refusal_row)?
+        }
+    };
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn refusal_row(row: &Row<'_>) -> rusqlite::Result<RefusalRow> {
+    let at_ms = row.get(5)?;
+    Ok(RefusalRow {
+        election: row.get(0)?,
+        resource: row.get(1)?,
+        token: row.get(2)?,
+        reason: tag(row, 3)?,
+        revision: row.get(4)?,
+        at_ms,
+        at: format_ms(at_ms),
+        current_token: row.get(6)?,
+        current_holder: row.get(7)?,
+    })
+}
+
+pub(super) fn elections(conn: &mut Connection) -> Result<Vec<ElectionSummary>, HistoryError> {
+    let tx = conn.transaction()?;
+    // Distinct names by skipping through each table's election index
+    // (one lookup per name, not a scan of every event).
+    let mut summaries: Vec<ElectionSummary> = {
+        let mut stmt = tx.prepare_cached(
+            "WITH RECURSIVE
+               e(n) AS (SELECT (SELECT MIN(election) FROM events WHERE election > '')
+                        UNION ALL
+                        SELECT (SELECT MIN(election) FROM events WHERE election > e.n)
+                        FROM e WHERE e.n IS NOT NULL),
+               t(n) AS (SELECT (SELECT MIN(election) FROM terms)
+                        UNION ALL
+                        SELECT (SELECT MIN(election) FROM terms WHERE election > t.n)
+                        FROM t WHERE t.n IS NOT NULL),
+               r(n) AS (SELECT (SELECT MIN(election) FROM refusals)
+                        UNION ALL
+                        SELECT (SELECT MIN(election) FROM refusals WHERE election > r.n)
+                        FROM r WHERE r.n IS NOT NULL),
+               names(n) AS (SELECT n FROM e WHERE n IS NOT NULL
+                            UNION SELECT n FROM t WHERE n IS NOT NULL
+                            UNION SELECT n FROM r WHERE n IS NOT NULL)
+             SELECT n,
+                    (SELECT COUNT(*) FROM terms WHERE election = n),
+                    (SELECT COUNT(*) FROM refusals WHERE election = n),
+                    (SELECT MAX(at_ms) FROM events WHERE election = n)
+             FROM names ORDER BY n",
+        )?;
+        let rows = stmt.query_map([], |row| {
+            let last_event_ms: Option<i64> = row.get(3)?;
+            Ok(ElectionSummary {
+                election: row.get(0)?,
+                current: None,
+                terms: row.get(1)?,
+                refusals: row.get(2)?,
+                last_event_ms,
+                last_event_at: last_event_ms.map(format_ms),
+            })
+        })?;
+        rows.collect::<Result<_, _>>()?
+    };
+    // Open terms come ordered by election then start: the last one wins.
+    for term in open_terms(&tx)? {
+        if let Ok(i) = summaries.binary_search_by(|s| s.election.as_str().cmp(&term.election)) {
+            summaries[i].current = Some(term);
+        }
+    }
+    tx.finish()?;
+    Ok(summaries)
+}
+
+/// How an enum is written in a text column: its serde name, so the
+/// database, the JSON and the API agree (`"single"`, `"expired"`, ...).
+pub(super) fn tag_of<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+fn from_tag<T: DeserializeOwned>(s: &str) -> Option<T> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned())).ok()
+}
+
+fn tag<T: DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<T> {
+    let s: String = row.get(idx)?;
+    from_tag(&s).ok_or_else(|| bad_tag(idx, &s))
+}
+
+fn opt_tag<T: DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlite::Result<Option<T>> {
+    match row.get::<_, Option<String>>(idx)? {
+        None => Ok(None),
+        Some(s) => from_tag(&s).map(Some).ok_or_else(|| bad_tag(idx, &s)),
+    }
+}
+
+fn bad_tag(idx: usize, s: &str) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(
+        idx,
+        Type::Text,
+        format!("unknown value {s:?} in the history database").into(),
+    )
+}

@@ -9,6 +9,7 @@
 //!   nothing else) and [`events`] (the one event type).
 
 pub mod cli;
+pub mod dev;
 pub mod election;
 pub mod events;
 pub mod history;

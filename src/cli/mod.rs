@@ -7,6 +7,7 @@
 //! while running a command; 128+N ended by signal N.
 
 mod campaign;
+mod dev;
 mod history;
 mod serve;
 
@@ -92,6 +93,8 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Print the recorded terms of an election from the history file.
     History(history::HistoryArgs),
+    /// Local etcd + dashboard + a demo fleet: see tenure working with one command.
+    Dev(dev::DevArgs),
 }
 
 pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
@@ -177,6 +180,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Campaign(args) => campaign::run(&client, args).await,
         Command::Serve(args) => serve::run(client, args).await,
         Command::History(args) => history::run(args),
+        Command::Dev(args) => dev::run(args).await,
         Command::Leader { name, json } => {
             let status = client
                 .leader(&name)

@@ -10,14 +10,15 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 
 use crate::election::{shutdown_signal, Client};
-use crate::events::Update;
+use crate::events::{Event, Update};
 use crate::history::Store;
 use crate::telemetry::{self, Metrics};
 use crate::watch::{WatchConfig, Watcher};
-use crate::web::{self, AppState, Readiness};
+use crate::web::api::RateLimiter;
+use crate::web::{self, AppState, Auth, Limits, Readiness};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -36,6 +37,26 @@ pub struct ServeArgs {
     /// At most this many elections are tracked; more are counted and logged.
     #[arg(long, env = "TENURE_MAX_ELECTIONS", default_value = "10000")]
     pub max_elections: usize,
+
+    /// Bearer token required by the mutating API calls (campaign, renew, resign, fence).
+    #[arg(long, env = "TENURE_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
+
+    /// Let anyone who can reach the server call the mutating API (trusted networks, `tenure dev`).
+    #[arg(long, conflicts_with = "api_token")]
+    pub no_auth: bool,
+
+    /// Largest TTL a campaign over HTTP may ask for, in seconds.
+    #[arg(long, env = "TENURE_MAX_TTL", default_value = "3600")]
+    pub max_ttl: u64,
+
+    /// Campaign calls per second (all clients together) before the API answers 429.
+    #[arg(long, env = "TENURE_CAMPAIGN_RATE", default_value = "100")]
+    pub campaign_rate: u32,
+
+    /// Largest request body, in bytes.
+    #[arg(long, env = "TENURE_MAX_BODY", default_value = "16384")]
+    pub max_body: usize,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -46,6 +67,19 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 pub async fn run(client: Client, args: ServeArgs) -> anyhow::Result<i32> {
+    run_until(client, args, async {
+        let _ = shutdown_signal().await;
+    })
+    .await
+}
+
+/// Serves until `stop` resolves (or the watcher ends), then commits the
+/// history and shuts the HTTP server down gracefully.
+pub async fn run_until(
+    client: Client,
+    args: ServeArgs,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<i32> {
     let store = Store::open(&args.db, args.retention)
         .with_context(|| format!("opening the history at {}", args.db.display()))?;
     let resume = store
@@ -58,10 +92,29 @@ pub async fn run(client: Client, args: ServeArgs) -> anyhow::Result<i32> {
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    let app = web::router(Arc::new(AppState {
+    let (live, _) = tokio::sync::broadcast::channel(1024);
+    let auth = match (&args.api_token, args.no_auth) {
+        (Some(t), _) if !t.is_empty() => Auth::Token(t.clone()),
+        (_, true) => Auth::Open,
+        _ => Auth::Disabled,
+    };
+    let limits = Limits {
+        max_body_bytes: args.max_body,
+        max_ttl_seconds: args.max_ttl,
+        campaigns_per_second: args.campaign_rate,
+        ..Limits::default()
+    };
+    let state = Arc::new(AppState {
         metrics: metrics.clone(),
         readiness: readiness.clone(),
-    }));
+        history: store.reader(),
+        client: client.clone(),
+        live: live.clone(),
+        auth,
+        api_rate: RateLimiter::new(limits.campaigns_per_second),
+        limits,
+    });
+    let app = web::router(state);
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         axum::serve(listener, app)
@@ -78,34 +131,35 @@ pub async fn run(client: Client, args: ServeArgs) -> anyhow::Result<i32> {
         ),
         None => eprintln!("tenure: new history at {}", args.db.display()),
     }
-    eprintln!("tenure: serving on http://{addr} (/metrics, /healthz, /readyz)");
+    eprintln!(
+        "tenure: serving on http://{addr} (dashboard at /, API at /api/v1, metrics at /metrics)"
+    );
 
     let (tx, mut rx) = mpsc::channel::<Update>(4096);
     let cfg = WatchConfig {
         max_elections: args.max_elections,
         ..WatchConfig::default()
     };
-    let watcher = tokio::spawn(Watcher::new(client, cfg).run(resume, tx));
-    let signal = shutdown_signal();
-    tokio::pin!(signal);
+    let watcher = tokio::spawn(Watcher::new(client.clone(), cfg).run(resume, tx));
+    tokio::pin!(stop);
     let mut code = 0;
     loop {
         tokio::select! {
             update = rx.recv() => match update {
-                Some(u) => apply(&u, &metrics, &readiness, &store).await?,
+                Some(u) => apply(&u, &metrics, &readiness, &store, &live).await?,
                 None => {
                     eprintln!("tenure: the watcher stopped");
                     code = 1;
                     break;
                 }
             },
-            _ = &mut signal => break,
+            _ = &mut stop => break,
         }
     }
     // Whatever the watcher already produced is complete: keep it.
     watcher.abort();
     while let Ok(u) = rx.try_recv() {
-        apply(&u, &metrics, &readiness, &store).await?;
+        apply(&u, &metrics, &readiness, &store, &live).await?;
     }
     let revision = store.close().await.context("closing the history")?;
     eprintln!("tenure: history committed up to revision {revision}");
@@ -121,12 +175,17 @@ async fn apply(
     metrics: &Metrics,
     readiness: &Readiness,
     store: &Store,
+    live: &broadcast::Sender<Arc<Event>>,
 ) -> anyhow::Result<()> {
     metrics.apply(u);
     readiness.apply(u);
     telemetry::record(u);
     if let Update::Batch(b) = u {
         store.write(b.clone()).await.context("writing history")?;
+        for e in &b.events {
+            // No subscribers is fine.
+            let _ = live.send(Arc::new(e.clone()));
+        }
     }
     Ok(())
 }

@@ -61,7 +61,7 @@ impl Client {
     ) -> Result<Campaigned, Error> {
         keys::validate_candidate(candidate)?;
         let mut session = Session::grant(self, opts.ttl, opts.margin).await?;
-        match self.try_acquire(name, candidate, &session).await? {
+        match self.try_acquire(name, candidate, session.lease_id).await? {
             Attempt::Won { token } => Ok(Campaigned::Leader(Leadership::start(
                 self, name, candidate, token, session, opts,
             ))),
@@ -126,7 +126,7 @@ impl Client {
                     Err(e) => return Err(e),
                 },
             };
-            let attempt = match self.try_acquire(name, candidate, &s).await {
+            let attempt = match self.try_acquire(name, candidate, s.lease_id).await {
                 Ok(a) => a,
                 Err(e) if e.is_unavailable() => {
                     session = Some(s);
@@ -170,7 +170,7 @@ impl Client {
         &self,
         name: &ElectionName,
         candidate: &str,
-        session: &Session,
+        lease_id: i64,
     ) -> Result<Attempt, Error> {
         let key = self.keys.leader_key(name);
         let txn = Txn::new()
@@ -182,7 +182,7 @@ impl Client {
             .and_then([TxnOp::put(
                 key.as_bytes(),
                 candidate,
-                Some(PutOptions::new().with_lease(session.lease_id)),
+                Some(PutOptions::new().with_lease(lease_id)),
             )])
             .or_else([TxnOp::get(key.as_bytes(), None)]);
         let resp = self.op(self.etcd().txn(txn)).await?;
@@ -200,6 +200,126 @@ impl Client {
             _ => None,
         });
         Ok(Attempt::Held { leader, revision })
+    }
+}
+
+/// A term won by [`Client::acquire_detached`]: nobody keeps its lease alive
+/// but the candidate, through [`Client::renew`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Acquired {
+    pub name: String,
+    pub holder: String,
+    pub token: i64,
+    pub lease_id: i64,
+    /// The TTL etcd granted.
+    pub ttl_seconds: i64,
+}
+
+impl Client {
+    /// Campaigns for a candidate that keeps its own lease alive (the HTTP
+    /// API: the server does not keep candidates alive on their behalf).
+    /// Each attempt grants a fresh lease and runs the campaign txn; a lost
+    /// attempt revokes its lease. With `wait`, waits for the holder's key to
+    /// go by watching it (no polling), up to `wait`. Returns `Ok(Err(leader))`
+    /// when held and not waiting (or the wait ran out).
+    pub async fn acquire_detached(
+        &self,
+        name: &ElectionName,
+        candidate: &str,
+        ttl: Ttl,
+        wait: Option<Duration>,
+    ) -> Result<Result<Acquired, Leader>, Error> {
+        keys::validate_candidate(candidate)?;
+        let deadline = wait.map(|w| Instant::now() + w);
+        let key = self.keys.leader_key(name);
+        loop {
+            let grant = self
+                .op(self.etcd().lease_grant(ttl.secs() as i64, None))
+                .await?;
+            let attempt = self.try_acquire(name, candidate, grant.id()).await;
+            let (leader, revision) = match attempt {
+                Ok(Attempt::Won { token }) => {
+                    return Ok(Ok(Acquired {
+                        name: name.to_string(),
+                        holder: candidate.to_owned(),
+                        token,
+                        lease_id: grant.id(),
+                        ttl_seconds: grant.ttl(),
+                    }))
+                }
+                Ok(Attempt::Held { leader, revision }) => (leader, revision),
+                Err(e) => {
+                    let _ = self.op(self.etcd().lease_revoke(grant.id())).await;
+                    return Err(e);
+                }
+            };
+            let _ = self.op(self.etcd().lease_revoke(grant.id())).await;
+            let leader =
+                leader.ok_or_else(|| Error::Protocol("leader key held but unreadable".into()))?;
+            let Some(deadline) = deadline else {
+                return Ok(Err(leader));
+            };
+            let mut watch = RangeWatch::new(&self.etcd(), key.clone(), None, revision + 1);
+            let deleted = async {
+                loop {
+                    match watch.next().await {
+                        Watched::Events(events)
+                            if events.iter().any(|e| e.event_type() == EventType::Delete) =>
+                        {
+                            break
+                        }
+                        Watched::Events(_) => {}
+                        Watched::Compacted => break,
+                    }
+                }
+            };
+            if tokio::time::timeout_at(deadline, deleted).await.is_err() {
+                return Ok(Err(leader));
+            }
+        }
+    }
+
+    /// Renews the lease of term `token`, for a candidate that keeps its own
+    /// lease alive: only if the leader key still has `CreateRevision ==
+    /// token` and is bound to `lease_id`. Returns the TTL etcd restored.
+    pub async fn renew(
+        &self,
+        name: &ElectionName,
+        token: i64,
+        lease_id: i64,
+    ) -> Result<i64, Error> {
+        keys::validate_token(token)?;
+        let key = self.keys.leader_key(name);
+        let resp = self.op(self.etcd().get(key.as_bytes(), None)).await?;
+        let current = resp
+            .kvs()
+            .first()
+            .map(|kv| Leader::from_kv(name, kv, Layout::Single));
+        let holds = current
+            .as_ref()
+            .is_some_and(|l| l.token == token && l.lease_id == lease_id);
+        if !holds {
+            return Err(Error::NotHolder {
+                name: name.to_string(),
+                token,
+                current: current.map(Box::new),
+            });
+        }
+        // One keepalive: opening the stream sends it and reads the answer.
+        match self.op(self.etcd().lease_keep_alive(lease_id)).await {
+            Ok(_) => {
+                let ttl = self
+                    .op(self.etcd().lease_time_to_live(lease_id, None))
+                    .await?;
+                Ok(ttl.ttl())
+            }
+            Err(e) if e.is_lease_not_found() => Err(Error::NotHolder {
+                name: name.to_string(),
+                token,
+                current: None,
+            }),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -24,7 +24,7 @@ use etcd_client::{
 };
 use serde::Serialize;
 
-pub use campaign::{CampaignOptions, Campaigned, Leadership};
+pub use campaign::{Acquired, CampaignOptions, Campaigned, Leadership};
 pub use error::Error;
 pub use fence::{FenceDecision, FenceReason, Fencer};
 pub use keys::{ElectionName, EndMarker, EndMarkerCause, Keys, Layout};

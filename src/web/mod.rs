@@ -1,6 +1,15 @@
-//! The HTTP server: `/metrics`, `/healthz`, `/readyz` (the JSON API and the
-//! pages come with the web issue). Handlers read shared state the serve loop
-//! keeps up to date; they never talk to etcd themselves.
+//! The HTTP server: the JSON API (`api`), the pages (`pages`, with the SVG
+//! timeline laid out in `timeline`), the live feed (`live`, SSE), static
+//! assets, `/metrics`, `/healthz`, `/readyz`.
+//!
+//! Handlers read what the serve loop keeps up to date (metrics, readiness,
+//! the history file, the live broadcast) and, for the mutating API calls,
+//! use the election core. They never talk to the watcher.
+
+pub mod api;
+pub mod live;
+pub mod pages;
+pub mod timeline;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
@@ -10,8 +19,11 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use tokio::sync::broadcast;
 
-use crate::events::{Update, WatchStatus};
+use crate::election::Client;
+use crate::events::{Event, Update, WatchStatus};
+use crate::history::Reader;
 use crate::telemetry::{Metrics, CONTENT_TYPE};
 
 /// What `/readyz` reports: etcd answered the watcher last time, and the
@@ -43,8 +55,48 @@ impl Readiness {
         self.etcd_up.load(Ordering::Relaxed) && self.loaded.load(Ordering::Relaxed)
     }
 
+    pub fn etcd_up(&self) -> bool {
+        self.etcd_up.load(Ordering::Relaxed)
+    }
+
     pub fn revision(&self) -> i64 {
         self.revision.load(Ordering::Relaxed)
+    }
+}
+
+/// Who may call the mutating API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// `Authorization: Bearer <token>` required.
+    Token(String),
+    /// No token configured: mutating calls are refused with a message that
+    /// says how to enable them.
+    Disabled,
+    /// `--no-auth`: anyone on the network may elect and resign.
+    Open,
+}
+
+/// Bounds on what the API accepts.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Largest campaign TTL, in seconds.
+    pub max_ttl_seconds: u64,
+    /// Longest `wait_seconds` of a campaign.
+    pub max_wait_seconds: u64,
+    /// Campaign calls per second (all clients together) before 429.
+    pub campaigns_per_second: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 16 * 1024,
+            max_ttl_seconds: 3600,
+            max_wait_seconds: 300,
+            campaigns_per_second: 100,
+        }
     }
 }
 
@@ -52,13 +104,28 @@ impl Readiness {
 pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub readiness: Arc<Readiness>,
+    /// The history file (queries run on blocking threads).
+    pub history: Reader,
+    /// The election core, for the mutating API and live reads.
+    pub client: Client,
+    /// Every event, as the watcher produced it, for SSE subscribers.
+    pub live: broadcast::Sender<Arc<Event>>,
+    pub auth: Auth,
+    pub limits: Limits,
+    pub api_rate: api::RateLimiter,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
+    let body_limit = state.limits.max_body_bytes;
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .merge(api::router())
+        .merge(live::router())
+        .merge(pages::router())
+        .layer(axum::extract::DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn(api::trace_requests))
         .with_state(state)
 }
 

@@ -1,0 +1,143 @@
+//! `tenure dev`: a local etcd (from PATH, loopback, temp data dir), `tenure
+//! serve --no-auth`, and the demo fleet. Prints the dashboard's URL; Ctrl-C
+//! stops everything and removes the temp dir.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use tokio::process::Command;
+
+use super::serve::{self, ServeArgs};
+use crate::election::{shutdown_signal, Client};
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    /// Address of the dashboard.
+    #[arg(long, env = "TENURE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// How often the split-brain story replays, in seconds.
+    #[arg(long, default_value = "180")]
+    pub story_every: u64,
+
+    /// Keep the history here instead of in the temp dir.
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn find_etcd() -> anyhow::Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("etcd"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "etcd is not in PATH. Install it with: sudo apt-get install -y etcd-server etcd-client \
+                 (or run scripts/setup.sh), then run tenure dev again"
+            )
+        })
+}
+
+pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
+    let etcd_bin = find_etcd()?;
+    let dir = tempfile_dir()?;
+    let (client_port, peer_port) = (free_port()?, free_port()?);
+    let endpoint = format!("http://127.0.0.1:{client_port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let mut etcd = Command::new(&etcd_bin)
+        .args(["--name", "tenure-dev", "--data-dir"])
+        .arg(dir.join("etcd"))
+        .args([
+            "--listen-client-urls",
+            &endpoint,
+            "--advertise-client-urls",
+            &endpoint,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+        ])
+        .arg("--initial-cluster")
+        .arg(format!("tenure-dev={peer}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", etcd_bin.display()))?;
+
+    let client = Client::connect(std::slice::from_ref(&endpoint), "")
+        .await?
+        .with_op_timeout(Duration::from_secs(2));
+    let mut ready = false;
+    for _ in 0..100 {
+        if let Some(status) = etcd.try_wait()? {
+            bail!("etcd exited at start ({status}); is port {client_port} or {peer_port} taken?");
+        }
+        if client
+            .leader(&crate::election::ElectionName::new("probe")?)
+            .await
+            .is_ok()
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !ready {
+        bail!("etcd did not become ready at {endpoint} within 10 s");
+    }
+    eprintln!("tenure dev: etcd {endpoint} (data in {})", dir.display());
+    let fleet = crate::dev::start(
+        client.clone(),
+        Duration::from_secs(args.story_every.max(30)),
+    );
+    eprintln!(
+        "tenure dev: demo fleet running (payments/primary, search/indexer, billing/reconciler, orders/scheduler, boss-fight)"
+    );
+    eprintln!(
+        "tenure dev: open http://{}/ — Ctrl-C stops everything",
+        args.listen
+    );
+    eprintln!("tenure dev: try: TENURE_ENDPOINTS={endpoint} tenure leader boss-fight --json");
+
+    let serve_args = ServeArgs {
+        listen: args.listen,
+        db: args.db.clone().unwrap_or_else(|| dir.join("history.db")),
+        retention: Duration::from_secs(7 * 24 * 3600),
+        max_elections: 10_000,
+        api_token: None,
+        no_auth: true,
+        max_ttl: 3600,
+        campaign_rate: 100,
+        max_body: 16 * 1024,
+    };
+    let code = serve::run_until(client, serve_args, async {
+        let _ = shutdown_signal().await;
+    })
+    .await;
+    drop(fleet);
+    let _ = etcd.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    code
+}
+
+/// A fresh directory under the system temp dir.
+fn tempfile_dir() -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "tenure-dev-{}-{}",
+        std::process::id(),
+        crate::events::now_ms()
+    ));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}

@@ -1,0 +1,69 @@
+//! `GET /api/v1/events`: every event as Server-Sent Events, optionally for
+//! one election (`?election=NAME`). Each message has `id: <revision>`,
+//! `event: <type>` and the event's JSON as `data`. A subscriber that falls
+//! behind gets `event: lagged` with `{"missed":N}` and should re-read.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::routing::get;
+use axum::Router;
+use futures_util::stream::{self, Stream};
+use serde::Deserialize;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::api::{election_name, ApiError};
+use super::AppState;
+
+#[derive(Debug, Deserialize)]
+pub struct LiveQuery {
+    election: Option<String>,
+}
+
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new().route("/api/v1/events", get(events))
+}
+
+async fn events(
+    State(s): State<Arc<AppState>>,
+    Query(q): Query<LiveQuery>,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let filter = q
+        .election
+        .as_deref()
+        .map(election_name)
+        .transpose()?
+        .map(|n| n.to_string());
+    let rx = s.live.subscribe();
+    let stream = stream::unfold((rx, filter), |(mut rx, filter)| async move {
+        loop {
+            match rx.recv().await {
+                Ok(event) => {
+                    if filter
+                        .as_deref()
+                        .is_some_and(|f| event.election != f && !event.election.is_empty())
+                    {
+                        continue;
+                    }
+                    let data = serde_json::to_string(&*event).unwrap_or_default();
+                    let sse = SseEvent::default()
+                        .id(event.revision.to_string())
+                        .event(event.kind.name())
+                        .data(data);
+                    return Some((Ok(sse), (rx, filter)));
+                }
+                Err(RecvError::Lagged(n)) => {
+                    let sse = SseEvent::default()
+                        .event("lagged")
+                        .data(format!("{{\"missed\":{n}}}"));
+                    return Some((Ok(sse), (rx, filter)));
+                }
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}

@@ -1,0 +1,1 @@
+//! The SVG timeline layout (being written): pure, no I/O.

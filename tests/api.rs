@@ -1,0 +1,485 @@
+//! The JSON API and the SSE feed of `tenure serve`, against a real etcd:
+//! every endpoint, and every bad input with its status.
+
+mod support;
+
+use std::time::Duration;
+
+use reqwest::{Client as Http, StatusCode};
+use serde_json::{json, Value};
+use support::{Etcd, Serve};
+
+const TOKEN: &str = "s3cret-token";
+
+async fn serve(etcd: &Etcd, dir: &tempfile::TempDir, args: &[&str]) -> Serve {
+    Serve::start(
+        &[etcd.endpoint()],
+        &dir.path().join("h.db"),
+        args,
+        &[("TENURE_TIMEOUT", "1")],
+    )
+    .await
+}
+
+fn http() -> Http {
+    Http::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("http client")
+}
+
+async fn post(s: &Serve, path: &str, body: Value, token: Option<&str>) -> (StatusCode, Value) {
+    let mut req = http().post(s.url(path)).json(&body);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.expect("request");
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(s: &Serve, path: &str) -> (StatusCode, Value) {
+    let resp = http().get(s.url(path)).send().await.expect("request");
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn code(v: &Value) -> &str {
+    v["error"]["code"].as_str().unwrap_or("<no error code>")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn campaign_renew_fence_resign_and_history_endpoints() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = serve(&etcd, &dir, &["--api-token", TOKEN]).await;
+    let t = Some(TOKEN);
+    let base = "/api/v1/elections/team%2Fdb";
+
+    let (st, a) = post(
+        &s,
+        &format!("{base}/campaign"),
+        json!({"candidate": "alpha", "ttl_seconds": 5}),
+        t,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{a}");
+    let (t_a, lease_a) = (
+        a["token"].as_i64().expect("token"),
+        a["lease_id"].as_i64().expect("lease"),
+    );
+    assert_eq!(a["ttl_seconds"], 5);
+
+    let (st, held) = post(
+        &s,
+        &format!("{base}/campaign"),
+        json!({"candidate": "beta", "ttl_seconds": 5}),
+        t,
+    )
+    .await;
+    assert_eq!(st, StatusCode::CONFLICT, "{held}");
+    assert_eq!(code(&held), "held");
+    assert_eq!(held["error"]["holder"], "alpha");
+    assert_eq!(held["error"]["token"], t_a);
+
+    let (st, r) = post(
+        &s,
+        &format!("{base}/renew"),
+        json!({"lease_id": lease_a, "token": t_a}),
+        t,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{r}");
+    assert!(
+        r["ttl_remaining_seconds"].as_i64().is_some_and(|x| x >= 4),
+        "{r}"
+    );
+
+    let (st, f) = post(
+        &s,
+        &format!("{base}/fence"),
+        json!({"resource": "orders", "token": t_a}),
+        t,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{f}");
+    assert_eq!(f["accepted"], true);
+
+    let (st, d) = get(&s, base).await;
+    assert_eq!(st, StatusCode::OK, "{d}");
+    assert_eq!(d["holder"], "alpha");
+    assert_eq!(d["token"], t_a);
+    assert_eq!(d["lease_id"], lease_a);
+    assert!(d["ttl_remaining_seconds"].as_i64().is_some(), "{d}");
+
+    // A waiting campaign takes over once alpha resigns.
+    let waiter = {
+        let url = s.url(&format!("{base}/campaign"));
+        tokio::spawn(async move {
+            let resp = http()
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&json!({"candidate": "beta", "ttl_seconds": 5, "wait_seconds": 15}))
+                .send()
+                .await
+                .expect("request");
+            (
+                resp.status(),
+                resp.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        })
+    };
+    let (st, wrong) = post(
+        &s,
+        &format!("{base}/resign"),
+        json!({"token": t_a + 1000}),
+        t,
+    )
+    .await;
+    assert_eq!(st, StatusCode::CONFLICT, "{wrong}");
+    assert_eq!(code(&wrong), "not_holder");
+    let (st, ok) = post(&s, &format!("{base}/resign"), json!({"token": t_a}), t).await;
+    assert_eq!(st, StatusCode::OK, "{ok}");
+    let (st, b) = waiter.await.expect("waiter");
+    assert_eq!(st, StatusCode::OK, "{b}");
+    let t_b = b["token"].as_i64().expect("token");
+    assert!(t_b > t_a);
+
+    // The old term is gone: renew says so, and its token is fenced off.
+    let (st, gone) = post(
+        &s,
+        &format!("{base}/renew"),
+        json!({"lease_id": lease_a, "token": t_a}),
+        t,
+    )
+    .await;
+    assert_eq!(st, StatusCode::GONE, "{gone}");
+    let (st, f) = post(
+        &s,
+        &format!("{base}/fence"),
+        json!({"resource": "orders", "token": t_a}),
+        t,
+    )
+    .await;
+    assert_eq!(st, StatusCode::CONFLICT, "{f}");
+    assert_eq!(f["accepted"], false);
+    assert_eq!(f["reason"], "term_ended");
+
+    // History endpoints see all of it once the watcher has.
+    let mut raw = etcd.client().await;
+    let rev = raw
+        .get("x", None)
+        .await
+        .expect("get")
+        .header()
+        .expect("h")
+        .revision();
+    s.caught_up(rev).await;
+    let (st, terms) = get(&s, &format!("{base}/terms")).await;
+    assert_eq!(st, StatusCode::OK);
+    let tokens: Vec<i64> = terms["terms"]
+        .as_array()
+        .expect("terms")
+        .iter()
+        .map(|t| t["token"].as_i64().expect("token"))
+        .collect();
+    assert_eq!(tokens, vec![t_a, t_b]);
+    let (st, events) = get(&s, &format!("{base}/events?limit=100")).await;
+    assert_eq!(st, StatusCode::OK);
+    let types: Vec<&str> = events["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or(""))
+        .collect();
+    assert!(
+        types.contains(&"fence_refused") && types.contains(&"term_ended"),
+        "{types:?}"
+    );
+    let (st, list) = get(&s, "/api/v1/elections").await;
+    assert_eq!(st, StatusCode::OK);
+    let row = &list["elections"][0];
+    assert_eq!(
+        (
+            row["name"].as_str(),
+            row["holder"].as_str(),
+            row["changes_last_hour"].as_i64()
+        ),
+        (Some("team/db"), Some("beta"), Some(2))
+    );
+
+    let csv = http()
+        .get(s.url(&format!("{base}/export?format=csv")))
+        .send()
+        .await
+        .expect("export");
+    assert_eq!(csv.status(), StatusCode::OK);
+    assert!(csv.headers()["content-disposition"]
+        .to_str()
+        .expect("header")
+        .contains("attachment"));
+    let csv = csv.text().await.expect("csv");
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    let (st, doc) = get(&s, &format!("{base}/export?format=json&from=1h")).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(doc["terms"].as_array().map(Vec::len), Some(2));
+    assert_eq!(doc["refusals"].as_array().map(Vec::len), Some(1));
+    let (st, bad) = get(&s, &format!("{base}/export?format=xml")).await;
+    assert_eq!(
+        (st, code(&bad)),
+        (StatusCode::BAD_REQUEST, "invalid_format")
+    );
+    let (st, bad) = get(&s, &format!("{base}/terms?from=yesterday-ish")).await;
+    assert_eq!((st, code(&bad)), (StatusCode::BAD_REQUEST, "invalid_time"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_the_right_status_and_changes_nothing() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = serve(&etcd, &dir, &["--api-token", TOKEN, "--campaign-rate", "5"]).await;
+    let body = json!({"candidate": "x", "ttl_seconds": 5});
+    let url = "/api/v1/elections/auth/campaign";
+
+    let (st, v) = post(&s, url, body.clone(), None).await;
+    assert_eq!((st, code(&v)), (StatusCode::UNAUTHORIZED, "unauthorized"));
+    let (st, v) = post(&s, url, body.clone(), Some("wrong")).await;
+    assert_eq!((st, code(&v)), (StatusCode::UNAUTHORIZED, "unauthorized"));
+    for bad in [
+        "a%2F..%2Fb",
+        "..%2Fx",
+        "a%2F%2Fb",
+        "a%20b",
+        "%3Cscript%3E",
+        "a%00b",
+        &"x".repeat(10_000),
+    ] {
+        let (st, v) = post(
+            &s,
+            &format!("/api/v1/elections/{bad}/campaign"),
+            body.clone(),
+            Some(TOKEN),
+        )
+        .await;
+        assert_eq!(
+            (st, code(&v)),
+            (StatusCode::BAD_REQUEST, "invalid_name"),
+            "{bad}"
+        );
+    }
+    let huge = json!({"candidate": "x".repeat(3 * 1024 * 1024), "ttl_seconds": 5});
+    let (st, v) = post(&s, url, huge, Some(TOKEN)).await;
+    assert_eq!(
+        (st, code(&v)),
+        (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
+    );
+    let (st, v) = post(
+        &s,
+        url,
+        json!({"candidate": "x", "ttl_seconds": 0}),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!((st, code(&v)), (StatusCode::BAD_REQUEST, "invalid_ttl"));
+    let (st, v) = post(
+        &s,
+        url,
+        json!({"candidate": "x", "ttl_seconds": 999_999}),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!((st, code(&v)), (StatusCode::BAD_REQUEST, "invalid_ttl"));
+    let (st, v) = post(
+        &s,
+        url,
+        json!({"candidate": "", "ttl_seconds": 5}),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(
+        (st, code(&v)),
+        (StatusCode::BAD_REQUEST, "invalid_candidate")
+    );
+    let (st, v) = post(&s, url, json!({"candidat": "x"}), Some(TOKEN)).await;
+    assert_eq!(
+        (st, code(&v)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body")
+    );
+    let (st, v) = post(
+        &s,
+        "/api/v1/elections/auth/fence",
+        json!({"resource": "../etc", "token": 3}),
+        Some(TOKEN),
+    )
+    .await;
+    assert_eq!(
+        (st, code(&v)),
+        (StatusCode::BAD_REQUEST, "invalid_resource")
+    );
+    let (st, v) = get(&s, "/api/v1/nowhere").await;
+    assert_eq!((st, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
+
+    // None of that wrote anything to etcd.
+    let mut raw = etcd.client().await;
+    let all = raw
+        .get(
+            "",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_all_keys()
+                    .with_count_only(),
+            ),
+        )
+        .await
+        .expect("get");
+    assert_eq!(all.count(), 0);
+
+    // Past the campaign rate: 429, and etcd's write count stays bounded.
+    let mut statuses = Vec::new();
+    for i in 0..40 {
+        let (st, _) = post(
+            &s,
+            &format!("/api/v1/elections/rate-{i}/campaign"),
+            body.clone(),
+            Some(TOKEN),
+        )
+        .await;
+        statuses.push(st);
+    }
+    let limited = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    let served = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    assert!(limited > 0, "{statuses:?}");
+    let keys = raw
+        .get(
+            "election/",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only(),
+            ),
+        )
+        .await
+        .expect("get");
+    assert_eq!(
+        keys.count() as usize,
+        served,
+        "only served campaigns wrote to etcd"
+    );
+
+    // No token configured: mutating calls are refused with how to enable them.
+    let dir2 = tempfile::tempdir().expect("tempdir");
+    let closed = serve(&etcd, &dir2, &[]).await;
+    let (st, v) = post(&closed, url, body, Some(TOKEN)).await;
+    assert_eq!((st, code(&v)), (StatusCode::FORBIDDEN, "api_disabled"));
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("--api-token")),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_down_gives_503_and_history_is_still_served() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = serve(&etcd, &dir, &["--no-auth"]).await;
+    let (st, a) = post(
+        &s,
+        "/api/v1/elections/jobs/campaign",
+        json!({"candidate": "a", "ttl_seconds": 30}),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{a}");
+    s.caught_up(a["token"].as_i64().expect("token")).await;
+
+    etcd.stop();
+    let (st, v) = post(
+        &s,
+        "/api/v1/elections/jobs/campaign",
+        json!({"candidate": "b", "ttl_seconds": 30}),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, code(&v)),
+        (StatusCode::SERVICE_UNAVAILABLE, "etcd_unavailable"),
+        "{v}"
+    );
+    let (st, v) = post(
+        &s,
+        "/api/v1/elections/jobs/fence",
+        json!({"resource": "r", "token": 5}),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, code(&v)),
+        (StatusCode::SERVICE_UNAVAILABLE, "etcd_unavailable"),
+        "{v}"
+    );
+    let (st, terms) = get(&s, "/api/v1/elections/jobs/terms").await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(terms["terms"][0]["holder"], "a");
+    let (st, d) = get(&s, "/api/v1/elections/jobs").await;
+    assert_eq!(st, StatusCode::OK, "{d}");
+    assert_eq!(
+        (d["etcd_reachable"].as_bool(), d["holder"].as_str()),
+        (Some(false), Some("a"))
+    );
+    etcd.cont();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_delivers_an_event_after_an_etcd_write() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = serve(&etcd, &dir, &["--no-auth"]).await;
+    let (st, v) = get(&s, "/api/v1/events?election=..").await;
+    assert_eq!((st, code(&v)), (StatusCode::BAD_REQUEST, "invalid_name"));
+
+    let mut resp = http()
+        .get(s.url("/api/v1/events?election=live"))
+        .send()
+        .await
+        .expect("sse");
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .expect("ct")
+        .starts_with("text/event-stream"));
+    // Another election's write must not reach this subscriber; ours must.
+    let mut raw = etcd.client().await;
+    raw.put("election/other", "x", None).await.expect("put");
+    let put = raw
+        .put("election/live", "holder-1", None)
+        .await
+        .expect("put");
+    let revision = put.header().expect("header").revision();
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !text.contains("\n\n") {
+        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
+            .await
+            .expect("an SSE message in time")
+            .expect("read")
+            .expect("open");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        text = text.trim_start_matches(":\n").to_owned();
+    }
+    assert!(text.contains("event: term_started"), "{text}");
+    assert!(text.contains(&format!("id: {revision}")), "{text}");
+    let data = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .expect("data line");
+    let event: Value = serde_json::from_str(data).expect("json");
+    assert_eq!(
+        (event["election"].as_str(), event["holder"].as_str()),
+        (Some("live"), Some("holder-1"))
+    );
+}

@@ -82,6 +82,7 @@ pub struct Watcher {
     client: Client,
     cfg: WatchConfig,
     leases: Arc<Mutex<Leases>>,
+    overflows: std::sync::atomic::AtomicU64,
 }
 
 impl Watcher {
@@ -90,6 +91,7 @@ impl Watcher {
             client,
             cfg,
             leases: Arc::default(),
+            overflows: Default::default(),
         }
     }
 
@@ -234,9 +236,7 @@ impl Watcher {
                         });
                     }
                     batch.extend(events);
-                    for s in statuses {
-                        send(tx, Update::Watch(s)).await?;
-                    }
+                    self.report(statuses, tx).await?;
                     self.track_leases(state);
                     send(tx, Update::Watch(WatchStatus::EtcdUp(true))).await?;
                     send(
@@ -311,9 +311,7 @@ impl Watcher {
                 i += 1;
             }
             let (pending, statuses) = state.apply(rev, &changes, at_ms);
-            for s in statuses {
-                send(tx, Update::Watch(s)).await?;
-            }
+            self.report(statuses, tx).await?;
             out.extend(pending);
             revision = rev;
         }
@@ -373,6 +371,33 @@ impl Watcher {
             }
             _ => EndCause::Resigned,
         }
+    }
+
+    /// Sends statuses on, logging overflows (the first ten, then every
+    /// thousandth) so a full cap is noticed without flooding the log.
+    async fn report(
+        &self,
+        statuses: Vec<WatchStatus>,
+        tx: &mpsc::Sender<Update>,
+    ) -> Result<(), Closed> {
+        for s in statuses {
+            if let WatchStatus::Overflow { election } = &s {
+                let n = self
+                    .overflows
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    + 1;
+                if n <= 10 || n % 1000 == 0 {
+                    tracing::warn!(
+                        election = %election,
+                        overflows = n,
+                        max = self.cfg.max_elections,
+                        "more elections than --max-elections: this one is not tracked"
+                    );
+                }
+            }
+            send(tx, Update::Watch(s)).await?;
+        }
+        Ok(())
     }
 
     /// Tells the sampler which leases lead now.

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Installs what tenure needs on a Debian machine, only what is missing:
-# etcd (server and etcdctl) for the demo and the tests, protoc for etcd-client's build.
+# Installs what tenure needs on a Debian machine, only what is missing.
+#   scripts/setup.sh          etcd (server and etcdctl) and protoc (etcd-client's build)
+#   scripts/setup.sh --test   also what the tests drive for real: Prometheus (prometheus,
+#                             promtool), Chromium and ChromeDriver, and the fault tools
 set -euo pipefail
 
 need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+if [ "${1:-}" = "--test" ]; then
+  { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need+=(prometheus)
+  { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || need+=(chromium chromium-driver)
+fi
 
 if ((${#need[@]})); then
   sudo=""

@@ -3,5 +3,5 @@
 # processes that the tests start themselves (loopback only, temp data dirs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --test
 cargo test --locked --all-targets

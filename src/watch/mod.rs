@@ -74,8 +74,67 @@ struct Leases {
     /// election → lease of its current leader.
     current: HashMap<String, i64>,
     samples: HashMap<i64, Sample>,
-    /// Round-robin order of elections to sample.
+    /// Elections whose lease changed: sampled first, each once (`in_fresh`).
+    fresh: VecDeque<String>,
+    in_fresh: std::collections::HashSet<String>,
+    /// Round-robin order of leading elections, each once (`queued`).
     queue: VecDeque<String>,
+    queued: std::collections::HashSet<String>,
+}
+
+impl Leases {
+    fn leads(&mut self, election: &str, lease: i64) {
+        self.current.insert(election.to_owned(), lease);
+        if self.in_fresh.insert(election.to_owned()) {
+            self.fresh.push_back(election.to_owned());
+        }
+        if self.queued.insert(election.to_owned()) {
+            self.queue.push_back(election.to_owned());
+        }
+    }
+
+    fn ended(&mut self, election: &str) {
+        if let Some(lease) = self.current.remove(election) {
+            self.samples.remove(&lease);
+        }
+    }
+
+    /// Up to `budget` (election, lease) pairs: changed leases first, then
+    /// round-robin; each election at most once.
+    fn pick(&mut self, budget: usize) -> Vec<(String, i64)> {
+        let mut picked: Vec<(String, i64)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        while picked.len() < budget {
+            let Some(name) = self.fresh.pop_front() else {
+                break;
+            };
+            self.in_fresh.remove(&name);
+            if let Some(&lease) = self.current.get(&name) {
+                if seen.insert(name.clone()) {
+                    picked.push((name, lease));
+                }
+            }
+        }
+        let mut turns = self.queue.len();
+        while picked.len() < budget && turns > 0 {
+            turns -= 1;
+            let Some(name) = self.queue.pop_front() else {
+                break;
+            };
+            match self.current.get(&name) {
+                Some(&lease) => {
+                    if seen.insert(name.clone()) {
+                        picked.push((name.clone(), lease));
+                    }
+                    self.queue.push_back(name);
+                }
+                None => {
+                    self.queued.remove(&name);
+                }
+            }
+        }
+        picked
+    }
 }
 
 pub struct Watcher {
@@ -237,7 +296,7 @@ impl Watcher {
                     }
                     batch.extend(events);
                     self.report(statuses, tx).await?;
-                    self.track_leases(state);
+                    self.track_all_leases(state);
                     send(tx, Update::Watch(WatchStatus::EtcdUp(true))).await?;
                     send(
                         tx,
@@ -325,7 +384,7 @@ impl Watcher {
             }
             resolved.push(event);
         }
-        self.track_leases(state);
+        self.track_leases(&resolved);
         send(
             tx,
             Update::Batch(Batch {
@@ -400,25 +459,34 @@ impl Watcher {
         Ok(())
     }
 
-    /// Tells the sampler which leases lead now.
-    fn track_leases(&self, state: &State) {
+    /// Tells the sampler which leases lead now: all of them after a load,
+    /// incrementally from a batch's term events otherwise (no work per
+    /// election on the hot path).
+    fn track_all_leases(&self, state: &State) {
         let Ok(mut l) = self.leases.lock() else {
             return;
         };
-        let current: HashMap<String, i64> = state
-            .leaders()
-            .filter(|(_, t)| t.lease_id != 0)
-            .map(|(n, t)| (n.to_owned(), t.lease_id))
-            .collect();
-        for name in current.keys() {
-            if !l.current.contains_key(name) || l.current.get(name) != current.get(name) {
-                // New leases are sampled first.
-                l.queue.push_front(name.clone());
+        *l = Leases::default();
+        for (name, t) in state.leaders() {
+            if t.lease_id != 0 {
+                l.leads(name, t.lease_id);
             }
         }
-        let live: std::collections::HashSet<i64> = current.values().copied().collect();
-        l.samples.retain(|lease, _| live.contains(lease));
-        l.current = current;
+    }
+
+    fn track_leases(&self, events: &[Event]) {
+        let Ok(mut l) = self.leases.lock() else {
+            return;
+        };
+        for e in events {
+            match &e.kind {
+                EventKind::TermStarted { lease_id, .. } if *lease_id != 0 => {
+                    l.leads(&e.election, *lease_id)
+                }
+                EventKind::TermStarted { .. } | EventKind::TermEnded { .. } => l.ended(&e.election),
+                _ => {}
+            }
+        }
     }
 }
 
@@ -434,29 +502,9 @@ async fn sample_leases(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let batch: Vec<(String, i64)> = {
-            let Ok(mut l) = leases.lock() else { return };
-            let mut picked = Vec::new();
-            let mut seen = std::collections::HashSet::new();
-            while picked.len() < cfg.lease_samples_per_interval {
-                let Some(name) = l.queue.pop_front() else {
-                    break;
-                };
-                if !seen.insert(name.clone()) {
-                    l.queue.push_front(name);
-                    break;
-                }
-                if let Some(&lease) = l.current.get(&name) {
-                    picked.push((name.clone(), lease));
-                    l.queue.push_back(name);
-                }
-            }
-            // Elections that lead but were never queued (e.g. after a load).
-            if l.queue.is_empty() {
-                let names: Vec<String> = l.current.keys().cloned().collect();
-                l.queue.extend(names);
-            }
-            picked
+        let batch = match leases.lock() {
+            Ok(mut l) => l.pick(cfg.lease_samples_per_interval),
+            Err(_) => return,
         };
         for (election, lease) in batch {
             let remaining = match client
@@ -534,4 +582,48 @@ fn change_of(e: &etcd_client::Event) -> Option<Change> {
 
 async fn send(tx: &mpsc::Sender<Update>, u: Update) -> Result<(), Closed> {
     tx.send(u).await.map_err(|_| Closed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Leases;
+
+    #[test]
+    fn churn_neither_grows_the_queue_nor_starves_other_elections() {
+        let mut l = Leases::default();
+        for i in 0..3 {
+            l.leads(&format!("steady-{i}"), 100 + i);
+        }
+        // One election changes leader a thousand times between samples.
+        for lease in 0..1000 {
+            l.ended("churny");
+            l.leads("churny", 1000 + lease);
+        }
+        assert_eq!(
+            l.queue.len(),
+            4,
+            "each leading election once in the round robin"
+        );
+        assert_eq!(
+            l.fresh.len(),
+            4,
+            "each changed election once in the fresh queue"
+        );
+        // Two rounds of two samples reach every election, churny once.
+        let mut picked = l.pick(2);
+        picked.extend(l.pick(2));
+        let names: std::collections::HashSet<&str> =
+            picked.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names.len(), 4, "{picked:?}");
+        assert!(
+            picked.contains(&("churny".to_owned(), 1999)),
+            "the current lease is sampled: {picked:?}"
+        );
+        // An election that no longer leads leaves the round robin.
+        l.ended("steady-0");
+        for _ in 0..4 {
+            l.pick(10);
+        }
+        assert!(!l.queued.contains("steady-0"));
+    }
 }

@@ -31,8 +31,11 @@
 //! `TENURE_TEST_ETCD_TMPDIR` (parent of the data dirs; default `/dev/shm`).
 
 mod serve;
+mod webdriver;
 #[allow(unused_imports)]
 pub use serve::{metric_value, Serve};
+#[allow(unused_imports)]
+pub use webdriver::Browser;
 
 use std::collections::VecDeque;
 use std::ffi::OsString;

@@ -1,0 +1,93 @@
+//! The timeline in real headless Chromium, driven over WebDriver: a term
+//! bar is there, and a new transition appears without a reload.
+
+mod support;
+
+use std::path::PathBuf;
+
+use support::{Browser, Etcd, Serve};
+use tenure::election::{CampaignOptions, Campaigned, Client, ElectionName, Leadership, Ttl};
+
+async fn lead(c: &Client, id: &str) -> Leadership {
+    let n = ElectionName::new("checkout/primary").expect("name");
+    match c
+        .campaign(
+            &n,
+            id,
+            &CampaignOptions::new(Ttl::from_secs(30).expect("ttl")),
+        )
+        .await
+        .expect("campaign")
+    {
+        Campaigned::Leader(l) => l,
+        Campaigned::Held(h) => panic!("held by {h:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeline_shows_terms_and_updates_live_without_reload() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let serve = Serve::start(
+        &[etcd.endpoint()],
+        &dir.path().join("h.db"),
+        &["--no-auth"],
+        &[],
+    )
+    .await;
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let a = lead(&c, "web-1").await;
+    c.fence(
+        &ElectionName::new("checkout/primary").expect("name"),
+        "orders",
+        a.token() - 1,
+    )
+    .await
+    .expect("a refused fence check, for a marker");
+    a.resign().await.expect("resign");
+    let b = lead(&c, "web-2").await;
+    serve.caught_up(b.token()).await;
+
+    let browser = Browser::start().await;
+    browser
+        .goto(&serve.url("/elections/checkout%2Fprimary"))
+        .await;
+    browser
+        .wait_for(
+            &format!(
+                "return document.querySelector('#timeline rect.term[data-token=\"{}\"]') !== null",
+                b.token()
+            ),
+            "b's term bar",
+        )
+        .await;
+    // A marker that a reload would wipe out.
+    browser
+        .eval("window.__tenureNoReload = 42; return true")
+        .await;
+
+    b.resign().await.expect("resign");
+    let c3 = lead(&c, "web-3").await;
+    browser
+        .wait_for(
+            &format!(
+                "return document.querySelector('#timeline rect.term[data-token=\"{}\"]') !== null \
+                 && window.__tenureNoReload === 42",
+                c3.token()
+            ),
+            "the new term's bar, without a reload",
+        )
+        .await;
+    let bars = browser
+        .eval("return document.querySelectorAll('#timeline rect.term').length")
+        .await;
+    assert!(bars.as_u64().is_some_and(|n| n >= 3), "{bars}");
+
+    let shot = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/screenshots/timeline.png");
+    browser.screenshot(&shot).await;
+    let size = std::fs::metadata(&shot).expect("screenshot written").len();
+    assert!(size > 10_000, "screenshot is {size} bytes");
+    println!("screenshot: {}", shot.display());
+}

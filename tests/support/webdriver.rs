@@ -1,0 +1,178 @@
+//! A minimal W3C WebDriver client for real headless Chromium (Debian's
+//! `chromium` + `chromium-driver`): start chromedriver on a free loopback
+//! port, open a session, navigate, run scripts, take screenshots.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::process::{Child, Command};
+
+pub struct Browser {
+    _driver: Child,
+    base: String,
+    session: String,
+    http: reqwest::Client,
+    _profile: tempfile::TempDir,
+}
+
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+impl Browser {
+    pub async fn start() -> Browser {
+        for bin in [CHROMEDRIVER, CHROMIUM] {
+            assert!(
+                Path::new(bin).exists(),
+                "{bin} is missing: install Debian's chromium and chromium-driver (scripts/setup.sh does)"
+            );
+        }
+        let port = super::free_port();
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start chromedriver");
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("http client");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ready = http.get(format!("{base}/status")).send().await;
+            if let Ok(r) = ready {
+                let v: Value = r.json().await.unwrap_or(Value::Null);
+                if v["value"]["ready"] == true {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not become ready"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let profile = tempfile::tempdir().expect("profile dir");
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--disable-quic", "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync", "--window-size=1280,1000",
+                    format!("--user-data-dir={}", profile.path().display()),
+                ]
+            }
+        }}});
+        let resp: Value = http
+            .post(format!("{base}/session"))
+            .json(&caps)
+            .send()
+            .await
+            .expect("new session")
+            .json()
+            .await
+            .expect("session json");
+        let session = resp["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {resp}"))
+            .to_owned();
+        Browser {
+            _driver: driver,
+            base,
+            session,
+            http,
+            _profile: profile,
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let url = format!("{}/session/{}{path}", self.base, self.session);
+        let mut req = self.http.request(method, url);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let v: Value = req
+            .send()
+            .await
+            .expect("webdriver call")
+            .json()
+            .await
+            .expect("webdriver json");
+        assert!(v["value"]["error"].is_null(), "webdriver {path}: {v}");
+        v["value"].clone()
+    }
+
+    pub async fn goto(&self, url: &str) {
+        self.call(reqwest::Method::POST, "/url", Some(json!({ "url": url })))
+            .await;
+    }
+
+    /// Runs `script` (a function body; use `return`) in the page.
+    pub async fn eval(&self, script: &str) -> Value {
+        self.call(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({ "script": script, "args": [] })),
+        )
+        .await
+    }
+
+    /// Waits until `script` returns `true`.
+    pub async fn wait_for(&self, script: &str, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if self.eval(script).await == Value::Bool(true) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Saves a PNG screenshot of the viewport.
+    pub async fn screenshot(&self, path: &Path) {
+        let b64 = self.call(reqwest::Method::GET, "/screenshot", None).await;
+        let png = decode_base64(b64.as_str().expect("base64 string"));
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).expect("screenshot dir");
+        }
+        std::fs::write(path, png).expect("write screenshot");
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // The driver (and its Chromium) is killed with the child handle.
+    }
+}
+
+fn decode_base64(s: &str) -> Vec<u8> {
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0);
+    for v in s.bytes().filter_map(val) {
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
+}

@@ -98,6 +98,26 @@ impl Running {
         }
     }
 
+    /// Waits until the watcher has sampled `lease` (it tells expiry from
+    /// revocation by these samples; an unsampled lease's end is unknown).
+    async fn sampled(&mut self, lease: i64) {
+        loop {
+            let u = tokio::time::timeout(WAIT, self.rx.recv())
+                .await
+                .expect("lease sampled in time")
+                .expect("alive");
+            let hit = matches!(&u, Update::LeaseSampled { lease_id, remaining_seconds: Some(_), .. } if *lease_id == lease);
+            if let Update::Batch(b) = &u {
+                assert!(b.events.is_empty(), "unexpected events: {:#?}", b.events);
+                self.revision = b.revision;
+            }
+            self.seen.push(u);
+            if hit {
+                return;
+            }
+        }
+    }
+
     /// Waits for the first batch (the snapshot) and returns its events.
     async fn snapshot(&mut self) -> Vec<Event> {
         loop {
@@ -211,6 +231,7 @@ async fn scripted_scenario_gives_exactly_the_expected_events() {
     // A revoked lease without tenure's marker (a Go session closing).
     etcdctl_txn_campaign(&etcd, "election/jobs", "closer", lease).await;
     let t_closer = started(&w.events(1).await[0]).0;
+    w.sampled(lease).await;
     raw.lease_revoke(lease).await.expect("revoke");
     assert_eq!(ended(&w.events(1).await[0]), (t_closer, EndCause::Resigned));
 

@@ -2,7 +2,10 @@
 //! [`Fencer`] for writes that never leave one process.
 //!
 //! The shared fence decides in **one** etcd txn (nested txns pick the
-//! reason) and writes both outcomes to etcd:
+//! reason) and writes both outcomes to etcd. The common case (the current
+//! term writing again to a resource it already wrote to) is first tried
+//! with the accepted branch alone, a flat txn that writes nothing when its
+//! compares fail; only then is the full nested txn sent:
 //!
 //! - accepted: the leader key of the election has `CreateRevision == token`
 //!   and the resource's stored token is not higher. `P fence/<name>/<resource>`
@@ -93,6 +96,9 @@ impl Client {
     ) -> Result<FenceDecision, Error> {
         keys::validate_resource(resource)?;
         keys::validate_token(token)?;
+        if let Some(decision) = self.fence_fast(name, resource, token).await? {
+            return Ok(decision);
+        }
         let leader = self.keys.leader_key(name);
         let fence = self.keys.fence_key(name, resource);
         let refusal = self.keys.refusal_key(name, resource);
@@ -185,6 +191,51 @@ impl Client {
             };
         }
         Err(Error::Protocol("fence txn: no branch taken".into()))
+    }
+}
+
+impl Client {
+    /// The common case in one flat txn: the token is the current term's and
+    /// the resource has already accepted it or a lower one. Only the
+    /// accepted branch is sent (the same compares and ops as the first
+    /// branch of the full txn); when its compares fail it writes nothing and
+    /// `None` sends the caller to the full txn, which decides the first
+    /// write to a resource and every refusal.
+    async fn fence_fast(
+        &self,
+        name: &ElectionName,
+        resource: &str,
+        token: i64,
+    ) -> Result<Option<FenceDecision>, Error> {
+        let leader = self.keys.leader_key(name);
+        let fence = self.keys.fence_key(name, resource);
+        let (leader, fence) = (leader.as_bytes(), fence.as_bytes());
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(leader, CompareOp::Equal, token),
+                Compare::value(fence, CompareOp::Less, pad_token(token.saturating_add(1))),
+            ])
+            .and_then([
+                TxnOp::put(fence, pad_token(token), Some(PutOptions::new().with_prev_key())),
+                TxnOp::get(leader, None),
+            ]);
+        let resp = self.op(self.etcd().txn(txn)).await?;
+        if !resp.succeeded() {
+            return Ok(None);
+        }
+        let mut decision = FenceDecision {
+            accepted: true,
+            reason: None,
+            election: name.to_string(),
+            resource: resource.to_owned(),
+            token,
+            current_token: None,
+            current_holder: None,
+            stored_token: None,
+            revision: header_revision(&resp)?,
+        };
+        read_branch(&resp.op_responses(), leader, &mut decision);
+        Ok(Some(decision))
     }
 }
 

@@ -428,7 +428,12 @@ impl Watcher {
             {
                 EndCause::Expired
             }
-            _ => EndCause::Resigned,
+            Some(_) => EndCause::Resigned,
+            // Never sampled: the term ended before the sampler looked at its
+            // lease, or while tenure was down (a restart replays it). etcd
+            // no longer knows the lease, so nothing tells expiry from
+            // revocation: say so instead of guessing "resigned".
+            None => EndCause::Unknown,
         }
     }
 

@@ -216,7 +216,11 @@ impl Client {
                 Compare::value(fence, CompareOp::Less, pad_token(token.saturating_add(1))),
             ])
             .and_then([
-                TxnOp::put(fence, pad_token(token), Some(PutOptions::new().with_prev_key())),
+                TxnOp::put(
+                    fence,
+                    pad_token(token),
+                    Some(PutOptions::new().with_prev_key()),
+                ),
                 TxnOp::get(leader, None),
             ]);
         let resp = self.op(self.etcd().txn(txn)).await?;

@@ -11,14 +11,18 @@ use support::{Etcd, Serve};
 
 const TOKEN: &str = "s3cret-token";
 
+/// A ready `tenure serve`: its watcher has loaded the snapshot, so what the
+/// test does next is seen as it happens.
 async fn serve(etcd: &Etcd, dir: &tempfile::TempDir, args: &[&str]) -> Serve {
-    Serve::start(
+    let s = Serve::start(
         &[etcd.endpoint()],
         &dir.path().join("h.db"),
         args,
         &[("TENURE_TIMEOUT", "1")],
     )
-    .await
+    .await;
+    s.ready().await;
+    s
 }
 
 fn http() -> Http {

@@ -282,7 +282,7 @@ async fn list(State(s): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
                 let changes = reader
                     .terms(&e.election, &q)?
                     .iter()
-                    .filter(|t| t.started_at_ms >= hour_ago)
+                    .filter(|t| !t.from_snapshot && t.started_at_ms >= hour_ago)
                     .count();
                 Ok(json!({
                     "name": e.election,
@@ -317,7 +317,7 @@ async fn detail(
             limit: Some(history::MAX_LIMIT),
         };
         let terms = reader.terms(&n, &q)?;
-        let changes = terms.iter().filter(|t| t.started_at_ms >= hour_ago).count();
+        let changes = terms.iter().filter(|t| !t.from_snapshot && t.started_at_ms >= hour_ago).count();
         let summary = reader.elections()?.into_iter().find(|e| e.election == n);
         let known = summary.is_some();
         Ok((summary.and_then(|e| e.current), changes, known))

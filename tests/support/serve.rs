@@ -73,6 +73,21 @@ impl Serve {
         }
     }
 
+    /// Waits for /readyz: the watcher has loaded its snapshot, so what a
+    /// test does next is seen as it happens, not in a snapshot.
+    pub async fn ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = reqwest::get(self.url("/readyz")).await {
+                if r.status().is_success() {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "serve never became ready: {:?}", self.logs());
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }

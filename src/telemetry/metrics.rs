@@ -4,14 +4,28 @@
 //! so two instances (tests, two watchers) never collide. It is `Send + Sync`
 //! and every method takes `&self`.
 //!
+//! # Where the values live
+//!
+//! The process-wide families (`tenure_watch_*`, `tenure_etcd_up`,
+//! `tenure_history_gaps_total`, `tenure_build_info`) are ordinary metrics of
+//! the registry. The per-election families are plain numbers in one struct
+//! per election, kept under the same mutex as the rest of the election's
+//! state, and written out by [`Metrics::render`] in exactly the text the
+//! registry's encoder would produce (families by name, series by label
+//! values, `# HELP`/`# TYPE` headers, empty families left out). The
+//! `prometheus` crate keeps a full copy of a family's descriptor (name,
+//! help, label names) in every series and copies every series into a
+//! protobuf structure on each gather: with ~35 series per election that is
+//! ~12 KB per election at rest and ~9 KB more per election during a scrape,
+//! while a plain struct is a few hundred bytes and rendering it is a few
+//! writes per sample.
+//!
 //! # Cost per update
 //!
 //! `apply` is on the watcher's hot path. It takes one mutex, looks the
-//! election up in a map keyed by name (no allocation), and then touches
-//! metric handles cached per election (atomic operations, no label hashing).
-//! Label lookups happen only for `leader_info` (its holder label changes)
-//! and `lease_remaining_seconds` (its series comes and goes). Allocation
-//! happens only the first time an election is seen.
+//! election up in a map keyed by name (no allocation), and updates plain
+//! fields. Allocation happens only the first time an election is seen and
+//! when a holder label changes.
 //!
 //! # Cardinality
 //!
@@ -30,17 +44,17 @@
 //! char boundary (two holders sharing such a prefix share a label value).
 //! Election names are validated by the watcher; they are capped at
 //! [`MAX_ELECTION_LABEL_BYTES`] as well, which never changes a valid name.
-//! The text encoder escapes `\`, `"` and newlines; nothing here panics on
-//! any string.
+//! Label values are escaped as the text format requires (`\`, `"` and
+//! newlines); nothing here panics on any string.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use prometheus::core::Collector;
-use prometheus::{
-    Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
-    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
-};
+use prometheus::proto::MetricFamily;
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
 use crate::election::FenceReason;
 use crate::events::{EndCause, Event, EventKind, RestartReason, Update, WatchStatus};
@@ -61,6 +75,7 @@ pub const TERM_DURATION_BUCKETS: &[f64] = &[
     1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 10_800.0, 21_600.0, 43_200.0,
     86_400.0, 172_800.0, 604_800.0,
 ];
+const BUCKETS: usize = 15;
 
 /// Every metric family [`Metrics`] exposes, by name.
 pub const METRIC_NAMES: &[&str] = &[
@@ -122,19 +137,8 @@ pub fn cap_label(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// The families, registered once.
+/// The process-wide families, registered once.
 struct Families {
-    has_leader: IntGaugeVec,
-    leader_changes: IntCounterVec,
-    fencing_token: IntGaugeVec,
-    term_start: GaugeVec,
-    leaderless: CounterVec,
-    term_duration: HistogramVec,
-    term_ends: IntCounterVec,
-    leader_info: IntGaugeVec,
-    lease_remaining: IntGaugeVec,
-    refusals: IntCounterVec,
-    checks: IntCounterVec,
     events: IntCounter,
     restarts: IntCounterVec,
     revision: IntGauge,
@@ -145,18 +149,129 @@ struct Families {
     elections: IntGauge,
 }
 
-/// The series of one election, looked up once when it is first seen.
+/// A per-election family, written by [`Metrics::render_at`].
+#[derive(Clone, Copy)]
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: &'static str,
+}
+
+const FENCING_TOKEN: Family = Family {
+    name: "tenure_election_fencing_token",
+    help: "Fencing token (leader key CreateRevision) of the current term; \
+           while leaderless, of the last term.",
+    kind: "gauge",
+};
+const HAS_LEADER: Family = Family {
+    name: "tenure_election_has_leader",
+    help: "1 while the election has a leader, 0 while it has none.",
+    kind: "gauge",
+};
+const LEADER_CHANGES: Family = Family {
+    name: "tenure_election_leader_changes_total",
+    help: "Terms started, as seen by this process (a term already running \
+           when first seen counts once).",
+    kind: "counter",
+};
+const LEADER_INFO: Family = Family {
+    name: "tenure_election_leader_info",
+    help: "1 for the current leader's identity (holder, at most 128 bytes); \
+           no series while leaderless.",
+    kind: "gauge",
+};
+const LEADERLESS: Family = Family {
+    name: "tenure_election_leaderless_seconds_total",
+    help: "Seconds the election had no leader since a term end seen by this \
+           process; grows while it is leaderless.",
+    kind: "counter",
+};
+const LEASE_REMAINING: Family = Family {
+    name: "tenure_election_lease_remaining_seconds",
+    help: "Seconds left on the current leader's lease when last sampled; no \
+           series while leaderless or when etcd no longer knows the lease.",
+    kind: "gauge",
+};
+const TERM_DURATION: Family = Family {
+    name: "tenure_election_term_duration_seconds",
+    help: "Duration of ended terms whose start and end were both seen (terms \
+           first seen in a snapshot, or ended in compacted history, are not \
+           observed).",
+    kind: "histogram",
+};
+const TERM_ENDS: Family = Family {
+    name: "tenure_election_term_ends_total",
+    help: "Terms ended, by cause: resigned, expired, deleted, superseded, \
+           unknown (ended in compacted history).",
+    kind: "counter",
+};
+const TERM_START: Family = Family {
+    name: "tenure_election_term_start_timestamp_seconds",
+    help: "Unix time the current term (while leaderless: the last term) was \
+           seen to start; for a term first seen in a snapshot, when it was seen.",
+    kind: "gauge",
+};
+const CHECKS: Family = Family {
+    name: "tenure_fencing_checks_total",
+    help: "Shared fence checks recorded in etcd, by result: accepted, refused.",
+    kind: "counter",
+};
+const REFUSALS: Family = Family {
+    name: "tenure_fencing_refusals_total",
+    help: "Tokens refused by the shared fence, by reason: stale_token, \
+           term_ended, no_leader.",
+    kind: "counter",
+};
+
+/// Every per-election family, in any order (rendering sorts by name).
+const PER_ELECTION: [Family; 11] = [
+    FENCING_TOKEN,
+    HAS_LEADER,
+    LEADER_CHANGES,
+    LEADER_INFO,
+    LEADERLESS,
+    LEASE_REMAINING,
+    TERM_DURATION,
+    TERM_ENDS,
+    TERM_START,
+    CHECKS,
+    REFUSALS,
+];
+
+/// `tenure_election_term_duration_seconds` of one election.
+#[derive(Debug, Default, Clone)]
+struct Hist {
+    /// Observations per bucket (not cumulative); above the last bound:
+    /// only in `count`.
+    counts: [u64; BUCKETS],
+    sum: f64,
+    count: u64,
+}
+
+impl Hist {
+    fn observe(&mut self, v: f64) {
+        if let Some(i) = TERM_DURATION_BUCKETS.iter().position(|b| v <= *b) {
+            self.counts[i] += 1;
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+}
+
+/// The values of one election's series (all created, at zero, when the
+/// election is first seen).
+#[derive(Debug, Default, Clone)]
 struct Series {
-    has_leader: IntGauge,
-    leader_changes: IntCounter,
-    fencing_token: IntGauge,
-    term_start: Gauge,
-    leaderless: Counter,
-    term_duration: Histogram,
-    term_ends: [IntCounter; EndCause::ALL.len()],
-    refusals: [IntCounter; FENCE_REASONS.len()],
-    accepted: IntCounter,
-    refused: IntCounter,
+    has_leader: i64,
+    leader_changes: u64,
+    fencing_token: i64,
+    term_start: f64,
+    leaderless: f64,
+    term_duration: Hist,
+    term_ends: [u64; EndCause::ALL.len()],
+    refusals: [u64; FENCE_REASONS.len()],
+    accepted: u64,
+    refused: u64,
 }
 
 struct Term {
@@ -170,9 +285,10 @@ struct Term {
 
 struct Election {
     series: Series,
+    /// The current term; its holder is the one `leader_info` series.
     term: Option<Term>,
-    /// Whether a `lease_remaining_seconds` series exists.
-    lease_series: bool,
+    /// `lease_remaining_seconds`, while it has a series.
+    lease_remaining: Option<i64>,
     /// Start (unix ms) of leaderless time not yet added to
     /// `leaderless_seconds_total`; `None` while someone leads, or before the
     /// first term end this process saw.
@@ -185,6 +301,8 @@ pub struct Metrics {
     registry: Registry,
     f: Families,
     elections: Mutex<HashMap<String, Election>>,
+    /// Length of the last render, to size the next one's buffer.
+    last_len: AtomicUsize,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -202,129 +320,7 @@ impl Metrics {
     /// Creates the metrics in a new registry of their own.
     pub fn new() -> Result<Self, TelemetryError> {
         let r = Registry::new();
-        let el = &["election"];
         let f = Families {
-            has_leader: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "tenure_election_has_leader",
-                        "1 while the election has a leader, 0 while it has none.",
-                    ),
-                    el,
-                )?,
-            )?,
-            leader_changes: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "tenure_election_leader_changes_total",
-                        "Terms started, as seen by this process (a term already running \
-                         when first seen counts once).",
-                    ),
-                    el,
-                )?,
-            )?,
-            fencing_token: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "tenure_election_fencing_token",
-                        "Fencing token (leader key CreateRevision) of the current term; \
-                         while leaderless, of the last term.",
-                    ),
-                    el,
-                )?,
-            )?,
-            term_start: reg(
-                &r,
-                GaugeVec::new(
-                    Opts::new(
-                        "tenure_election_term_start_timestamp_seconds",
-                        "Unix time the current term (while leaderless: the last term) was \
-                         seen to start; for a term first seen in a snapshot, when it was seen.",
-                    ),
-                    el,
-                )?,
-            )?,
-            leaderless: reg(
-                &r,
-                CounterVec::new(
-                    Opts::new(
-                        "tenure_election_leaderless_seconds_total",
-                        "Seconds the election had no leader since a term end seen by this \
-                         process; grows while it is leaderless.",
-                    ),
-                    el,
-                )?,
-            )?,
-            term_duration: reg(
-                &r,
-                HistogramVec::new(
-                    HistogramOpts::new(
-                        "tenure_election_term_duration_seconds",
-                        "Duration of ended terms whose start and end were both seen (terms \
-                         first seen in a snapshot, or ended in compacted history, are not \
-                         observed).",
-                    )
-                    .buckets(TERM_DURATION_BUCKETS.to_vec()),
-                    el,
-                )?,
-            )?,
-            term_ends: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "tenure_election_term_ends_total",
-                        "Terms ended, by cause: resigned, expired, deleted, superseded, \
-                         unknown (ended in compacted history).",
-                    ),
-                    &["election", "cause"],
-                )?,
-            )?,
-            leader_info: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "tenure_election_leader_info",
-                        "1 for the current leader's identity (holder, at most 128 bytes); \
-                         no series while leaderless.",
-                    ),
-                    &["election", "holder"],
-                )?,
-            )?,
-            lease_remaining: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "tenure_election_lease_remaining_seconds",
-                        "Seconds left on the current leader's lease when last sampled; no \
-                         series while leaderless or when etcd no longer knows the lease.",
-                    ),
-                    el,
-                )?,
-            )?,
-            refusals: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "tenure_fencing_refusals_total",
-                        "Tokens refused by the shared fence, by reason: stale_token, \
-                         term_ended, no_leader.",
-                    ),
-                    &["election", "reason"],
-                )?,
-            )?,
-            checks: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "tenure_fencing_checks_total",
-                        "Shared fence checks recorded in etcd, by result: accepted, refused.",
-                    ),
-                    &["election", "result"],
-                )?,
-            )?,
             events: reg(
                 &r,
                 IntCounter::new(
@@ -408,11 +404,13 @@ impl Metrics {
             registry: r,
             f,
             elections: Mutex::new(HashMap::new()),
+            last_len: AtomicUsize::new(0),
         })
     }
 
-    /// The registry the metrics live in (to add collectors, or to gather
-    /// without the text encoder).
+    /// The registry of the process-wide families (to add collectors, or to
+    /// gather those without the text encoder). The per-election families
+    /// are not in it: [`Metrics::render`] writes them.
     pub fn registry(&self) -> &Registry {
         &self.registry
     }
@@ -446,23 +444,12 @@ impl Metrics {
                 if e.term.as_ref().map(|t| t.lease_id) != Some(*lease_id) {
                     return;
                 }
-                match remaining_seconds {
-                    Some(secs) => {
-                        if let Ok(g) = self.f.lease_remaining.get_metric_with_label_values(&[name])
-                        {
-                            g.set(*secs);
-                            e.lease_series = true;
-                        }
-                    }
-                    None => self.remove_lease_series(name, e),
-                }
+                e.lease_remaining = *remaining_seconds;
             }
             Update::Forgotten { election } => {
                 let name = cap_label(election, MAX_ELECTION_LABEL_BYTES);
                 let mut elections = self.lock();
-                if let Some(e) = elections.remove(name) {
-                    self.remove_series(name, &e);
-                }
+                elections.remove(name);
                 self.f.elections.set(elections.len() as i64);
             }
             Update::Watch(status) => match status {
@@ -493,16 +480,12 @@ impl Metrics {
         }
         let name = cap_label(&event.election, MAX_ELECTION_LABEL_BYTES);
         if !elections.contains_key(name) {
-            let Some(series) = self.series(name) else {
-                return;
-            };
-            series.has_leader.set(0);
             elections.insert(
                 name.to_owned(),
                 Election {
-                    series,
+                    series: Series::default(),
                     term: None,
-                    lease_series: false,
+                    lease_remaining: None,
                     leaderless_since_ms: None,
                 },
             );
@@ -523,32 +506,23 @@ impl Metrics {
                     if old.token == *token {
                         // The same term again (a resync): nothing started,
                         // but a proclaim may have been missed.
-                        self.set_holder(name, &mut old, holder);
+                        set_holder(&mut old, holder);
                         e.term = Some(old);
                         return;
                     }
-                    self.remove_leader_info(name, &old.holder_label);
-                    self.remove_lease_series(name, e);
+                    e.lease_remaining = None;
                 }
                 Self::accrue_leaderless(e, event.at_ms);
                 e.leaderless_since_ms = None;
-                let holder_label = cap_label(holder, MAX_HOLDER_LABEL_BYTES);
-                if let Ok(g) = self
-                    .f
-                    .leader_info
-                    .get_metric_with_label_values(&[name, holder_label])
-                {
-                    g.set(1);
-                }
-                let s = &e.series;
-                s.has_leader.set(1);
-                s.leader_changes.inc();
-                s.fencing_token.set(*token);
-                s.term_start.set(event.at_ms as f64 / 1000.0);
+                let s = &mut e.series;
+                s.has_leader = 1;
+                s.leader_changes += 1;
+                s.fencing_token = *token;
+                s.term_start = event.at_ms as f64 / 1000.0;
                 e.term = Some(Term {
                     token: *token,
                     lease_id: *lease_id,
-                    holder_label: holder_label.to_owned(),
+                    holder_label: cap_label(holder, MAX_HOLDER_LABEL_BYTES).to_owned(),
                     from_snapshot: *from_snapshot,
                 });
             }
@@ -558,7 +532,7 @@ impl Metrics {
                 started_at_ms,
                 ..
             } => {
-                e.series.term_ends[cause_index(*cause)].inc();
+                e.series.term_ends[cause_index(*cause)] += 1;
                 match e.term.take() {
                     Some(t) if t.token != *token => {
                         // The end of an older term, after a newer one began.
@@ -566,14 +540,13 @@ impl Metrics {
                     }
                     ended => {
                         if let Some(t) = &ended {
-                            self.remove_leader_info(name, &t.holder_label);
                             if !t.from_snapshot && *cause != EndCause::Unknown {
                                 let ms = event.at_ms.saturating_sub(*started_at_ms).max(0);
                                 e.series.term_duration.observe(ms as f64 / 1000.0);
                             }
                         }
-                        self.remove_lease_series(name, e);
-                        e.series.has_leader.set(0);
+                        e.lease_remaining = None;
+                        e.series.has_leader = 0;
                         if e.leaderless_since_ms.is_none() {
                             e.leaderless_since_ms = Some(event.at_ms);
                         }
@@ -582,103 +555,15 @@ impl Metrics {
             }
             EventKind::LeaderValueChanged { token, holder, .. } => {
                 if let Some(t) = e.term.as_mut().filter(|t| t.token == *token) {
-                    self.set_holder(name, t, holder);
+                    set_holder(t, holder);
                 }
             }
-            EventKind::FenceAccepted { .. } => e.series.accepted.inc(),
+            EventKind::FenceAccepted { .. } => e.series.accepted += 1,
             EventKind::FenceRefused { reason, .. } => {
-                e.series.refused.inc();
-                e.series.refusals[fence_reason_index(*reason)].inc();
+                e.series.refused += 1;
+                e.series.refusals[fence_reason_index(*reason)] += 1;
             }
             EventKind::Gap { .. } => {}
-        }
-    }
-
-    /// Creates (at their zero values) and caches the series of a new election.
-    fn series(&self, name: &str) -> Option<Series> {
-        let f = &self.f;
-        let one = [name];
-        let causes = EndCause::ALL.map(|c| {
-            f.term_ends
-                .get_metric_with_label_values(&[name, c.as_str()])
-        });
-        let reasons =
-            FENCE_REASONS.map(|r| f.refusals.get_metric_with_label_values(&[name, r.as_str()]));
-        let [c0, c1, c2, c3, c4] = causes;
-        let [r0, r1, r2] = reasons;
-        Some(Series {
-            has_leader: f.has_leader.get_metric_with_label_values(&one).ok()?,
-            leader_changes: f.leader_changes.get_metric_with_label_values(&one).ok()?,
-            fencing_token: f.fencing_token.get_metric_with_label_values(&one).ok()?,
-            term_start: f.term_start.get_metric_with_label_values(&one).ok()?,
-            leaderless: f.leaderless.get_metric_with_label_values(&one).ok()?,
-            term_duration: f.term_duration.get_metric_with_label_values(&one).ok()?,
-            term_ends: [c0.ok()?, c1.ok()?, c2.ok()?, c3.ok()?, c4.ok()?],
-            refusals: [r0.ok()?, r1.ok()?, r2.ok()?],
-            accepted: f
-                .checks
-                .get_metric_with_label_values(&[name, "accepted"])
-                .ok()?,
-            refused: f
-                .checks
-                .get_metric_with_label_values(&[name, "refused"])
-                .ok()?,
-        })
-    }
-
-    /// Moves the term's `leader_info` series to `holder` (capped).
-    fn set_holder(&self, name: &str, t: &mut Term, holder: &str) {
-        let label = cap_label(holder, MAX_HOLDER_LABEL_BYTES);
-        if label == t.holder_label {
-            return;
-        }
-        self.remove_leader_info(name, &t.holder_label);
-        if let Ok(g) = self
-            .f
-            .leader_info
-            .get_metric_with_label_values(&[name, label])
-        {
-            g.set(1);
-        }
-        t.holder_label.clear();
-        t.holder_label.push_str(label);
-    }
-
-    fn remove_leader_info(&self, name: &str, holder_label: &str) {
-        let _ = self
-            .f
-            .leader_info
-            .remove_label_values(&[name, holder_label]);
-    }
-
-    fn remove_lease_series(&self, name: &str, e: &mut Election) {
-        if e.lease_series {
-            let _ = self.f.lease_remaining.remove_label_values(&[name]);
-            e.lease_series = false;
-        }
-    }
-
-    fn remove_series(&self, name: &str, e: &Election) {
-        let f = &self.f;
-        let one = [name];
-        let _ = f.has_leader.remove_label_values(&one);
-        let _ = f.leader_changes.remove_label_values(&one);
-        let _ = f.fencing_token.remove_label_values(&one);
-        let _ = f.term_start.remove_label_values(&one);
-        let _ = f.leaderless.remove_label_values(&one);
-        let _ = f.term_duration.remove_label_values(&one);
-        let _ = f.lease_remaining.remove_label_values(&one);
-        for c in EndCause::ALL {
-            let _ = f.term_ends.remove_label_values(&[name, c.as_str()]);
-        }
-        for r in FENCE_REASONS {
-            let _ = f.refusals.remove_label_values(&[name, r.as_str()]);
-        }
-        for result in ["accepted", "refused"] {
-            let _ = f.checks.remove_label_values(&[name, result]);
-        }
-        if let Some(t) = &e.term {
-            self.remove_leader_info(name, &t.holder_label);
         }
     }
 
@@ -687,7 +572,7 @@ impl Metrics {
         if let Some(since) = e.leaderless_since_ms {
             if until_ms > since {
                 let ms = until_ms.saturating_sub(since);
-                e.series.leaderless.inc_by(ms as f64 / 1000.0);
+                e.series.leaderless += ms as f64 / 1000.0;
                 e.leaderless_since_ms = Some(until_ms);
             }
         }
@@ -705,17 +590,223 @@ impl Metrics {
     /// milliseconds). A `now_ms` earlier than a previous one adds nothing:
     /// the counter never goes down.
     pub fn render_at(&self, now_ms: i64) -> String {
+        enum Part<'a> {
+            Registry(&'a MetricFamily),
+            Election(Family),
+        }
         let mut elections = self.lock();
         for e in elections.values_mut() {
             Self::accrue_leaderless(e, now_ms);
         }
-        // Gather while holding the lock, so the output is one consistent state.
-        let families = self.registry.gather();
+        // Render while holding the lock, so the output is one consistent state.
+        let global = self.registry.gather();
+        let mut parts: Vec<(&str, Part)> = global
+            .iter()
+            .map(|mf| (mf.name(), Part::Registry(mf)))
+            .collect();
+        parts.extend(PER_ELECTION.iter().map(|f| (f.name, Part::Election(*f))));
+        parts.sort_by(|a, b| a.0.cmp(b.0));
+        let mut sorted: Vec<(&str, &Election)> =
+            elections.iter().map(|(n, e)| (n.as_str(), e)).collect();
+        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut out = String::with_capacity(self.last_len.load(Ordering::Relaxed) + 8 * 1024);
+        for (_, part) in parts {
+            match part {
+                // Encoding fails only for an empty family, which gather() prunes.
+                Part::Registry(mf) => {
+                    let _ = TextEncoder::new().encode_utf8(std::slice::from_ref(mf), &mut out);
+                }
+                Part::Election(f) => write_family(&mut out, f, &sorted),
+            }
+        }
         drop(elections);
-        let mut out = String::with_capacity(8 * 1024);
-        // Encoding fails only for an empty family, which gather() prunes.
-        let _ = TextEncoder::new().encode_utf8(&families, &mut out);
+        self.last_len.store(out.len(), Ordering::Relaxed);
         out
+    }
+}
+
+/// Moves the term's `leader_info` series to `holder` (capped).
+fn set_holder(t: &mut Term, holder: &str) {
+    let label = cap_label(holder, MAX_HOLDER_LABEL_BYTES);
+    if label != t.holder_label {
+        t.holder_label.clear();
+        t.holder_label.push_str(label);
+    }
+}
+
+/// The text format's escaping: `\` → `\\`, newline → `\n`, and in label
+/// values `"` → `\"`.
+fn push_escaped(out: &mut String, v: &str, quotes: bool) {
+    let needs = v
+        .bytes()
+        .any(|b| b == b'\\' || b == b'\n' || (quotes && b == b'"'));
+    if !needs {
+        out.push_str(v);
+        return;
+    }
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '"' if quotes => out.push_str("\\\""),
+            c => out.push(c),
+        }
+    }
+}
+
+/// One sample line: `name{l1="v1",...} value`.
+fn sample(out: &mut String, name: &str, suffix: &str, labels: &[(&str, &str)], value: f64) {
+    out.push_str(name);
+    out.push_str(suffix);
+    let mut sep = '{';
+    for (k, v) in labels {
+        out.push(sep);
+        out.push_str(k);
+        out.push_str("=\"");
+        push_escaped(out, v, true);
+        out.push('"');
+        sep = ',';
+    }
+    if !labels.is_empty() {
+        out.push('}');
+    }
+    let _ = writeln!(out, " {value}");
+}
+
+/// Writes one per-election family: its headers and its series sorted as
+/// the registry sorts them (by label values, labels in name order), or
+/// nothing when it has no series.
+fn write_family(out: &mut String, f: Family, elections: &[(&str, &Election)]) {
+    let has_series = match f.name {
+        n if n == LEADER_INFO.name => elections.iter().any(|(_, e)| e.term.is_some()),
+        n if n == LEASE_REMAINING.name => {
+            elections.iter().any(|(_, e)| e.lease_remaining.is_some())
+        }
+        _ => !elections.is_empty(),
+    };
+    if !has_series {
+        return;
+    }
+    out.push_str("# HELP ");
+    out.push_str(f.name);
+    out.push(' ');
+    push_escaped(out, f.help, false);
+    out.push('\n');
+    out.push_str("# TYPE ");
+    out.push_str(f.name);
+    out.push(' ');
+    out.push_str(f.kind);
+    out.push('\n');
+    let name = f.name;
+    match name {
+        n if n == TERM_ENDS.name => {
+            // Labels `cause`, `election`: by cause, then election.
+            let mut causes = EndCause::ALL;
+            causes.sort_by_key(|c| c.as_str());
+            for c in causes {
+                for (el, e) in elections {
+                    let v = e.series.term_ends[cause_index(c)] as f64;
+                    sample(out, name, "", &[("cause", c.as_str()), ("election", el)], v);
+                }
+            }
+        }
+        n if n == REFUSALS.name => {
+            let mut reasons = FENCE_REASONS;
+            reasons.sort_by_key(|r| r.as_str());
+            for (el, e) in elections {
+                for r in reasons {
+                    let v = e.series.refusals[fence_reason_index(r)] as f64;
+                    sample(
+                        out,
+                        name,
+                        "",
+                        &[("election", el), ("reason", r.as_str())],
+                        v,
+                    );
+                }
+            }
+        }
+        n if n == CHECKS.name => {
+            for (el, e) in elections {
+                let s = &e.series;
+                sample(
+                    out,
+                    name,
+                    "",
+                    &[("election", el), ("result", "accepted")],
+                    s.accepted as f64,
+                );
+                sample(
+                    out,
+                    name,
+                    "",
+                    &[("election", el), ("result", "refused")],
+                    s.refused as f64,
+                );
+            }
+        }
+        n if n == LEADER_INFO.name => {
+            for (el, e) in elections {
+                if let Some(t) = &e.term {
+                    sample(
+                        out,
+                        name,
+                        "",
+                        &[("election", el), ("holder", &t.holder_label)],
+                        1.0,
+                    );
+                }
+            }
+        }
+        n if n == LEASE_REMAINING.name => {
+            for (el, e) in elections {
+                if let Some(secs) = e.lease_remaining {
+                    sample(out, name, "", &[("election", el)], secs as f64);
+                }
+            }
+        }
+        n if n == TERM_DURATION.name => {
+            let mut le = String::new();
+            for (el, e) in elections {
+                let h = &e.series.term_duration;
+                let mut cumulative = 0;
+                for (bound, count) in TERM_DURATION_BUCKETS.iter().zip(h.counts) {
+                    cumulative += count;
+                    le.clear();
+                    let _ = write!(le, "{bound}");
+                    sample(
+                        out,
+                        name,
+                        "_bucket",
+                        &[("election", el), ("le", &le)],
+                        cumulative as f64,
+                    );
+                }
+                sample(
+                    out,
+                    name,
+                    "_bucket",
+                    &[("election", el), ("le", "+Inf")],
+                    h.count as f64,
+                );
+                sample(out, name, "_sum", &[("election", el)], h.sum);
+                sample(out, name, "_count", &[("election", el)], h.count as f64);
+            }
+        }
+        _ => {
+            for (el, e) in elections {
+                let s = &e.series;
+                let v = match name {
+                    n if n == FENCING_TOKEN.name => s.fencing_token as f64,
+                    n if n == HAS_LEADER.name => s.has_leader as f64,
+                    n if n == LEADER_CHANGES.name => s.leader_changes as f64,
+                    n if n == LEADERLESS.name => s.leaderless,
+                    n if n == TERM_START.name => s.term_start,
+                    _ => continue,
+                };
+                sample(out, name, "", &[("election", el)], v);
+            }
+        }
     }
 }
 

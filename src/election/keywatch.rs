@@ -90,6 +90,13 @@ impl RangeWatch {
         self.next_rev
     }
 
+    /// Reopen on another connection (the stream is reopened from the next
+    /// revision on the next call).
+    pub fn set_client(&mut self, client: &EtcdClient) {
+        self.client = client.clone();
+        self.stream = None;
+    }
+
     /// Continue after `revision` (a snapshot read at that revision).
     pub fn resume_after(&mut self, revision: i64) {
         self.next_rev = revision + 1;

@@ -92,6 +92,18 @@ pub struct Client {
     etcd: std::sync::Arc<EtcdClient>,
     keys: Keys,
     op_timeout: Duration,
+    /// What [`Client::connect`] was given, for [`Client::reconnect`].
+    endpoints: std::sync::Arc<[String]>,
+}
+
+fn connect_options() -> ConnectOptions {
+    ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(3))
+        .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+        .with_keep_alive_while_idle(true)
+        // A member cut off from the cluster fails requests and watches
+        // instead of serving stale answers or hanging.
+        .with_require_leader(true)
 }
 
 impl Client {
@@ -101,15 +113,24 @@ impl Client {
         if endpoints.is_empty() {
             return Err(Error::NoEndpoints);
         }
-        let options = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(3))
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-            .with_keep_alive_while_idle(true)
-            // A member cut off from the cluster fails requests and watches
-            // instead of serving stale answers or hanging.
-            .with_require_leader(true);
-        let etcd = EtcdClient::connect(endpoints, Some(options)).await?;
-        Ok(Self::new(etcd, prefix))
+        let etcd = EtcdClient::connect(endpoints, Some(connect_options())).await?;
+        let mut client = Self::new(etcd, prefix);
+        client.endpoints = endpoints.into();
+        Ok(client)
+    }
+
+    /// A new connection to the same endpoints, sharing nothing with this
+    /// one: for a watch whose connection went silent (half-open), where
+    /// reopening the stream on the old connection would hang again until
+    /// the HTTP/2 keepalive gives up on it. `None` for a client built with
+    /// [`Client::new`] or when connecting fails.
+    pub async fn reconnect(&self) -> Option<EtcdClient> {
+        if self.endpoints.is_empty() {
+            return None;
+        }
+        EtcdClient::connect(&*self.endpoints, Some(connect_options()))
+            .await
+            .ok()
     }
 
     pub fn new(etcd: EtcdClient, prefix: &str) -> Self {
@@ -117,6 +138,7 @@ impl Client {
             etcd: std::sync::Arc::new(etcd),
             keys: Keys::new(prefix),
             op_timeout: DEFAULT_OP_TIMEOUT,
+            endpoints: std::sync::Arc::from(Vec::new()),
         }
     }
 

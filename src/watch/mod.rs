@@ -242,6 +242,14 @@ impl Watcher {
                         next = watch.next_revision(),
                         "watch stream lost; reopening"
                     );
+                    if why == Reopened::Stalled {
+                        // Not even a progress request was answered: the
+                        // connection may be half-open, and a stream reopened
+                        // on it would hang again. Use a new one.
+                        if let Some(fresh) = self.client.reconnect().await {
+                            watch.set_client(&fresh);
+                        }
+                    }
                     send(tx, Update::Watch(WatchStatus::Restarted(reason))).await?;
                 }
                 WatchItem::Unavailable(why) => {

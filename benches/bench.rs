@@ -1,2 +1,331 @@
-//! Benchmarks against baselines in the same run (being written).
-fn main() {}
+//! tenure against baselines measured in the same run (issue 6).
+//!
+//! ```text
+//! cargo bench --bench bench                      # full run (release)
+//! cargo bench --bench bench -- --smoke           # every measurement, tiny
+//! cargo test  --bench bench -- --smoke           # the same in the debug build (CI)
+//! cargo bench --bench bench -- --only takeover,fence --runs 9 --json out.json
+//! ```
+//!
+//! Every figure is a ratio against a baseline measured in the same process
+//! run, on the same etcd, under the same load, with medians and tails over
+//! repeated runs: the machine is shared and timings are noisy, ratios less
+//! so. Each measurement starts its own etcd (loopback, data on /dev/shm)
+//! and, where it needs one, its own `tenure serve` child; every process is
+//! SIGKILLed when its measurement ends (and on the bench's death, through
+//! PR_SET_PDEATHSIG). Results: a Markdown table on stdout, and JSON with
+//! `--json FILE`. See BENCHMARKS.md.
+//!
+//! Run by `cargo test` (no `--bench` argument) without `--smoke`, it only
+//! says how to run it, so `cargo test --all-targets` stays fast.
+
+mod common;
+mod detect;
+mod fence;
+mod harness;
+mod ingest;
+mod load;
+mod pipeline;
+mod render;
+mod scale;
+mod stats;
+mod takeover;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use clap::Parser;
+use serde::Serialize;
+
+use crate::stats::Row;
+
+const ALL: [&str; 6] = ["takeover", "fence", "detect", "ingest", "render", "scale"];
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bench",
+    about = "tenure against baselines measured in the same run"
+)]
+struct Args {
+    /// Every measurement, tiny and fast (CI): checks the harness works; the
+    /// figures mean little.
+    #[arg(long)]
+    smoke: bool,
+    /// Repeated runs per measurement (default: 7 full, 1 smoke).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Only these measurements (comma-separated): takeover, fence, detect,
+    /// ingest, render, scale.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Also write the results (and the machine) as JSON here.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+    /// Exit 1 when a target is missed (off by default: the figures are
+    /// noisy on shared machines; the table says which were met).
+    #[arg(long)]
+    strict: bool,
+    /// Passed by `cargo bench`.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// Sizes and repetitions of every measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Config {
+    pub smoke: bool,
+    pub runs: usize,
+    pub ingest_elections: usize,
+    pub ingest_cycles: usize,
+    pub live_cycles: usize,
+    pub takeover_trials: usize,
+    pub poll_trials: usize,
+    pub detect_samples: usize,
+    pub fence_callers: Vec<usize>,
+    #[serde(serialize_with = "secs")]
+    pub fence_time: Duration,
+    pub render_reps: usize,
+    pub timeline_terms: usize,
+    pub scale_elections: usize,
+    pub scale_runs: usize,
+    pub scrapes: usize,
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+impl Config {
+    fn full(runs: usize) -> Config {
+        Config {
+            smoke: false,
+            runs,
+            ingest_elections: 200,
+            ingest_cycles: 50,
+            live_cycles: 10,
+            takeover_trials: 40,
+            poll_trials: 10,
+            detect_samples: 300,
+            fence_callers: vec![8, 1, 32],
+            fence_time: Duration::from_secs(3),
+            render_reps: 21,
+            timeline_terms: 10_000,
+            scale_elections: 10_000,
+            scale_runs: 3,
+            scrapes: 20,
+        }
+    }
+
+    fn smoke(runs: usize) -> Config {
+        Config {
+            smoke: true,
+            runs,
+            ingest_elections: 20,
+            ingest_cycles: 10,
+            live_cycles: 5,
+            takeover_trials: 4,
+            poll_trials: 1,
+            detect_samples: 20,
+            fence_callers: vec![8],
+            fence_time: Duration::from_millis(300),
+            render_reps: 3,
+            timeline_terms: 1_000,
+            scale_elections: 1_000,
+            scale_runs: 1,
+            scrapes: 4,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Machine {
+    nproc: usize,
+    memory_mb: u64,
+    cpu_model: String,
+    kernel: String,
+    etcd: String,
+    profile: &'static str,
+    loadavg_before: String,
+    loadavg_after: String,
+    /// Share of all CPUs busy during the run, and how much of it was this
+    /// bench process (the rest: etcd and serve children, and everyone else).
+    machine_busy_percent: f64,
+    bench_process_cpu_seconds: f64,
+    wall_seconds: f64,
+}
+
+fn machine() -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu_model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|r| r.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_else(|| "unknown".into());
+    let memory_mb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        / 1024;
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    Machine {
+        nproc: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        memory_mb,
+        cpu_model,
+        kernel,
+        etcd: harness::etcd_version(),
+        profile: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        loadavg_before: common::loadavg(),
+        loadavg_after: String::new(),
+        machine_busy_percent: f64::NAN,
+        bench_process_cpu_seconds: f64::NAN,
+        wall_seconds: f64::NAN,
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    if !args.bench && !args.smoke {
+        eprintln!(
+            "bench: run by `cargo test` without --smoke: nothing to do.\n\
+             Full run: cargo bench --bench bench\n\
+             Smoke:    cargo bench --bench bench -- --smoke  (or cargo test --bench bench -- --smoke)"
+        );
+        return;
+    }
+    let code = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(run(args)),
+        Err(e) => {
+            eprintln!("bench: tokio runtime: {e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+async fn run(args: Args) -> i32 {
+    match run_all(&args).await {
+        Ok(missed) if missed > 0 && args.strict => 1,
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            1
+        }
+    }
+}
+
+async fn run_all(args: &Args) -> Result<usize> {
+    let cfg = if args.smoke {
+        Config::smoke(args.runs.unwrap_or(1))
+    } else {
+        Config::full(args.runs.unwrap_or(7))
+    };
+    if cfg.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    let only: Vec<&str> = if args.only.is_empty() {
+        ALL.to_vec()
+    } else {
+        for o in &args.only {
+            if !ALL.contains(&o.as_str()) {
+                bail!("unknown measurement {o:?}; one of {}", ALL.join(", "));
+            }
+        }
+        ALL.iter()
+            .copied()
+            .filter(|a| args.only.iter().any(|o| o == a))
+            .collect()
+    };
+    let mut m = machine();
+    eprintln!(
+        "bench: {} mode, {} runs, {} build; {} × {}, {} MB, kernel {}, {}; load {}",
+        if cfg.smoke { "smoke" } else { "full" },
+        cfg.runs,
+        m.profile,
+        m.nproc,
+        m.cpu_model,
+        m.memory_mb,
+        m.kernel,
+        m.etcd,
+        m.loadavg_before
+    );
+    let started = Instant::now();
+    let cpu0 = common::self_cpu_seconds();
+    let (busy0, total0) = common::machine_jiffies();
+    let mut rows: Vec<Row> = Vec::new();
+    let mut timings = Vec::new();
+    for what in &only {
+        eprintln!("bench: {what} (load {})", common::loadavg());
+        let t = Instant::now();
+        let r = match *what {
+            "takeover" => takeover::run(&cfg).await,
+            "fence" => fence::run(&cfg).await,
+            "detect" => detect::run(&cfg).await,
+            "ingest" => ingest::run(&cfg).await,
+            "render" => render::run(&cfg).await,
+            "scale" => scale::run(&cfg).await,
+            _ => unreachable!(),
+        };
+        let r = r.map_err(|e| e.context(format!("measurement {what}")))?;
+        eprintln!("bench: {what} took {:.1} s", t.elapsed().as_secs_f64());
+        timings.push((what.to_string(), t.elapsed().as_secs_f64()));
+        rows.extend(r);
+    }
+    let (busy1, total1) = common::machine_jiffies();
+    m.loadavg_after = common::loadavg();
+    m.machine_busy_percent = if total1 > total0 {
+        100.0 * (busy1 - busy0) as f64 / (total1 - total0) as f64
+    } else {
+        f64::NAN
+    };
+    m.bench_process_cpu_seconds = common::self_cpu_seconds() - cpu0;
+    m.wall_seconds = started.elapsed().as_secs_f64();
+    rows.sort_by(|a, b| a.id.cmp(&b.id));
+    println!("{}", stats::table(&rows));
+    for r in &rows {
+        if !r.note.is_empty() {
+            println!("- {}: {}", r.id, r.note);
+        }
+    }
+    println!(
+        "\n{} mode, {} runs, {} build, {:.1} s wall; machine busy {:.0}% of {} CPUs during the run \
+         (bench process {:.1} CPU-s); load {} → {}",
+        if cfg.smoke { "smoke" } else { "full" },
+        cfg.runs,
+        m.profile,
+        m.wall_seconds,
+        m.machine_busy_percent,
+        m.nproc,
+        m.bench_process_cpu_seconds,
+        m.loadavg_before,
+        m.loadavg_after
+    );
+    let missed = rows.iter().filter(|r| r.met == Some(false)).count();
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "machine": m,
+            "config": cfg,
+            "seconds_per_measurement": timings,
+            "rows": rows,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
+        eprintln!("bench: wrote {}", path.display());
+    }
+    Ok(missed)
+}

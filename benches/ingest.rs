@@ -1,0 +1,298 @@
+//! Measurement 1 — Watcher ingestion: etcd events per second processed end to end by
+//! tenure (watcher + state machine + metrics + history, flushed) ÷ events
+//! per second drained by a bare etcd-client watch loop, under the same load.
+//!
+//! - replay: the load is written first; then, run after run (alternating
+//!   which goes first), each consumer reads the same revision range from the
+//!   same start revision, alone on the machine's client side. Both clocks
+//!   start once connected (tenure: history file open too) and stop when the
+//!   last revision is processed (tenure: and its history committed). The CPU time
+//!   the bench process spent per 1000 events is reported too: etcd paces
+//!   catching-up watchers (at most 1000 revisions per 100 ms sync in 3.4), so
+//!   wall-clock rates can hit etcd's pace while CPU per event still differs.
+//! - live: both consumers watch while the load is written, side by side;
+//!   each rate is events ÷ (time it had processed the last revision − time
+//!   the load started). tenure's history is then flushed (reported apart).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use etcd_client::Client as Etcd;
+use tenure::events::Update;
+
+use crate::common::{connect, ms, self_cpu_seconds};
+use crate::harness::Etcd as EtcdProcess;
+use crate::load::Fleet;
+use crate::pipeline::{bare_watch, Pipeline};
+use crate::stats::{Row, Target};
+use crate::Config;
+
+struct Consumed {
+    events: usize,
+    elapsed: Duration,
+    cpu: f64,
+}
+
+async fn bare_replay(endpoint: &str, after: i64, until: i64) -> Result<Consumed> {
+    let mut etcd = connect(endpoint).await?;
+    let cpu0 = self_cpu_seconds();
+    let t = Instant::now();
+    let mut stream = bare_watch(&mut etcd, after + 1).await?;
+    let mut events = 0;
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(30), stream.message()).await;
+        let Ok(Ok(Some(resp))) = msg else {
+            bail!("bare watch: stream ended or stalled before revision {until}");
+        };
+        events += resp.events().len();
+        let last = resp
+            .events()
+            .last()
+            .and_then(|e| e.kv())
+            .map(|kv| kv.mod_revision())
+            .unwrap_or(0);
+        if last >= until {
+            break;
+        }
+    }
+    Ok(Consumed {
+        events,
+        elapsed: t.elapsed(),
+        cpu: self_cpu_seconds() - cpu0,
+    })
+}
+
+/// Returns the etcd events (of the bare count) and tenure's transitions.
+async fn tenure_replay(endpoint: &str, after: i64, until: i64) -> Result<(Consumed, usize)> {
+    let dir = tempfile::tempdir()?;
+    let prepared = Pipeline::prepare(endpoint, &dir.path().join("history.db")).await?;
+    let cpu0 = self_cpu_seconds();
+    let t = Instant::now();
+    let mut p = prepared.start(after);
+    let mut transitions = 0;
+    loop {
+        if let Update::Batch(b) = p.next(Duration::from_secs(30)).await? {
+            transitions += b.events.len();
+            if b.revision >= until {
+                break;
+            }
+        }
+    }
+    let committed = p.flush().await?;
+    let elapsed = t.elapsed();
+    let cpu = self_cpu_seconds() - cpu0;
+    if committed < until {
+        bail!("history committed up to {committed}, not {until}");
+    }
+    p.stop().await;
+    Ok((
+        Consumed {
+            events: 0,
+            elapsed,
+            cpu,
+        },
+        transitions,
+    ))
+}
+
+pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
+    let etcd = EtcdProcess::start().await?;
+    let endpoint = etcd.endpoint();
+    let mut rows = Vec::new();
+
+    // ---- replay ----
+    let fleet = Fleet::new(&endpoint, "ingest", cfg.ingest_elections).await?;
+    let written = fleet.churn(cfg.ingest_cycles).await?;
+    eprintln!(
+        "  replay load: {} elections × {} terms = {} revisions ({} etcd events) written in {:.2} s ({:.0} revisions/s)",
+        cfg.ingest_elections,
+        cfg.ingest_cycles,
+        written.revisions(),
+        written.etcd_events(),
+        written.elapsed.as_secs_f64(),
+        written.revisions() as f64 / written.elapsed.as_secs_f64()
+    );
+    let (mut t_rate, mut b_rate, mut t_cpu, mut b_cpu) = (vec![], vec![], vec![], vec![]);
+    let mut transitions = 0;
+    for run in 0..cfg.runs {
+        let one = |first_tenure: bool| {
+            let endpoint = endpoint.clone();
+            async move {
+                if first_tenure {
+                    let t = tenure_replay(&endpoint, written.before, written.last).await?;
+                    let b = bare_replay(&endpoint, written.before, written.last).await?;
+                    Ok::<_, anyhow::Error>((t, b))
+                } else {
+                    let b = bare_replay(&endpoint, written.before, written.last).await?;
+                    let t = tenure_replay(&endpoint, written.before, written.last).await?;
+                    Ok((t, b))
+                }
+            }
+        };
+        let ((t, tr), b) = one(run % 2 == 1).await?;
+        transitions = tr;
+        let events = b.events as f64;
+        t_rate.push(events / t.elapsed.as_secs_f64());
+        b_rate.push(events / b.elapsed.as_secs_f64());
+        t_cpu.push(t.cpu * 1000.0 / events * 1000.0);
+        b_cpu.push(b.cpu * 1000.0 / events * 1000.0);
+        eprintln!(
+            "  replay run {}: {} events; tenure {:.0} ms ({:.0} ev/s, cpu {:.0} ms), bare {:.0} ms ({:.0} ev/s, cpu {:.0} ms)",
+            run + 1,
+            b.events,
+            ms(t.elapsed),
+            t_rate.last().unwrap(),
+            t.cpu * 1000.0,
+            ms(b.elapsed),
+            b_rate.last().unwrap(),
+            b.cpu * 1000.0
+        );
+    }
+    rows.push(
+        Row::rate("1a", "ingestion, replay (wall clock)", "etcd events/s", &t_rate)
+            .baseline_samples("bare etcd-client watch", &b_rate)
+            .paired_ratio(&t_rate, &b_rate)
+            .target(Target::RatioAtLeast(0.9))
+            .note(format!(
+                "{} elections × {} terms: {} revisions, {} etcd events, {} tenure transitions; history flushed before the clock stops",
+                cfg.ingest_elections,
+                cfg.ingest_cycles,
+                written.revisions(),
+                written.etcd_events(),
+                transitions
+            )),
+    );
+    rows.push(
+        Row::time("1b", "ingestion, replay: CPU per 1000 events", "ms", &t_cpu)
+            .baseline_samples("bare etcd-client watch", &b_cpu)
+            .paired_ratio(&t_cpu, &b_cpu)
+            .note("bench process CPU (user+sys, all threads incl. the history writer), 10 ms tick resolution"),
+    );
+
+    // ---- live ----
+    let (mut t_rate, mut b_rate, mut flush_ms, mut w_rate) = (vec![], vec![], vec![], vec![]);
+    for run in 0..cfg.runs {
+        let r = live_run(&endpoint, &fleet, cfg.live_cycles).await?;
+        eprintln!(
+            "  live run {}: {} events written in {:.0} ms; tenure done at {:.0} ms (+{:.1} ms flush), bare at {:.0} ms",
+            run + 1,
+            r.events,
+            ms(r.write),
+            ms(r.tenure),
+            r.flush_ms,
+            ms(r.bare)
+        );
+        t_rate.push(r.events as f64 / r.tenure.as_secs_f64());
+        b_rate.push(r.events as f64 / r.bare.as_secs_f64());
+        w_rate.push(r.events as f64 / r.write.as_secs_f64());
+        flush_ms.push(r.flush_ms);
+    }
+    rows.push(
+        Row::rate("1c", "ingestion, live while writing", "etcd events/s", &t_rate)
+            .baseline_samples("bare etcd-client watch", &b_rate)
+            .paired_ratio(&t_rate, &b_rate)
+            .target(Target::RatioAtLeast(0.9))
+            .note(format!(
+                "{} elections × {} terms per run written at {:.0} etcd events/s (median); both consumers run side by side; \
+                 tenure's history flush after the last revision: median {:.1} ms",
+                cfg.ingest_elections,
+                cfg.live_cycles,
+                crate::stats::Summary::of(&w_rate).median,
+                crate::stats::Summary::of(&flush_ms).median
+            )),
+    );
+    fleet.release().await;
+    drop(etcd);
+    Ok(rows)
+}
+
+struct Live {
+    events: usize,
+    write: Duration,
+    tenure: Duration,
+    flush_ms: f64,
+    bare: Duration,
+}
+
+/// Latest revision a consumer has processed, and when.
+type Progress = Arc<Mutex<(i64, Option<Instant>)>>;
+
+async fn live_run(endpoint: &str, fleet: &Fleet, cycles: usize) -> Result<Live> {
+    let before = fleet.revision().await?;
+    // Bare consumer.
+    let mut etcd: Etcd = connect(endpoint).await?;
+    let mut stream = bare_watch(&mut etcd, before + 1).await?;
+    let bare: Progress = Arc::new(Mutex::new((before, None)));
+    let bare_task = {
+        let bare = bare.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(resp)) = stream.message().await {
+                if let Some(kv) = resp.events().last().and_then(|e| e.kv()) {
+                    *bare.lock().unwrap() = (kv.mod_revision(), Some(Instant::now()));
+                }
+            }
+        })
+    };
+    // tenure.
+    let dir = tempfile::tempdir()?;
+    let mut p = Pipeline::start(endpoint, &dir.path().join("history.db"), before).await?;
+    // Loaded (the first batch is the resume read).
+    loop {
+        if let Update::Batch(_) = p.next(Duration::from_secs(10)).await? {
+            break;
+        }
+    }
+    let store = p.store.clone();
+    let ten: Progress = Arc::new(Mutex::new((before, None)));
+    let ten_task = {
+        let ten = ten.clone();
+        tokio::spawn(async move {
+            loop {
+                match p.next(Duration::from_secs(3600)).await {
+                    Ok(Update::Batch(b)) => {
+                        *ten.lock().unwrap() = (b.revision, Some(Instant::now()));
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+            p.stop().await;
+        })
+    };
+    let t0 = Instant::now();
+    let written = fleet.churn(cycles).await?;
+    let write = t0.elapsed();
+    let until = written.last;
+    let reached = |p: &Progress| {
+        let (rev, at) = *p.lock().unwrap();
+        (rev >= until).then_some(at).flatten()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (tenure_at, bare_at) = loop {
+        if let (Some(t), Some(b)) = (reached(&ten), reached(&bare)) {
+            break (t, b);
+        }
+        if Instant::now() > deadline {
+            bail!("live ingestion: a consumer did not reach revision {until} within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    let f = Instant::now();
+    store
+        .flush()
+        .await
+        .map_err(|e| anyhow::anyhow!("history flush: {e}"))?;
+    let flush_ms = ms(f.elapsed());
+    bare_task.abort();
+    ten_task.abort();
+    let _ = ten_task.await;
+    drop(store);
+    Ok(Live {
+        events: written.etcd_events(),
+        write,
+        tenure: tenure_at.saturating_duration_since(t0),
+        flush_ms,
+        bare: bare_at.saturating_duration_since(t0),
+    })
+}

@@ -1,0 +1,144 @@
+//! tenure's ingestion path as `tenure serve` wires it (src/cli/serve.rs):
+//! `Watcher` → for each update, in order: metrics, readiness, traces,
+//! history (queued to the writer thread), the live broadcast. The bare
+//! baseline is an etcd-client watch on the same range with the same options.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Result};
+use etcd_client::{Client as Etcd, WatchOptions, WatchStream};
+use tenure::events::{Event, ResumePoint, Update};
+use tenure::history::Store;
+use tenure::telemetry::{self, Metrics};
+use tenure::watch::{WatchConfig, Watcher};
+use tenure::web::Readiness;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::common::{keys, tenure_client};
+
+pub struct Pipeline {
+    pub rx: mpsc::Receiver<Update>,
+    pub metrics: Metrics,
+    pub readiness: Readiness,
+    pub store: Arc<Store>,
+    live: broadcast::Sender<Arc<Event>>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+/// Everything opened, the watcher not started yet.
+pub struct Prepared {
+    client: tenure::election::Client,
+    store: Store,
+    metrics: Metrics,
+}
+
+impl Prepared {
+    /// Starts the watcher after `after` (everything up to it counts as
+    /// already stored; nothing was open).
+    pub fn start(self, after: i64) -> Pipeline {
+        let (live, _) = broadcast::channel(1024);
+        // Same capacity as serve's.
+        let (tx, rx) = mpsc::channel::<Update>(4096);
+        let resume = ResumePoint {
+            revision: after,
+            open_terms: vec![],
+        };
+        let client = self.client;
+        let watcher = tokio::spawn(async move {
+            let _ = Watcher::new(client, WatchConfig::default())
+                .run(Some(resume), tx)
+                .await;
+        });
+        Pipeline {
+            rx,
+            metrics: self.metrics,
+            readiness: Readiness::default(),
+            store: Arc::new(self.store),
+            live,
+            watcher,
+        }
+    }
+}
+
+impl Pipeline {
+    /// Connects and opens a fresh history at `db` (as serve does before
+    /// it starts its watcher).
+    pub async fn prepare(endpoint: &str, db: &Path) -> Result<Prepared> {
+        let client = tenure_client(endpoint).await?;
+        let store = Store::open(db, Duration::from_secs(30 * 86_400))
+            .map_err(|e| anyhow!("history at {}: {e}", db.display()))?;
+        let metrics = Metrics::new().map_err(|e| anyhow!("metrics: {e}"))?;
+        Ok(Prepared {
+            client,
+            store,
+            metrics,
+        })
+    }
+
+    /// [`Pipeline::prepare`], then [`Prepared::start`].
+    pub async fn start(endpoint: &str, db: &Path, after: i64) -> Result<Pipeline> {
+        Ok(Self::prepare(endpoint, db).await?.start(after))
+    }
+
+    /// The next update, applied as serve applies it. `None` when the
+    /// watcher stopped.
+    pub async fn next(&mut self, limit: Duration) -> Result<Update> {
+        let u = match tokio::time::timeout(limit, self.rx.recv()).await {
+            Ok(Some(u)) => u,
+            Ok(None) => bail!("the watcher stopped"),
+            Err(_) => bail!("no update from the watcher within {limit:?}"),
+        };
+        self.metrics.apply(&u);
+        self.readiness.apply(&u);
+        telemetry::record(&u);
+        if let Update::Batch(b) = &u {
+            self.store
+                .write(b.clone())
+                .await
+                .map_err(|e| anyhow!("history write: {e}"))?;
+            for e in &b.events {
+                let _ = self.live.send(Arc::new(e.clone()));
+            }
+        }
+        Ok(u)
+    }
+
+    pub async fn flush(&self) -> Result<i64> {
+        self.store
+            .flush()
+            .await
+            .map_err(|e| anyhow!("history flush: {e}"))
+    }
+
+    /// Stops the watcher and closes the history.
+    pub async fn stop(self) {
+        self.watcher.abort();
+        drop(self.rx);
+        if let Ok(store) = Arc::try_unwrap(self.store) {
+            let _ = store.close().await;
+        }
+    }
+}
+
+/// A bare etcd-client watch of tenure's watch range (with previous values,
+/// as tenure asks) from `from`.
+pub async fn bare_watch(etcd: &mut Etcd, from: i64) -> Result<WatchStream> {
+    let (start, end) = keys().watch_range();
+    let opts = WatchOptions::new()
+        .with_range(end)
+        .with_start_revision(from)
+        .with_prev_key();
+    let mut s = tokio::time::timeout(Duration::from_secs(10), etcd.watch(start, Some(opts)))
+        .await
+        .map_err(|_| anyhow!("watch not created within 10 s"))??;
+    // The first response says the watch exists.
+    match tokio::time::timeout(Duration::from_secs(10), s.message()).await {
+        Ok(Ok(Some(r))) if r.created() => Ok(s),
+        Ok(Ok(Some(_))) => bail!("first watch response is not the creation"),
+        Ok(Ok(None)) => bail!("watch stream ended"),
+        Ok(Err(e)) => bail!("watch: {e}"),
+        Err(_) => bail!("watch creation not confirmed within 10 s"),
+    }
+}

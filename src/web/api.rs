@@ -317,7 +317,10 @@ async fn detail(
             limit: Some(history::MAX_LIMIT),
         };
         let terms = reader.terms(&n, &q)?;
-        let changes = terms.iter().filter(|t| !t.from_snapshot && t.started_at_ms >= hour_ago).count();
+        let changes = terms
+            .iter()
+            .filter(|t| !t.from_snapshot && t.started_at_ms >= hour_ago)
+            .count();
         let summary = reader.elections()?.into_iter().find(|e| e.election == n);
         let known = summary.is_some();
         Ok((summary.and_then(|e| e.current), changes, known))

@@ -292,7 +292,10 @@ fn overview_rows(reader: &Reader, now: i64) -> Result<Vec<OverviewRow>, history:
     let mut rows = Vec::new();
     for e in reader.elections()? {
         let terms = reader.terms(&e.election, &window)?;
-        let changes_24h = terms.iter().filter(|t| !t.from_snapshot && t.started_at_ms >= day_ago).count();
+        let changes_24h = terms
+            .iter()
+            .filter(|t| !t.from_snapshot && t.started_at_ms >= day_ago)
+            .count();
         let leaderless_since = if e.current.is_none() {
             terms
                 .iter()

@@ -83,7 +83,11 @@ impl Serve {
                     return;
                 }
             }
-            assert!(Instant::now() < deadline, "serve never became ready: {:?}", self.logs());
+            assert!(
+                Instant::now() < deadline,
+                "serve never became ready: {:?}",
+                self.logs()
+            );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }

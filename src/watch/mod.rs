@@ -66,6 +66,9 @@ pub struct Closed;
 struct Sample {
     at: Instant,
     remaining: i64,
+    /// etcd's raft term when sampled: a leader change since then makes
+    /// the prediction unreliable (see `cause_of_lease_end`).
+    raft_term: u64,
 }
 
 /// What the lease sampler and the cause lookup share.
@@ -409,13 +412,13 @@ impl Watcher {
     /// the last sample tells which (expired when its predicted expiry has
     /// come, allowing etcd's ~0.5 s expiry check and 1 s TTL resolution).
     async fn cause_of_lease_end(&self, lease: i64) -> EndCause {
-        let ttl = match self
+        let (ttl, raft_term) = match self
             .client
             .op(self.client.etcd().lease_time_to_live(lease, None))
             .await
         {
-            Ok(resp) => resp.ttl(),
-            Err(e) if e.is_lease_not_found() => -1,
+            Ok(resp) => (resp.ttl(), resp.header().map(|h| h.raft_term())),
+            Err(e) if e.is_lease_not_found() => (-1, None),
             Err(e) => {
                 tracing::warn!(error = %e, lease, "cannot ask etcd about an ended term's lease");
                 return EndCause::Unknown;
@@ -436,13 +439,29 @@ impl Watcher {
             {
                 EndCause::Expired
             }
-            Some(_) => EndCause::Resigned,
+            // Gone before its predicted expiry: revoked, unless etcd changed
+            // leader since the sample. Then the prediction does not hold
+            // either way: the new leader extends every lease, and the old
+            // one, resuming, can still revoke a lease that ran out by its
+            // own clock (seen: a 5 s lease deleted 7.1 s after its grant,
+            // 2.4 s before the extended expiry the sample predicted).
+            Some(s) => match raft_term {
+                Some(t) if t == s.raft_term => EndCause::Resigned,
+                None if self.raft_term().await == Some(s.raft_term) => EndCause::Resigned,
+                _ => EndCause::Unknown,
+            },
             // Never sampled: the term ended before the sampler looked at its
             // lease, or while tenure was down (a restart replays it). etcd
             // no longer knows the lease, so nothing tells expiry from
             // revocation: say so instead of guessing "resigned".
             None => EndCause::Unknown,
         }
+    }
+
+    /// etcd's current raft term (it changes with every leader election).
+    async fn raft_term(&self) -> Option<u64> {
+        let status = self.client.op(self.client.etcd().status()).await.ok()?;
+        status.header().map(|h| h.raft_term())
     }
 
     /// Sends statuses on, logging overflows (the first ten, then every
@@ -520,13 +539,13 @@ async fn sample_leases(
             Err(_) => return,
         };
         for (election, lease) in batch {
-            let remaining = match client
+            let (remaining, raft_term) = match client
                 .op(client.etcd().lease_time_to_live(lease, None))
                 .await
             {
-                Ok(r) if r.ttl() >= 0 => Some(r.ttl()),
-                Ok(_) => None,
-                Err(e) if e.is_lease_not_found() => None,
+                Ok(r) if r.ttl() >= 0 => (Some(r.ttl()), r.header().map(|h| h.raft_term())),
+                Ok(_) => (None, None),
+                Err(e) if e.is_lease_not_found() => (None, None),
                 Err(_) => continue,
             };
             if let (Some(r), Ok(mut l)) = (remaining, leases.lock()) {
@@ -535,6 +554,7 @@ async fn sample_leases(
                     Sample {
                         at: Instant::now(),
                         remaining: r,
+                        raft_term: raft_term.unwrap_or(0),
                     },
                 );
             }

@@ -12,6 +12,10 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 if [ "${1:-}" = "--test" ]; then
   { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || need+=(prometheus)
   { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || need+=(chromium chromium-driver)
+  # The fault suite's full runs (RELIABILITY.md): partitions and clock skew.
+  command -v iptables >/dev/null 2>&1 || need+=(iptables)
+  command -v ip >/dev/null 2>&1 || need+=(iproute2)
+  command -v faketime >/dev/null 2>&1 || need+=(faketime)
 fi
 
 if ((${#need[@]})); then

@@ -30,6 +30,8 @@
 //! Environment overrides: `TENURE_TEST_ETCD_BIN` (default `/usr/bin/etcd`),
 //! `TENURE_TEST_ETCD_TMPDIR` (parent of the data dirs; default `/dev/shm`).
 
+pub mod netns;
+pub mod proxy;
 mod serve;
 mod webdriver;
 #[allow(unused_imports)]

@@ -1,0 +1,161 @@
+//! A small TCP proxy on loopback for fault injection without root: it can
+//! delay traffic, and it can turn every connection open at that moment into
+//! a *half-open* one (bytes are read and silently dropped, nothing is closed,
+//! so neither end sees an error) while new connections still pass.
+//!
+//! `tc netem` and toxiproxy are not available on these machines; this is the
+//! in-process replacement the design notes suggest. It runs on the runtime of
+//! whoever creates it and stops (closing every connection) when dropped.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+#[derive(Default)]
+struct Shared {
+    /// Added before every forwarded chunk, in microseconds.
+    delay_us: AtomicU64,
+    /// One flag per live connection; set = blackholed for good.
+    conns: Mutex<Vec<Arc<AtomicBool>>>,
+    accepted: AtomicU64,
+}
+
+pub struct Proxy {
+    pub addr: SocketAddr,
+    pub target: SocketAddr,
+    shared: Arc<Shared>,
+    tasks: Arc<Mutex<JoinSet<()>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Listens on 127.0.0.1:0 and forwards every connection to `target`.
+    pub async fn start(target: SocketAddr) -> Proxy {
+        assert!(
+            target.ip().is_loopback(),
+            "the proxy only forwards to loopback, not {target}"
+        );
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy on 127.0.0.1:0");
+        let addr = listener.local_addr().expect("proxy addr");
+        let shared = Arc::new(Shared::default());
+        let tasks = Arc::new(Mutex::new(JoinSet::new()));
+        let accept = {
+            let shared = shared.clone();
+            let tasks = tasks.clone();
+            tokio::spawn(async move {
+                while let Ok((inbound, _)) = listener.accept().await {
+                    shared.accepted.fetch_add(1, Ordering::Relaxed);
+                    let dead = Arc::new(AtomicBool::new(false));
+                    shared
+                        .conns
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(dead.clone());
+                    let shared = shared.clone();
+                    tasks
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .spawn(async move {
+                            if let Ok(outbound) = TcpStream::connect(target).await {
+                                let _ = inbound.set_nodelay(true);
+                                let _ = outbound.set_nodelay(true);
+                                let (ri, wi) = inbound.into_split();
+                                let (ro, wo) = outbound.into_split();
+                                tokio::join!(
+                                    pipe(ri, wo, dead.clone(), shared.clone()),
+                                    pipe(ro, wi, dead, shared)
+                                );
+                            }
+                        });
+                }
+            })
+        };
+        Proxy {
+            addr,
+            target,
+            shared,
+            tasks,
+            accept,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT` of the proxy.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Adds `d` of latency to every chunk in both directions (0 removes it).
+    pub fn set_delay(&self, d: Duration) {
+        self.shared
+            .delay_us
+            .store(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Every connection open now becomes half-open for good: bytes in either
+    /// direction are read and dropped, nothing is closed or reset. New
+    /// connections are forwarded normally. Returns how many were cut.
+    pub fn blackhole_existing(&self) -> usize {
+        let conns = self.shared.conns.lock().unwrap_or_else(|p| p.into_inner());
+        let mut n = 0;
+        for c in conns.iter() {
+            if !c.swap(true, Ordering::SeqCst) {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .abort_all();
+    }
+}
+
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    dead: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if dead.load(Ordering::SeqCst) {
+            // Half-open: swallow everything, close nothing.
+            continue;
+        }
+        let delay = shared.delay_us.load(Ordering::Relaxed);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_micros(delay)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    if !dead.load(Ordering::SeqCst) {
+        let _ = to.shutdown().await;
+    } else {
+        // Keep the socket open (and silent) until the proxy is dropped.
+        std::future::pending::<()>().await;
+    }
+}

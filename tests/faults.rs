@@ -1794,13 +1794,13 @@ async fn watched_member_killed(scenario: &str, rounds: usize) {
     let mut reconnects = Vec::new();
     for _ in 0..rounds {
         let victim = watched_member(&cluster, &[]).await;
-        let at_kill = serve.metric("tenure_watch_revision").await.unwrap_or(0.0) as i64;
         cluster.kill(victim).await;
         let killed = Instant::now();
-        // The first revision written after the kill, through the others.
+        // A revision certainly written after the kill, through the others.
         let mut others = cluster
             .client_for(&(0..3).filter(|&i| i != victim).collect::<Vec<_>>())
             .await;
+        let at_kill = head_revision(&mut others).await;
         let after = loop {
             let h = head_revision(&mut others).await;
             if h > at_kill {
@@ -2270,9 +2270,10 @@ async fn half_open_via_proxy(scenario: &str, rounds: usize) {
     for _ in 0..rounds {
         w.caught_up(head_revision(&mut raw).await).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let cut_rev = head_revision(&mut raw).await;
         let cut = proxy.blackhole_existing();
         let at = Instant::now();
+        // Anything above this was written after the cut.
+        let cut_rev = head_revision(&mut raw).await;
         let deadline = at + Duration::from_secs(60);
         let back = loop {
             if let Some(t) = w.first_after(
@@ -3126,15 +3127,14 @@ async fn partition_in_netns(scenario: &'static str, rounds: usize) {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let leader = cluster.leader_index().await;
         let majority: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
-        let at_cut = serve.metric("tenure_watch_revision").await.unwrap_or(0.0) as i64;
         cluster.partition(leader);
         let cut = Instant::now();
         let new_leader = leader_among(&cluster, &majority, Duration::from_secs(30))
             .await
             .expect("the majority elects a leader");
         let elected = cut.elapsed();
-        // The first revision the majority writes after the cut, and when
-        // tenure has processed it.
+        // A revision the majority certainly writes after the cut (and
+        // after its election), and when tenure has processed it.
         let mut maj = raw_client(
             &majority
                 .iter()
@@ -3142,6 +3142,7 @@ async fn partition_in_netns(scenario: &'static str, rounds: usize) {
                 .collect::<Vec<_>>(),
         )
         .await;
+        let at_cut = head_revision(&mut maj).await;
         let after = loop {
             let h = head_revision(&mut maj).await;
             if h > at_cut {
@@ -3228,11 +3229,13 @@ async fn half_open_iptables(scenario: &'static str, rounds: usize) {
     for _ in 0..rounds {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let before = stalled(&serve.metrics().await);
-        let at_cut = head_revision(&mut raw).await;
-        serve.caught_up(at_cut).await;
+        serve.caught_up(head_revision(&mut raw).await).await;
         let ports = support::netns::drop_connections_of(serve.pid() as u32, 2379);
         assert!(!ports.is_empty(), "tenure serve holds a connection to etcd");
         let cut = Instant::now();
+        // Anything above this was written after the cut: it reaches tenure
+        // only on a new connection.
+        let at_cut = head_revision(&mut raw).await;
         let (mut detected, mut back) = (None, None);
         while detected.is_none() || back.is_none() {
             let m = serve.metrics().await;

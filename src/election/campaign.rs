@@ -3,14 +3,17 @@
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, EventType, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    Compare, CompareOp, EventType, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
+    TxnResponse,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::keywatch::{RangeWatch, Watched};
 use super::lease::{mark_lost, wait_lost, LossReason, Session, Ttl};
-use super::{keys, Client, ElectionName, EndMarkerCause, Error, FenceDecision, Layout, Leader};
+use super::{
+    keys, pick_leader, Client, ElectionName, EndMarkerCause, Error, FenceDecision, Layout, Leader,
+};
 
 /// How to campaign.
 #[derive(Debug, Clone)]
@@ -107,7 +110,6 @@ impl Client {
         candidate: &str,
         opts: &CampaignOptions,
     ) -> Result<Leadership, Error> {
-        let key = self.keys.leader_key(name);
         let mut session: Option<Session> = None;
         let mut backoff = Duration::from_millis(100);
         loop {
@@ -143,9 +145,12 @@ impl Client {
                 }
                 Attempt::Held { revision, .. } => revision,
             };
-            // Wait for the holder's key to go, from the revision after the
-            // one our failed txn read, so a deletion in between is not missed.
-            let mut watch = RangeWatch::new(&self.etcd(), key.clone(), None, revision + 1);
+            // Wait for a key of the election to go (the holder's single key,
+            // or the queue candidate that leads), from the revision after the
+            // one our attempt ended at, so a deletion in between is not missed.
+            let (start, end) = self.keys.election_range(name);
+            let mut watch =
+                RangeWatch::new(&self.etcd(), start, Some(end.into_bytes()), revision + 1);
             let mut lease_state = s.state.subscribe();
             loop {
                 tokio::select! {
@@ -173,24 +178,58 @@ impl Client {
         lease_id: i64,
     ) -> Result<Attempt, Error> {
         let key = self.keys.leader_key(name);
+        let (start, end) = self.keys.election_range(name);
         let txn = Txn::new()
             .when([Compare::create_revision(
                 key.as_bytes(),
                 CompareOp::Equal,
                 0,
             )])
-            .and_then([TxnOp::put(
-                key.as_bytes(),
-                candidate,
-                Some(PutOptions::new().with_lease(lease_id)),
-            )])
+            .and_then([
+                TxnOp::put(
+                    key.as_bytes(),
+                    candidate,
+                    Some(PutOptions::new().with_lease(lease_id)),
+                ),
+                // The whole election as of this txn: a queue-layout
+                // candidate (etcd's own Election) may already lead it.
+                TxnOp::get(start, Some(GetOptions::new().with_range(end))),
+            ])
             .or_else([TxnOp::get(key.as_bytes(), None)]);
         let resp = self.op(self.etcd().txn(txn)).await?;
         let revision = header_revision(&resp)?;
         if resp.succeeded() {
-            // The put happened at the txn's revision: that is the key's
-            // CreateRevision, the term's token.
-            return Ok(Attempt::Won { token: revision });
+            let kvs: Vec<KeyValue> = resp
+                .op_responses()
+                .into_iter()
+                .filter_map(|r| match r {
+                    TxnOpResponse::Get(g) => Some(g.kvs().to_vec()),
+                    _ => None,
+                })
+                .flatten()
+                .collect();
+            match pick_leader(&self.keys, name, &kvs) {
+                // An older queue candidate leads by the key schema: the
+                // single key was free, but this is not a term. Take the
+                // key back and wait like any candidate.
+                Some(leader) if leader.token != revision => {
+                    let undo = Txn::new()
+                        .when([Compare::create_revision(
+                            key.as_bytes(),
+                            CompareOp::Equal,
+                            revision,
+                        )])
+                        .and_then([TxnOp::delete(key.as_bytes(), None)]);
+                    let undone = self.op(self.etcd().txn(undo)).await?;
+                    return Ok(Attempt::Held {
+                        leader: Some(leader),
+                        revision: header_revision(&undone)?,
+                    });
+                }
+                // The put happened at the txn's revision: that is the key's
+                // CreateRevision, the term's token.
+                _ => return Ok(Attempt::Won { token: revision }),
+            }
         }
         let leader = resp.op_responses().into_iter().find_map(|r| match r {
             TxnOpResponse::Get(g) => g
@@ -231,7 +270,6 @@ impl Client {
     ) -> Result<Result<Acquired, Leader>, Error> {
         keys::validate_candidate(candidate)?;
         let deadline = wait.map(|w| Instant::now() + w);
-        let key = self.keys.leader_key(name);
         loop {
             let grant = self
                 .op(self.etcd().lease_grant(ttl.secs() as i64, None))
@@ -259,7 +297,9 @@ impl Client {
             let Some(deadline) = deadline else {
                 return Ok(Err(leader));
             };
-            let mut watch = RangeWatch::new(&self.etcd(), key.clone(), None, revision + 1);
+            let (start, end) = self.keys.election_range(name);
+            let mut watch =
+                RangeWatch::new(&self.etcd(), start, Some(end.into_bytes()), revision + 1);
             let deleted = async {
                 loop {
                     match watch.next().await {

@@ -890,6 +890,32 @@ impl Workload {
         }
     }
 
+    /// `Some(leader's token)` when, at `revision`, the election's leader by
+    /// the key schema is not the term whose token is `revision`.
+    async fn leader_at(&self, n: &ElectionName, revision: i64) -> Option<i64> {
+        let keys = self.client.keys();
+        let (start, end) = keys.election_range(n);
+        let resp = self
+            .raw
+            .clone()
+            .get(
+                start,
+                Some(GetOptions::new().with_range(end).with_revision(revision)),
+            )
+            .await
+            .expect("read the election at the campaign's revision");
+        let leader = resp
+            .kvs()
+            .iter()
+            .filter(|kv| {
+                matches!(keys.parse(kv.key(), kv.lease()),
+                    Ok(SchemaKey::Leader { name, .. }) if name == *n)
+            })
+            .map(|kv| kv.create_revision())
+            .min();
+        leader.filter(|&t| t != revision)
+    }
+
     async fn single_op(
         &self,
         e: &str,
@@ -909,6 +935,15 @@ impl Workload {
                 let cand = format!("{}-c{seq}", e.replace('/', "."));
                 match self.client.acquire_detached(&n, &cand, t, None).await {
                     Ok(Ok(won)) => {
+                        // A term handed out is the election's leader by the
+                        // key schema (both layouts) at the revision it began.
+                        if let Some(other) = self.leader_at(&n, won.token).await {
+                            self.violation(format!(
+                                "{e}: campaign returned token {} while token {other} led \
+                                 (two holders believe they lead)",
+                                won.token
+                            ));
+                        }
                         self.tally.add(if expiring {
                             "campaign_expiring"
                         } else {

@@ -159,15 +159,21 @@ impl Watcher {
 
     /// Runs until the receiver of `tx` is dropped.
     pub async fn run(self, resume: Option<Resume>, tx: mpsc::Sender<Update>) -> Result<(), Closed> {
-        let sampler = tokio::spawn(sample_leases(
+        // Aborted on drop too: when the caller aborts `run`, the sampler
+        // goes with it.
+        struct AbortOnDrop(tokio::task::JoinHandle<()>);
+        impl Drop for AbortOnDrop {
+            fn drop(&mut self) {
+                self.0.abort();
+            }
+        }
+        let _sampler = AbortOnDrop(tokio::spawn(sample_leases(
             self.client.clone(),
             self.cfg.clone(),
             self.leases.clone(),
             tx.clone(),
-        ));
-        let result = self.watch(resume, &tx).await;
-        sampler.abort();
-        result
+        )));
+        self.watch(resume, &tx).await
     }
 
     async fn watch(&self, resume: Option<Resume>, tx: &mpsc::Sender<Update>) -> Result<(), Closed> {

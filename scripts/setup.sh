@@ -23,7 +23,7 @@ if ((${#need[@]})); then
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
   echo "setup: installing ${need[*]}" >&2
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >&2
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

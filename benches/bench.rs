@@ -22,14 +22,21 @@
 mod common;
 mod detect;
 mod fence;
-mod harness;
+mod incident;
 mod ingest;
 mod load;
 mod pipeline;
+mod queue;
 mod render;
 mod scale;
 mod stats;
 mod takeover;
+
+// The test kit (real etcd, `tenure serve`, the Prometheus text format, /proc,
+// a seeded generator), shared with tests/: the benches use part of it, hence
+// its own `allow(dead_code)`.
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::time::{Duration, Instant};
 
@@ -38,8 +45,11 @@ use clap::Parser;
 use serde::Serialize;
 
 use crate::stats::Row;
+use crate::support::procfs;
 
-const ALL: [&str; 6] = ["takeover", "fence", "detect", "ingest", "render", "scale"];
+const ALL: [&str; 8] = [
+    "takeover", "queue", "fence", "detect", "ingest", "render", "scale", "incident",
+];
 
 #[derive(Debug, Parser)]
 #[command(
@@ -58,6 +68,9 @@ struct Args {
     /// ingest, render, scale.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Elections for the scale measurement (default 10,000 full, 1,000 smoke).
+    #[arg(long)]
+    scale_elections: Option<usize>,
     /// Also write the results (and the machine) as JSON here.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -79,7 +92,11 @@ pub struct Config {
     pub ingest_cycles: usize,
     pub live_cycles: usize,
     pub takeover_trials: usize,
+    /// Trials per side of 2q: enough that the p99 is not just the maximum.
+    pub queue_trials: usize,
     pub poll_trials: usize,
+    pub herd_waiters: usize,
+    pub herd_handovers: usize,
     pub detect_samples: usize,
     pub fence_callers: Vec<usize>,
     #[serde(serialize_with = "secs")]
@@ -87,6 +104,8 @@ pub struct Config {
     pub render_reps: usize,
     pub timeline_terms: usize,
     pub scale_elections: usize,
+    /// Lanes of the `/timeline` measurement (5e, 5f).
+    pub incident_lanes: usize,
     pub scale_runs: usize,
     pub scrapes: usize,
 }
@@ -104,13 +123,17 @@ impl Config {
             ingest_cycles: 50,
             live_cycles: 10,
             takeover_trials: 40,
+            queue_trials: 300,
             poll_trials: 10,
+            herd_waiters: 100,
+            herd_handovers: 10,
             detect_samples: 300,
             fence_callers: vec![8, 1, 32],
             fence_time: Duration::from_secs(3),
             render_reps: 21,
             timeline_terms: 10_000,
             scale_elections: 10_000,
+            incident_lanes: 1_000,
             scale_runs: 3,
             scrapes: 20,
         }
@@ -124,13 +147,17 @@ impl Config {
             ingest_cycles: 10,
             live_cycles: 5,
             takeover_trials: 4,
+            queue_trials: 4,
             poll_trials: 1,
+            herd_waiters: 5,
+            herd_handovers: 2,
             detect_samples: 20,
             fence_callers: vec![8],
             fence_time: Duration::from_millis(300),
             render_reps: 3,
             timeline_terms: 1_000,
             scale_elections: 1_000,
+            incident_lanes: 100,
             scale_runs: 1,
             scrapes: 4,
         }
@@ -181,13 +208,13 @@ fn machine() -> Machine {
         memory_mb,
         cpu_model,
         kernel,
-        etcd: harness::etcd_version(),
+        etcd: support::etcd_version(),
         profile: if cfg!(debug_assertions) {
             "debug"
         } else {
             "release"
         },
-        loadavg_before: common::loadavg(),
+        loadavg_before: procfs::loadavg(),
         loadavg_after: String::new(),
         machine_busy_percent: f64::NAN,
         bench_process_cpu_seconds: f64::NAN,
@@ -231,11 +258,14 @@ async fn run(args: Args) -> i32 {
 }
 
 async fn run_all(args: &Args) -> Result<usize> {
-    let cfg = if args.smoke {
+    let mut cfg = if args.smoke {
         Config::smoke(args.runs.unwrap_or(1))
     } else {
         Config::full(args.runs.unwrap_or(7))
     };
+    if let Some(n) = args.scale_elections {
+        cfg.scale_elections = n;
+    }
     if cfg.runs == 0 {
         bail!("--runs must be at least 1");
     }
@@ -266,20 +296,22 @@ async fn run_all(args: &Args) -> Result<usize> {
         m.loadavg_before
     );
     let started = Instant::now();
-    let cpu0 = common::self_cpu_seconds();
-    let (busy0, total0) = common::machine_jiffies();
+    let cpu0 = procfs::self_cpu_seconds();
+    let (busy0, total0) = procfs::machine_jiffies();
     let mut rows: Vec<Row> = Vec::new();
     let mut timings = Vec::new();
     for what in &only {
-        eprintln!("bench: {what} (load {})", common::loadavg());
+        eprintln!("bench: {what} (load {})", procfs::loadavg());
         let t = Instant::now();
         let r = match *what {
             "takeover" => takeover::run(&cfg).await,
+            "queue" => queue::run(&cfg).await,
             "fence" => fence::run(&cfg).await,
             "detect" => detect::run(&cfg).await,
             "ingest" => ingest::run(&cfg).await,
             "render" => render::run(&cfg).await,
             "scale" => scale::run(&cfg).await,
+            "incident" => incident::run(&cfg).await,
             _ => unreachable!(),
         };
         let r = r.map_err(|e| e.context(format!("measurement {what}")))?;
@@ -287,14 +319,14 @@ async fn run_all(args: &Args) -> Result<usize> {
         timings.push((what.to_string(), t.elapsed().as_secs_f64()));
         rows.extend(r);
     }
-    let (busy1, total1) = common::machine_jiffies();
-    m.loadavg_after = common::loadavg();
+    let (busy1, total1) = procfs::machine_jiffies();
+    m.loadavg_after = procfs::loadavg();
     m.machine_busy_percent = if total1 > total0 {
         100.0 * (busy1 - busy0) as f64 / (total1 - total0) as f64
     } else {
         f64::NAN
     };
-    m.bench_process_cpu_seconds = common::self_cpu_seconds() - cpu0;
+    m.bench_process_cpu_seconds = procfs::self_cpu_seconds() - cpu0;
     m.wall_seconds = started.elapsed().as_secs_f64();
     rows.sort_by(|a, b| a.id.cmp(&b.id));
     println!("{}", stats::table(&rows));

@@ -19,38 +19,27 @@ use anyhow::{anyhow, bail, Result};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
-use crate::common::{
-    campaign_txn, connect, get, grant, http, ms_between, name, resign_txn, wait_for,
-};
-use crate::harness::{metric_value, Etcd as EtcdProcess, Serve};
+use crate::common::{campaign_txn, connect, get, grant, http, ms_between, name, resign_txn};
 use crate::pipeline::bare_watch;
 use crate::stats::{percentile, Row};
+use crate::support::{metric_value, Etcd as EtcdProcess, Serve};
 use crate::Config;
 
 const GAP: Duration = Duration::from_millis(20);
 
 pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
-    let etcd = EtcdProcess::start().await?;
+    let etcd = EtcdProcess::start().await;
     let endpoint = etcd.endpoint();
     let dir = tempfile::tempdir()?;
-    let serve = Serve::start(&endpoint, &dir.path().join("history.db"), &[])?;
-    let http = http();
-    wait_for(
-        "serve /readyz",
-        Duration::from_secs(20),
-        Duration::from_millis(20),
-        || {
-            let (http, url) = (http.clone(), serve.url("/readyz"));
-            async move {
-                get(&http, &url)
-                    .await
-                    .ok()
-                    .filter(|r| r.0 == 200)
-                    .map(|_| ())
-            }
-        },
+    let serve = Serve::start(
+        std::slice::from_ref(&endpoint),
+        &dir.path().join("history.db"),
+        &[],
+        &[],
     )
-    .await?;
+    .await;
+    let http = http();
+    serve.ready().await;
     let mut raw = connect(&endpoint).await?;
 
     // The bare watch: (revision, arrival) of every event.

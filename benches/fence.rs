@@ -16,12 +16,12 @@ use tenure::election::keys::pad_token;
 use tenure::election::{CampaignOptions, Ttl};
 
 use crate::common::{connect, keys, name, tenure_client};
-use crate::harness::Etcd as EtcdProcess;
 use crate::stats::{Row, Target};
+use crate::support::Etcd as EtcdProcess;
 use crate::Config;
 
 pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
-    let etcd = EtcdProcess::start().await?;
+    let etcd = EtcdProcess::start().await;
     let endpoint = etcd.endpoint();
     let client = tenure_client(&endpoint).await?;
     let raw = connect(&endpoint).await?;

@@ -21,11 +21,12 @@ use anyhow::{bail, Result};
 use etcd_client::Client as Etcd;
 use tenure::events::Update;
 
-use crate::common::{connect, ms, self_cpu_seconds};
-use crate::harness::Etcd as EtcdProcess;
+use crate::common::{connect, ms};
 use crate::load::Fleet;
 use crate::pipeline::{bare_watch, Pipeline};
 use crate::stats::{Row, Target};
+use crate::support::procfs::self_cpu_seconds;
+use crate::support::Etcd as EtcdProcess;
 use crate::Config;
 
 struct Consumed {
@@ -97,7 +98,7 @@ async fn tenure_replay(endpoint: &str, after: i64, until: i64) -> Result<(Consum
 }
 
 pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
-    let etcd = EtcdProcess::start().await?;
+    let etcd = EtcdProcess::start().await;
     let endpoint = etcd.endpoint();
     let mut rows = Vec::new();
 

@@ -44,6 +44,8 @@ impl Prepared {
         let resume = ResumePoint {
             revision: after,
             open_terms: vec![],
+            cluster_id: None,
+            live_at_ms: None,
         };
         let client = self.client;
         let watcher = tokio::spawn(async move {

@@ -4,6 +4,8 @@
 //!   after synthetic updates (every election: a term started, ended
 //!   (resigned), a second term started, its lease sampled), ÷ serde_json of
 //!   the same per-election state (what a JSON listing of it costs).
+//! - 5a2 the same elections rendered by default ÷ with
+//!   `--per-election-detail` (issue 16: 12 series per election against 35).
 //! - 5b the timeline of one election with `timeline_terms` terms, all in
 //!   the window (synthetic history written with `history::Store`, read back
 //!   with `history::Reader`): `web::timeline::layout` + `web::pages::render_svg`,
@@ -22,13 +24,14 @@ use serde::Serialize;
 use tenure::election::{FenceReason, Layout};
 use tenure::events::{Batch, EndCause, Event, EventKind, Update};
 use tenure::history::{Query, Reader, Store};
-use tenure::telemetry::Metrics;
+use tenure::telemetry::{Metrics, MetricsOptions};
 use tenure::web::pages::render_svg;
 use tenure::web::timeline::{layout, Input};
 
-use crate::common::{get, http, ms, proc_status_kb, wait_for};
-use crate::harness::{Etcd as EtcdProcess, Serve};
+use crate::common::{get, http, ms};
 use crate::stats::{Row, Target};
+use crate::support::procfs::proc_status_kb;
+use crate::support::{Etcd as EtcdProcess, Serve};
 use crate::Config;
 
 #[derive(Serialize)]
@@ -47,12 +50,12 @@ struct ElectionState<'a> {
 }
 
 pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
-    let mut rows = vec![metrics_render(cfg)?];
+    let mut rows = metrics_render(cfg)?;
     rows.extend(timeline(cfg).await?);
     Ok(rows)
 }
 
-fn metrics_render(cfg: &Config) -> Result<Row> {
+fn metrics_render(cfg: &Config) -> Result<Vec<Row>> {
     let n = cfg.scale_elections;
     let self_pid = std::process::id();
     let rss = || proc_status_kb(self_pid, "VmRSS").unwrap_or(0) as f64 / 1024.0;
@@ -74,47 +77,52 @@ fn metrics_render(cfg: &Config) -> Result<Row> {
             from_snapshot: false,
         },
     };
-    let first: Vec<Event> = (0..n)
-        .map(|i| started(i, 10 + i as i64, now - 60_000, None))
-        .collect();
-    m.apply(&Update::Batch(Batch {
-        revision: 10 + n as i64,
-        events: first,
-    }));
-    let mut second = Vec::with_capacity(2 * n);
-    for i in 0..n {
-        let token = 10 + i as i64;
-        second.push(Event {
-            revision: 100_000 + i as i64,
-            at_ms: now - 30_000,
-            election: names[i].clone(),
-            kind: EventKind::TermEnded {
-                token,
-                holder: holders[i].clone(),
+    // The synthetic updates, applied to `m`; also to the opt-in detail
+    // metrics below (5a2), after this one's memory is measured.
+    let feed = |m: &Metrics| {
+        let first: Vec<Event> = (0..n)
+            .map(|i| started(i, 10 + i as i64, now - 60_000, None))
+            .collect();
+        m.apply(&Update::Batch(Batch {
+            revision: 10 + n as i64,
+            events: first,
+        }));
+        let mut second = Vec::with_capacity(2 * n);
+        for i in 0..n {
+            let token = 10 + i as i64;
+            second.push(Event {
+                revision: 100_000 + i as i64,
+                at_ms: now - 30_000,
+                election: names[i].clone(),
+                kind: EventKind::TermEnded {
+                    token,
+                    holder: holders[i].clone(),
+                    lease_id: 7_000_000 + i as i64,
+                    cause: EndCause::Resigned,
+                    started_revision: token,
+                    started_at_ms: now - 60_000,
+                },
+            });
+            second.push(started(
+                i,
+                200_000 + i as i64,
+                now - 29_000,
+                Some(holders[i].clone()),
+            ));
+        }
+        m.apply(&Update::Batch(Batch {
+            revision: 300_000,
+            events: second,
+        }));
+        for (i, name) in names.iter().enumerate() {
+            m.apply(&Update::LeaseSampled {
+                election: name.clone(),
                 lease_id: 7_000_000 + i as i64,
-                cause: EndCause::Resigned,
-                started_revision: token,
-                started_at_ms: now - 60_000,
-            },
-        });
-        second.push(started(
-            i,
-            200_000 + i as i64,
-            now - 29_000,
-            Some(holders[i].clone()),
-        ));
-    }
-    m.apply(&Update::Batch(Batch {
-        revision: 300_000,
-        events: second,
-    }));
-    for (i, name) in names.iter().enumerate() {
-        m.apply(&Update::LeaseSampled {
-            election: name.clone(),
-            lease_id: 7_000_000 + i as i64,
-            remaining_seconds: Some(9),
-        });
-    }
+                remaining_seconds: Some(9),
+            });
+        }
+    };
+    feed(&m);
     let rss_fed = rss();
     // One render's transient memory: reset the peak (clear_refs 5), render,
     // read the peak.
@@ -174,7 +182,7 @@ fn metrics_render(cfg: &Config) -> Result<Row> {
         bytes / 1024,
         crate::stats::Summary::of(&t).median
     );
-    Ok(Row::time(
+    let row = Row::time(
         "5a",
         &format!("/metrics render (Metrics::render), {n} elections"),
         "ms",
@@ -186,7 +194,47 @@ fn metrics_render(cfg: &Config) -> Result<Row> {
         "{lines} samples, {} kB of text; {} renders; {mem_note}",
         bytes / 1024,
         cfg.render_reps
-    )))
+    ));
+    // 5a2: the same elections with per-election detail (the series of
+    // before issue 16, 35 per election), rendered alternately with `m`.
+    let d = Metrics::with_options(MetricsOptions {
+        per_election_detail: true,
+    })
+    .map_err(|e| anyhow!("metrics: {e}"))?;
+    feed(&d);
+    let out = d.render();
+    let d_lines = out.lines().filter(|l| !l.starts_with('#')).count();
+    let d_bytes = out.len();
+    drop(out);
+    let (mut tl, mut td) = (vec![], vec![]);
+    let time = |m: &Metrics| {
+        let s = Instant::now();
+        std::hint::black_box(m.render().len());
+        ms(s.elapsed())
+    };
+    for run in 0..cfg.render_reps {
+        if run % 2 == 0 {
+            tl.push(time(&m));
+            td.push(time(&d));
+        } else {
+            td.push(time(&d));
+            tl.push(time(&m));
+        }
+    }
+    let detail = Row::time(
+        "5a2",
+        &format!("/metrics render by default, {n} elections"),
+        "ms",
+        &tl,
+    )
+    .baseline_samples("the same with --per-election-detail", &td)
+    .paired_ratio(&tl, &td)
+    .note(format!(
+        "{lines} vs {d_lines} samples, {} vs {} kB of text",
+        bytes / 1024,
+        d_bytes / 1024
+    ));
+    Ok(vec![row, detail])
 }
 
 /// Writes `terms` ended terms of `election`, evenly over the `span_ms`
@@ -296,25 +344,10 @@ async fn timeline(cfg: &Config) -> Result<Vec<Row>> {
     }
 
     // The page over HTTP from a real serve.
-    let etcd = EtcdProcess::start().await?;
-    let serve = Serve::start(&etcd.endpoint(), &db, &[])?;
+    let etcd = EtcdProcess::start().await;
+    let serve = Serve::start(&[etcd.endpoint()], &db, &[], &[]).await;
     let http = http();
-    wait_for(
-        "serve /readyz",
-        Duration::from_secs(20),
-        Duration::from_millis(20),
-        || {
-            let (http, url) = (http.clone(), serve.url("/readyz"));
-            async move {
-                get(&http, &url)
-                    .await
-                    .ok()
-                    .filter(|r| r.0 == 200)
-                    .map(|_| ())
-            }
-        },
-    )
-    .await?;
+    serve.ready().await;
     let page = serve.url(&format!("/elections/{election}"));
     let api = serve.url(&format!("/api/v1/elections/{election}/terms?limit={n}"));
     // Warm up, and check both answer.

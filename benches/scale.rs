@@ -18,15 +18,16 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use etcd_client::GetOptions;
 
-use crate::common::{connect, get, http, keys, ms, op, proc_status_kb};
-use crate::harness::{metric_value, Etcd as EtcdProcess, Serve};
+use crate::common::{connect, get, http, keys, ms, op};
 use crate::load::Fleet;
 use crate::stats::{Row, Target};
+use crate::support::procfs::proc_status_kb;
+use crate::support::{metric_value, Etcd as EtcdProcess, Serve};
 use crate::Config;
 
 pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
     let n = cfg.scale_elections;
-    let etcd = EtcdProcess::start().await?;
+    let etcd = EtcdProcess::start().await;
     let endpoint = etcd.endpoint();
     let t = Instant::now();
     let fleet = Fleet::new(&endpoint, "scale", n).await?;
@@ -44,18 +45,49 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
     for run in 0..cfg.scale_runs {
         // Baseline: connect + Get of the watch range.
         let s = Instant::now();
-        let mut c = connect(&endpoint).await?;
+        let c = connect(&endpoint).await?;
         let (start, end) = keys().watch_range();
-        let resp = op("get", c.get(start, Some(GetOptions::new().with_range(end)))).await?;
-        get_ms.push(ms(s.elapsed()));
-        if resp.kvs().len() < n {
-            bail!("Get returned {} keys, expected {n}", resp.kvs().len());
+        // Pages of one revision, as serve reads (one response of 100,000
+        // elections is over gRPC's 4 MiB default).
+        let mut kv = c
+            .kv_client()
+            .max_decoding_message_size(tenure::watch::MAX_MESSAGE_BYTES);
+        let mut from = start.into_bytes();
+        let mut at = None;
+        let mut got = 0;
+        loop {
+            let mut o = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(tenure::watch::SNAPSHOT_PAGE_KEYS);
+            if let Some(r) = at {
+                o = o.with_revision(r);
+            }
+            let resp = op("get", kv.get(from.clone(), Some(o))).await?;
+            at = at.or(resp.header().map(|h| h.revision()));
+            got += resp.kvs().len();
+            match resp.kvs().last() {
+                Some(last) if resp.more() => {
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => break,
+            }
         }
-        drop(resp);
+        get_ms.push(ms(s.elapsed()));
+        if got < n {
+            bail!("Get returned {got} keys, expected {n}");
+        }
         drop(c);
 
         let dir = tempfile::tempdir()?;
-        let serve = Serve::start(&endpoint, &dir.path().join("history.db"), &[])?;
+        let max = n.max(10_000).to_string();
+        let serve = Serve::start(
+            std::slice::from_ref(&endpoint),
+            &dir.path().join("history.db"),
+            &["--max-elections", &max],
+            &[],
+        )
+        .await;
         let ready_url = serve.url("/readyz");
         let deadline = Instant::now() + Duration::from_secs(60);
         let ready_at = loop {
@@ -74,13 +106,14 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
             if Instant::now() > deadline {
                 bail!(
                     "serve not ready at revision {rev} within 60 s:\n{}",
-                    serve.logs()
+                    serve.log_text()
                 );
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         };
         startup.push(ms(ready_at - serve.spawned));
-        after_ready_rss.push(proc_status_kb(serve.pid(), "VmRSS").unwrap_or(0) as f64 / 1024.0);
+        after_ready_rss
+            .push(proc_status_kb(serve.pid() as u32, "VmRSS").unwrap_or(0) as f64 / 1024.0);
         // The history holds every election once the snapshot's batch is in.
         let last = fleet
             .names
@@ -96,7 +129,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
                 }
             }
             if Instant::now() > deadline {
-                bail!("history never showed {last}:\n{}", serve.logs());
+                bail!("history never showed {last}:\n{}", serve.log_text());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -121,7 +154,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
                 scrape.push(ms(d));
             }
         }
-        let hwm = proc_status_kb(serve.pid(), "VmHWM").unwrap_or(0) as f64 / 1024.0;
+        let hwm = proc_status_kb(serve.pid() as u32, "VmHWM").unwrap_or(0) as f64 / 1024.0;
         rss.push(hwm);
         eprintln!(
             "  scale run {}: ready after {:.0} ms (bare Get {:.1} ms), history committed {:.0} ms later; VmRSS at ready {:.1} MB, VmHWM {:.1} MB",
@@ -134,7 +167,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
         );
         drop(serve);
     }
-    let etcd_rss = proc_status_kb(etcd.pid(), "VmRSS").unwrap_or(0) as f64 / 1024.0;
+    let etcd_rss = proc_status_kb(etcd.pid().unwrap_or(0), "VmRSS").unwrap_or(0) as f64 / 1024.0;
     fleet.release().await;
     drop(etcd);
     Ok(vec![

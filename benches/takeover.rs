@@ -31,10 +31,11 @@ use tenure::election::{CampaignOptions, Ttl};
 use tokio::sync::mpsc;
 
 use crate::common::{
-    campaign_txn, connect, grant, keys, ms, ms_between, name, resign_txn, tenure_client, Rng,
+    campaign_txn, connect, grant, keys, ms, ms_between, name, resign_txn, tenure_client,
 };
-use crate::harness::Etcd as EtcdProcess;
 use crate::stats::{Row, Summary, Target};
+use crate::support::rng::Rng;
+use crate::support::Etcd as EtcdProcess;
 use crate::Config;
 
 const SETTLE: Duration = Duration::from_millis(250);
@@ -42,27 +43,27 @@ const POLL_PERIOD: Duration = Duration::from_secs(2);
 
 /// Instants of one trial.
 #[derive(Clone, Copy)]
-struct Trial {
-    sent: Instant,
-    answered: Instant,
-    observed: Instant,
-    won: Instant,
+pub struct Trial {
+    pub sent: Instant,
+    pub answered: Instant,
+    pub observed: Instant,
+    pub won: Instant,
 }
 
 impl Trial {
-    fn ms_from_commit(&self) -> f64 {
+    pub fn ms_from_commit(&self) -> f64 {
         ms_between(self.answered.min(self.observed), self.won)
     }
 
-    fn ms_from_call(&self) -> f64 {
+    pub fn ms_from_call(&self) -> f64 {
         ms_between(self.sent, self.won)
     }
 }
 
 /// DELETEs seen by the observer: (key, arrival).
-type Deletes = mpsc::UnboundedReceiver<(Vec<u8>, Instant)>;
+pub type Deletes = mpsc::UnboundedReceiver<(Vec<u8>, Instant)>;
 
-async fn observed(deletes: &mut Deletes, key: &[u8]) -> Result<Instant> {
+pub async fn observed(deletes: &mut Deletes, key: &[u8]) -> Result<Instant> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         match tokio::time::timeout_at(deadline, deletes.recv()).await {
@@ -76,21 +77,19 @@ async fn observed(deletes: &mut Deletes, key: &[u8]) -> Result<Instant> {
     }
 }
 
-pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
-    let etcd = EtcdProcess::start().await?;
-    let endpoint = etcd.endpoint();
-    let client = tenure_client(&endpoint).await?;
-    let mut raw = connect(&endpoint).await?;
-    // The observer: its own connection, every DELETE under the trials' prefix.
-    let mut obs_client = connect(&endpoint).await?;
+/// The observer: its own connection, every DELETE under the trials' prefix
+/// `election/takeover/`, with the moment it arrived.
+pub async fn start_observer(endpoint: &str) -> Result<(tokio::task::JoinHandle<()>, Deletes)> {
+    let mut obs_client = connect(endpoint).await?;
     let mut stream = obs_client
         .watch(
             "election/takeover/",
             Some(etcd_client::WatchOptions::new().with_prefix()),
         )
         .await?;
-    let (tx, mut deletes) = mpsc::unbounded_channel();
+    let (tx, deletes) = mpsc::unbounded_channel();
     let observer = tokio::spawn(async move {
+        let _client = obs_client;
         while let Ok(Some(resp)) = stream.message().await {
             let at = Instant::now();
             for e in resp.events() {
@@ -102,6 +101,15 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
             }
         }
     });
+    Ok((observer, deletes))
+}
+
+pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
+    let etcd = EtcdProcess::start().await;
+    let endpoint = etcd.endpoint();
+    let client = tenure_client(&endpoint).await?;
+    let mut raw = connect(&endpoint).await?;
+    let (observer, mut deletes) = start_observer(&endpoint).await?;
     let (mut ten, mut ours_etcd, mut poll, mut rtt) = (vec![], vec![], vec![], vec![]);
     let (mut late, mut split) = (vec![], vec![]);
     for i in 0..cfg.takeover_trials {
@@ -293,7 +301,7 @@ async fn tenure_trial(
     })
 }
 
-async fn etcd_trial(
+pub async fn etcd_trial(
     raw: &mut etcd_client::Client,
     deletes: &mut Deletes,
     i: usize,

@@ -50,7 +50,7 @@ done'
 
 echo
 echo "t0  scene-01 takes the leader key and settles the boss fight"
-tenure campaign boss-fight --id scene-01 --ttl 2 --grace 1 -- sh -c "$writer" &
+tenure campaign boss-fight --id scene-01 --ttl 2 -- sh -c "$writer" &
 scene1=$!; pids+=("$scene1")
 until tenure leader boss-fight >/dev/null 2>&1; do sleep 0.1; done
 echo "    scene-02 campaigns too, and waits (watching the key, not polling)"
@@ -60,7 +60,8 @@ sleep 2
 old=$(tenure leader boss-fight --json | sed -n 's/.*"token":\([0-9]*\).*/\1/p')
 
 echo
-echo "t1  scene-01 freezes (SIGSTOP: a long GC pause; it cannot tell). Its writer keeps going."
+echo "t1  scene-01 freezes (SIGSTOP: a long GC pause; it cannot tell). Its writer runs on, unsupervised,"
+echo "    until scene-01's guard process kills it, before etcd can expire the lease."
 kill -STOP "$scene1"
 until tenure leader boss-fight 2>/dev/null | grep -q '^scene-02 '; do sleep 0.1; done
 echo

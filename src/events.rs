@@ -2,6 +2,8 @@
 //! traces, history, and the web's live feed). Events flow one way: sinks
 //! never talk to etcd, and the watcher never renders or stores.
 
+pub mod cluster;
+
 use serde::{Deserialize, Serialize};
 
 use crate::election::{FenceReason, Layout};
@@ -90,6 +92,22 @@ pub enum EventKind {
         started_revision: i64,
         started_at_ms: i64,
     },
+    /// A candidate queued behind the leader (queue layout: its own key
+    /// `election/<name>/<lease-hex>`, not the lowest). `token` is its key's
+    /// CreateRevision: its place in the queue, and its token should it lead.
+    CandidateQueued {
+        token: i64,
+        holder: String,
+        lease_id: i64,
+    },
+    /// A queued candidate's key went before it led (it gave up, was stopped,
+    /// or its lease ended). One that leads ends its wait with `TermStarted`
+    /// of the same token instead.
+    CandidateLeft {
+        token: i64,
+        holder: String,
+        lease_id: i64,
+    },
     /// The leader key's value changed within a term (a proclaim).
     LeaderValueChanged {
         token: i64,
@@ -114,6 +132,32 @@ pub enum EventKind {
         from_revision: i64,
         to_revision: i64,
     },
+    /// The changes of revisions `from_revision..=to_revision` (the events of
+    /// this batch that follow, or those of a gap's or reset's reload) were
+    /// not seen as they happened: the watch was reconnecting, tenure was not
+    /// running, or they were compacted. Each happened after `since_ms` and
+    /// before this event's `at_ms`, which is also theirs; `since_ms` is
+    /// `None` when even that is unknown. Times inside are arrival times, not
+    /// when etcd made the change: a reader must not compute durations from
+    /// them as if they were.
+    Unobserved {
+        from_revision: i64,
+        to_revision: i64,
+        since_ms: Option<i64>,
+    },
+    /// etcd's timeline was replaced: its revision went behind the stored one
+    /// (a restore from `etcdctl snapshot save`, a new cluster) or its cluster
+    /// id changed. History up to `from_revision` belongs to the old timeline
+    /// and stays; terms still open there ended at an unknown point; recording
+    /// goes on in the new one from `to_revision` (the snapshot read). Tokens
+    /// of the new timeline may repeat old ones: history keeps each timeline's
+    /// terms apart (`epoch`).
+    Reset {
+        from_revision: i64,
+        to_revision: i64,
+        previous_cluster_id: Option<u64>,
+        cluster_id: u64,
+    },
 }
 
 impl EventKind {
@@ -126,6 +170,10 @@ impl EventKind {
             EventKind::FenceAccepted { .. } => "fence_accepted",
             EventKind::FenceRefused { .. } => "fence_refused",
             EventKind::Gap { .. } => "gap",
+            EventKind::Reset { .. } => "reset",
+            EventKind::Unobserved { .. } => "unobserved",
+            EventKind::CandidateQueued { .. } => "candidate_queued",
+            EventKind::CandidateLeft { .. } => "candidate_left",
         }
     }
 }
@@ -189,6 +237,13 @@ pub enum WatchStatus {
     },
     /// A key under the prefix that is not a valid election or fence key.
     IgnoredKey,
+    /// The watch stream broke this many times in a row at the same next
+    /// revision without delivering anything: recording is stalled (until an
+    /// event or a progress notification arrives).
+    Stuck {
+        next_revision: i64,
+        attempts: u32,
+    },
 }
 
 /// Everything the watcher reports, in order.
@@ -202,12 +257,24 @@ pub enum Update {
         lease_id: i64,
         remaining_seconds: Option<i64>,
     },
+    /// How many candidates wait behind the election's leader (queue layout
+    /// keys), after it changed or after a (re)load. Not persisted.
+    Waiting {
+        election: String,
+        count: usize,
+    },
     /// An election (and its series) is no longer tracked: no keys left and
     /// nothing happened for a while.
     Forgotten {
         election: String,
     },
     Watch(WatchStatus),
+    /// The etcd cluster id the watcher reads from, after every (re)load: a
+    /// persisting sink stores it (after the batch that precedes it) so a
+    /// restart can tell a replaced cluster.
+    Cluster {
+        cluster_id: u64,
+    },
 }
 
 /// A term that history holds as still running.
@@ -229,6 +296,15 @@ pub struct OpenTerm {
 pub struct ResumePoint {
     pub revision: i64,
     pub open_terms: Vec<OpenTerm>,
+    /// The etcd cluster id history last recorded; `None` for history
+    /// written before tenure recorded it.
+    #[serde(default)]
+    pub cluster_id: Option<u64>,
+    /// The latest moment history knows the watcher was current (the newest
+    /// recorded arrival): what happened after `revision` happened after
+    /// it. `None`: not known.
+    #[serde(default)]
+    pub live_at_ms: Option<i64>,
 }
 
 /// Unix milliseconds now, from the wall clock (for display and history

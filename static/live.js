@@ -11,7 +11,8 @@
   var election = body.getAttribute("data-election");
   var badge = document.getElementById("live-status");
   var TYPES = ["term_started", "term_ended", "leader_value_changed",
-               "fence_accepted", "fence_refused", "gap"];
+               "fence_accepted", "fence_refused", "gap", "reset", "unobserved",
+               "candidate_queued", "candidate_left", "cluster"];
 
   function setStatus(cls, text, title) {
     if (!badge) return;
@@ -103,6 +104,8 @@
   source.addEventListener("lagged", function () { window.location.reload(); });
   source.onopen = function () { setStatus("on", "live", "updates arrive as they happen"); };
   source.onerror = function () { setStatus("down", "reconnecting…", "the live feed dropped; retrying"); };
-  // Open terms and "now" move even when nothing happens.
-  setInterval(function () { if (!document.hidden && mode === "swap") schedule(); }, 30000);
+  // Open terms and "now" move even when nothing happens (a page may ask for
+  // another period with data-refresh, in ms).
+  var every = Number(body.getAttribute("data-refresh")) || 30000;
+  setInterval(function () { if (!document.hidden && mode === "swap") schedule(); }, every);
 })();

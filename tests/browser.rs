@@ -90,4 +90,5 @@ async fn timeline_shows_terms_and_updates_live_without_reload() {
     let size = std::fs::metadata(&shot).expect("screenshot written").len();
     assert!(size > 10_000, "screenshot is {size} bytes");
     println!("screenshot: {}", shot.display());
+    browser.quit().await;
 }

@@ -93,7 +93,7 @@ async fn split_brain_story_t0_to_t4() {
     let (mut scene1, mut scene1_err, t_old) = start_campaign(
         &etcd,
         &[
-            "story", "--id", "scene-01", "--ttl", "2", "--grace", "2", "--", "sh", "-c", &script,
+            "story", "--id", "scene-01", "--ttl", "2", "--", "sh", "-c", &script,
         ],
     )
     .await;

@@ -5,17 +5,14 @@ mod support;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use support::fixtures::{lead, name};
+use support::prom::etcd_watchers;
+use support::wait::wait_until_async;
 use support::Etcd;
 use tenure::election::{
-    CampaignOptions, Campaigned, Client, ElectionName, Error, FenceReason, Layout, Leadership,
-    LossReason, Ttl,
+    CampaignOptions, Campaigned, Client, ElectionName, Error, FenceReason, Layout, LossReason, Ttl,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
-
-fn name(s: &str) -> ElectionName {
-    ElectionName::new(s).expect("valid test name")
-}
 
 fn opts(ttl: u64) -> CampaignOptions {
     CampaignOptions::new(Ttl::from_secs(ttl).expect("valid ttl"))
@@ -25,13 +22,6 @@ async fn client(etcd: &Etcd) -> Client {
     Client::connect(&[etcd.endpoint()], "")
         .await
         .expect("connect")
-}
-
-async fn lead(c: &Client, n: &ElectionName, id: &str, ttl: u64) -> Leadership {
-    match c.campaign(n, id, &opts(ttl)).await.expect("campaign") {
-        Campaigned::Leader(l) => l,
-        Campaigned::Held(h) => panic!("{id} expected to lead {n}, held by {h:?}"),
-    }
 }
 
 /// All keys in etcd, to show that a refused or invalid call wrote nothing.
@@ -92,7 +82,7 @@ async fn single_leader_among_racing_candidates() {
 
     let first_token = winner.token();
     winner.resign().await.expect("resign");
-    let next = lead(&c, &n, "candidate-next", 10).await;
+    let next = lead(&c, n.as_str(), "candidate-next", 10).await;
     assert!(
         next.token() > first_token,
         "tokens only grow: {} then {}",
@@ -108,13 +98,14 @@ async fn waiting_candidate_takes_over_after_resign() {
     let etcd = Etcd::start().await;
     let c = client(&etcd).await;
     let n = name("takeover");
-    let a = lead(&c, &n, "a", 10).await;
+    let a = lead(&c, n.as_str(), "a", 10).await;
     let mut observer = c.observe(&n).await.expect("observe");
     assert_eq!(
         observer.next().await.flatten().map(|l| l.holder),
         Some("a".into())
     );
 
+    let watchers = etcd_watchers(&etcd.endpoint()).await.unwrap_or(0.0);
     let waiter = {
         let (c, n) = (c.clone(), n.clone());
         tokio::spawn(async move {
@@ -125,9 +116,13 @@ async fn waiting_candidate_takes_over_after_resign() {
         })
     };
     // Let the waiter fail its first attempt and start watching: its
-    // lease shows up in etcd before its txn.
+    // lease shows up in etcd before its txn, its watch in etcd's count of
+    // watchers after it.
     wait_for_leases(&etcd, 2).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_until_async("the waiter watches", Duration::from_secs(10), || async {
+        etcd_watchers(&etcd.endpoint()).await.unwrap_or(0.0) > watchers
+    })
+    .await;
 
     let a_token = a.token();
     a.resign().await.expect("resign");
@@ -205,7 +200,7 @@ async fn loss_signal_fires_before_lease_expiry_when_etcd_is_unreachable() {
     let etcd = Etcd::start().await;
     let c = client(&etcd).await;
     let n = name("unreachable");
-    let l = lead(&c, &n, "holder", 4).await;
+    let l = lead(&c, n.as_str(), "holder", 4).await;
     // Let at least one renewal be confirmed first.
     let first = l.valid_until();
     while l.valid_until() == first {
@@ -243,16 +238,22 @@ async fn loss_signal_fires_on_depose_and_drop_resigns() {
     let etcd = Etcd::start().await;
     let c = client(&etcd).await;
     let n = name("depose");
-    let l = lead(&c, &n, "victim", 10).await;
+    let l = lead(&c, n.as_str(), "victim", 10).await;
     let deposed = c
         .depose(&n)
         .await
         .expect("depose")
         .expect("someone was deposed");
+    let deposed_at = std::time::Instant::now();
     assert_eq!(deposed.holder, "victim");
     let reason = tokio::time::timeout(Duration::from_secs(5), l.lost())
         .await
         .expect("loss fired");
+    // The key watch sees the deletion at once; the key read every TTL/3
+    // (3.3 s here) bounds it if the watch stalls.
+    let noticed = deposed_at.elapsed();
+    println!("[figure] library loss signal {noticed:?} after depose returned");
+    assert!(noticed < Duration::from_millis(3400), "{noticed:?}");
     assert!(
         matches!(reason, LossReason::KeyDeleted { .. }),
         "{reason:?}"
@@ -265,7 +266,7 @@ async fn loss_signal_fires_on_depose_and_drop_resigns() {
 
     // Dropping a leadership resigns it in the background.
     let n2 = name("dropped");
-    let l2 = lead(&c, &n2, "dropper", 30).await;
+    let l2 = lead(&c, n2.as_str(), "dropper", 30).await;
     let mut observer = c.observe(&n2).await.expect("observe");
     assert!(observer.next().await.flatten().is_some());
     drop(l2);
@@ -284,7 +285,7 @@ async fn shared_fence_refuses_deposed_leader_and_records_refusals() {
     assert!(!nobody.accepted);
     assert_eq!(nobody.reason, Some(FenceReason::NoLeader));
 
-    let old = lead(&c, &n, "scene-01", 10).await;
+    let old = lead(&c, n.as_str(), "scene-01", 10).await;
     let t_old = old.token();
     for _ in 0..2 {
         let d = old.fence("db").await.expect("fence");
@@ -293,7 +294,7 @@ async fn shared_fence_refuses_deposed_leader_and_records_refusals() {
     }
     // t2: the old term ends and a new one begins.
     c.depose(&n).await.expect("depose");
-    let new = lead(&c, &n, "scene-02", 10).await;
+    let new = lead(&c, n.as_str(), "scene-02", 10).await;
     let t_new = new.token();
     assert!(t_new > t_old);
 
@@ -392,7 +393,7 @@ async fn bad_input_is_refused_and_writes_nothing() {
     ));
     assert_eq!(all_keys(&etcd).await, before, "invalid calls wrote nothing");
 
-    let l = lead(&c, &n, "holder", 10).await;
+    let l = lead(&c, n.as_str(), "holder", 10).await;
     match c.resign(&n, l.token() + 1).await {
         Err(Error::NotHolder {
             current: Some(cur),
@@ -492,12 +493,5 @@ async fn follows_an_election_run_by_etcdctl_elect() {
 }
 
 fn etcdctl_elect(etcd: &Etcd, key: &str, value: &str) -> tokio::process::Child {
-    Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={}", etcd.endpoint()))
-        .args(["elect", key, value])
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("etcdctl is installed (apt-get install etcd-client)")
+    etcd.etcdctl_elect(key, value)
 }

@@ -4,22 +4,11 @@
 mod support;
 
 use etcd_client::CompactionOptions;
+use support::fixtures::{lead, name};
 use support::{Etcd, Serve};
-use tenure::election::{CampaignOptions, Campaigned, Client, ElectionName, Leadership, Ttl};
+use tenure::election::Client;
 use tenure::events::{EndCause, EventKind};
 use tenure::history::{Query, Reader};
-
-fn name(s: &str) -> ElectionName {
-    ElectionName::new(s).expect("name")
-}
-
-async fn lead(c: &Client, n: &str, id: &str) -> Leadership {
-    let opts = CampaignOptions::new(Ttl::from_secs(30).expect("ttl"));
-    match c.campaign(&name(n), id, &opts).await.expect("campaign") {
-        Campaigned::Leader(l) => l,
-        Campaigned::Held(h) => panic!("held by {h:?}"),
-    }
-}
 
 async fn revision(etcd: &Etcd) -> i64 {
     let mut raw = etcd.client().await;
@@ -41,11 +30,11 @@ async fn history_is_exact_across_restarts_and_metrics_match() {
         .expect("connect");
     let serve = Serve::start(&[etcd.endpoint()], &db, &[], &[]).await;
 
-    let a = lead(&c, "orders", "a").await;
+    let a = lead(&c, "orders", "a", 30).await;
     let t_a = a.token();
     assert!(a.fence("db").await.expect("fence").accepted);
     a.resign().await.expect("resign");
-    let b = lead(&c, "orders", "b").await;
+    let b = lead(&c, "orders", "b", 30).await;
     assert!(b.fence("db").await.expect("fence").accepted);
     let refused = c.fence(&name("orders"), "db", t_a).await.expect("fence");
     assert!(!refused.accepted);
@@ -65,10 +54,7 @@ async fn history_is_exact_across_restarts_and_metrics_match() {
         v(r#"tenure_election_fencing_token{election="orders"}"#),
         Some(b.token() as f64)
     );
-    assert_eq!(
-        v(r#"tenure_election_term_ends_total{cause="resigned",election="orders"}"#),
-        Some(1.0)
-    );
+    assert_eq!(v(r#"tenure_term_ends_total{cause="resigned"}"#), Some(1.0));
     assert_eq!(
         v(r#"tenure_fencing_refusals_total{election="orders",reason="stale_token"}"#),
         Some(1.0)
@@ -98,10 +84,10 @@ async fn history_is_exact_across_restarts_and_metrics_match() {
     // While tenure is down: b resigns, c leads and is deposed, d leads.
     let t_b = b.token();
     b.resign().await.expect("resign");
-    let cc = lead(&c, "orders", "c").await;
+    let cc = lead(&c, "orders", "c", 30).await;
     c.depose(&name("orders")).await.expect("depose");
     drop(cc);
-    let d = lead(&c, "orders", "d").await;
+    let d = lead(&c, "orders", "d", 30).await;
 
     let serve = Serve::start(&[etcd.endpoint()], &db, &[], &[]).await;
     assert!(
@@ -177,14 +163,14 @@ async fn compaction_while_down_records_an_explicit_gap() {
     let c = Client::connect(&[etcd.endpoint()], "")
         .await
         .expect("connect");
-    let a = lead(&c, "jobs", "a").await;
+    let a = lead(&c, "jobs", "a", 30).await;
     let serve = Serve::start(&[etcd.endpoint()], &db, &[], &[]).await;
     serve.caught_up(revision(&etcd).await).await;
     assert_eq!(serve.stop().await, Some(0));
 
     let t_a = a.token();
     a.resign().await.expect("resign");
-    let b = lead(&c, "jobs", "b").await;
+    let b = lead(&c, "jobs", "b", 30).await;
     let now = revision(&etcd).await;
     let mut raw = etcd.client().await;
     raw.compact(now, Some(CompactionOptions::new().with_physical()))
@@ -214,4 +200,450 @@ async fn compaction_while_down_records_an_explicit_gap() {
         (terms[1].token, terms[1].end_cause, terms[1].from_snapshot),
         (b.token(), None, true)
     );
+}
+
+fn etcdctl(etcd: &Etcd) -> std::process::Command {
+    let mut cmd = std::process::Command::new("etcdctl");
+    cmd.env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", etcd.endpoint()));
+    cmd
+}
+
+/// `etcdctl snapshot restore` of an earlier snapshot puts etcd's revision
+/// behind the stored one (and, with another cluster token, changes the
+/// cluster id). History records an explicit reset, keeps every term of the
+/// old timeline, and goes on recording the new one, where tokens repeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_from_a_snapshot_is_recorded_as_a_reset() {
+    let mut etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("history.db");
+    let snap = dir.path().join("snap.db");
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let serve = Serve::start(&[etcd.endpoint()], &db, &[], &[]).await;
+    let a = lead(&c, "jobs", "a", 30).await;
+    let t_a = a.token();
+    serve.caught_up(revision(&etcd).await).await;
+    let out = etcdctl(&etcd)
+        .args(["snapshot", "save"])
+        .arg(&snap)
+        .output()
+        .expect("etcdctl snapshot save");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let snapshot_rev = revision(&etcd).await;
+
+    // The old timeline goes on: three more terms.
+    a.resign().await.expect("resign");
+    let b = lead(&c, "jobs", "b", 30).await;
+    let t_b = b.token();
+    b.resign().await.expect("resign");
+    let cc = lead(&c, "jobs", "c", 30).await;
+    let t_c = cc.token();
+    let old_rev = revision(&etcd).await;
+    serve.caught_up(old_rev).await;
+    assert_eq!(serve.stop().await, Some(0));
+    drop(cc);
+
+    // Restore the snapshot in place (another cluster token: another id).
+    etcd.kill().await;
+    let data = etcd.data_dir().to_owned();
+    std::fs::remove_dir_all(&data).expect("remove data dir");
+    let peer = format!("http://127.0.0.1:{}", etcd.peer_port());
+    let out = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["snapshot", "restore"])
+        .arg(&snap)
+        .arg("--data-dir")
+        .arg(&data)
+        .args([
+            "--name",
+            "m0",
+            "--initial-cluster",
+            &format!("m0={peer}"),
+            "--initial-advertise-peer-urls",
+            &peer,
+            "--initial-cluster-token",
+            "restored",
+        ])
+        .output()
+        .expect("etcdctl snapshot restore");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    etcd.restart().await;
+    let restored_rev = revision(&etcd).await;
+    assert!(restored_rev < old_rev, "{restored_rev} < {old_rev}");
+    assert_eq!(restored_rev, snapshot_rev);
+
+    // The new timeline: a (restored) is deposed, d leads with a token the
+    // old timeline gave b.
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    c.depose(&name("jobs")).await.expect("depose");
+    let d = lead(&c, "jobs", "d", 30).await;
+    assert_eq!(d.token(), t_b, "the new timeline repeats a token");
+
+    let serve = Serve::start(&[etcd.endpoint()], &db, &[], &[]).await;
+    serve.caught_up(d.token()).await;
+    serve.ready().await;
+    let ready = reqwest::get(serve.url("/readyz"))
+        .await
+        .expect("readyz")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        ready.contains(&format!("revision {}", d.token())),
+        "readyz reports the new timeline's revision: {ready}"
+    );
+    // Recording goes on in the new timeline.
+    let t_d = d.token();
+    d.resign().await.expect("resign");
+    let e = lead(&c, "jobs", "e", 30).await;
+    serve.caught_up(e.token()).await;
+    assert_eq!(serve.metric("tenure_history_gaps_total").await, Some(1.0));
+    // The timeline page marks the reset like a gap.
+    let page = reqwest::get(serve.url("/elections/jobs"))
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        page.contains(r#"watcher gap: <b class="num">1</b>"#),
+        "the reset is drawn as a gap"
+    );
+    assert_eq!(serve.stop().await, Some(0));
+
+    let reader = Reader::open(&db).expect("reader");
+    let events = reader.events(None, &Query::default()).expect("events");
+    let resets: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Reset {
+                from_revision,
+                to_revision,
+                previous_cluster_id,
+                cluster_id,
+            } => Some((
+                *from_revision,
+                *to_revision,
+                *previous_cluster_id,
+                *cluster_id,
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resets.len(), 1, "{events:#?}");
+    let (from, to, previous, now) = resets[0];
+    assert_eq!(from, old_rev);
+    assert!(to >= restored_rev && to < old_rev, "{to}");
+    assert!(
+        previous.is_some() && previous != Some(now),
+        "{previous:?} {now}"
+    );
+    let terms: Vec<_> = reader
+        .terms("jobs", &Query::default())
+        .expect("terms")
+        .into_iter()
+        .map(|t| (t.holder, t.token, t.end_cause))
+        .collect();
+    assert_eq!(
+        terms,
+        vec![
+            ("a".to_owned(), t_a, Some(EndCause::Resigned)),
+            ("b".to_owned(), t_b, Some(EndCause::Resigned)),
+            ("c".to_owned(), t_c, Some(EndCause::Unknown)),
+            // The restored a ended before serve saw the new timeline: like
+            // terms inside a gap, it is not known one by one (the reset says
+            // so). d was there when serve started: from the snapshot.
+            ("d".to_owned(), t_d, Some(EndCause::Resigned)),
+            ("e".to_owned(), e.token(), None),
+        ],
+        "every term of both timelines, none lost"
+    );
+}
+
+/// The same restore under a running `tenure serve`, keeping the cluster id
+/// (same token): only the revision tells. The watch reopens after etcd's
+/// restart, sees etcd behind what it applied, records the reset and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_under_a_running_serve_is_recorded_as_a_reset() {
+    let mut etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("history.db");
+    let snap = dir.path().join("snap.db");
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let serve = Serve::start(&[etcd.endpoint()], &db, &["--timeout", "2"], &[]).await;
+    let a = lead(&c, "jobs", "a", 30).await;
+    serve.caught_up(revision(&etcd).await).await;
+    let out = etcdctl(&etcd)
+        .args(["snapshot", "save"])
+        .arg(&snap)
+        .output()
+        .expect("etcdctl snapshot save");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    a.resign().await.expect("resign");
+    let b = lead(&c, "jobs", "b", 30).await;
+    let t_b = b.token();
+    let old_rev = revision(&etcd).await;
+    serve.caught_up(old_rev).await;
+    drop(b);
+
+    etcd.kill().await;
+    let data = etcd.data_dir().to_owned();
+    std::fs::remove_dir_all(&data).expect("remove data dir");
+    let peer = format!("http://127.0.0.1:{}", etcd.peer_port());
+    let out = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["snapshot", "restore"])
+        .arg(&snap)
+        .arg("--data-dir")
+        .arg(&data)
+        .args([
+            "--name",
+            "m0",
+            "--initial-cluster",
+            &format!("m0={peer}"),
+            "--initial-advertise-peer-urls",
+            &peer,
+            "--initial-cluster-token",
+            etcd.cluster_token(),
+        ])
+        .output()
+        .expect("etcdctl snapshot restore");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    etcd.restart().await;
+    assert!(revision(&etcd).await < old_rev);
+
+    // Recording goes on: once serve has the reset, a new term is recorded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while serve.metric("tenure_history_gaps_total").await != Some(1.0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reset seen: {:?}",
+            serve.logs()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    c.depose(&name("jobs"))
+        .await
+        .expect("depose the restored a");
+    let d = lead(&c, "jobs", "d", 30).await;
+    assert_eq!(d.token(), t_b, "the new timeline repeats b's token");
+    serve.caught_up(d.token()).await;
+    let h = serve
+        .metric(r#"tenure_election_has_leader{election="jobs"}"#)
+        .await;
+    assert_eq!(h, Some(1.0));
+    assert_eq!(serve.stop().await, Some(0));
+
+    let reader = Reader::open(&db).expect("reader");
+    let events = reader.events(None, &Query::default()).expect("events");
+    let resets: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Reset {
+                previous_cluster_id,
+                cluster_id,
+                from_revision,
+                ..
+            } => Some((*from_revision, *previous_cluster_id, *cluster_id)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resets.len(), 1, "{events:#?}");
+    assert_eq!(resets[0].0, old_rev);
+    assert_eq!(resets[0].1, Some(resets[0].2), "same cluster id");
+    let terms: Vec<_> = reader
+        .terms("jobs", &Query::default())
+        .expect("terms")
+        .into_iter()
+        .map(|t| (t.holder, t.token, t.end_cause))
+        .collect();
+    assert_eq!(
+        terms,
+        vec![
+            ("a".to_owned(), a_token(&terms), Some(EndCause::Resigned)),
+            ("b".to_owned(), t_b, Some(EndCause::Unknown)),
+            ("a".to_owned(), a_token(&terms), Some(EndCause::Deleted)),
+            ("d".to_owned(), t_b, None),
+        ],
+    );
+}
+
+fn a_token(terms: &[(String, i64, Option<EndCause>)]) -> i64 {
+    terms.first().map(|t| t.1).unwrap_or_default()
+}
+
+/// An election leading across a restart of `tenure serve` has its series
+/// at once (from history), and after its term ends `fencing_token` stays the
+/// last term's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_after_a_restart_come_from_history() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("history.db");
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let serve = Serve::start(&[etcd.endpoint()], &db, &[], &[]).await;
+    let a = lead(&c, "jobs", "a", 30).await;
+    serve.caught_up(revision(&etcd).await).await;
+    assert_eq!(serve.stop().await, Some(0));
+
+    let serve = Serve::start(&[etcd.endpoint()], &db, &[], &[]).await;
+    serve.ready().await;
+    let m = serve.metrics().await;
+    let v = |s: &str| support::metric_value(&m, s);
+    assert_eq!(
+        v(r#"tenure_election_has_leader{election="jobs"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        v(r#"tenure_election_fencing_token{election="jobs"}"#),
+        Some(a.token() as f64)
+    );
+    assert_eq!(
+        v(r#"tenure_election_leader_info{election="jobs",holder="a"}"#),
+        Some(1.0),
+        "{m}"
+    );
+    let t_a = a.token();
+    a.resign().await.expect("resign");
+    serve.caught_up(revision(&etcd).await).await;
+    let m = serve.metrics().await;
+    let v = |s: &str| support::metric_value(&m, s);
+    assert_eq!(
+        v(r#"tenure_election_has_leader{election="jobs"}"#),
+        Some(0.0)
+    );
+    assert_eq!(
+        v(r#"tenure_election_fencing_token{election="jobs"}"#),
+        Some(t_a as f64),
+        "the last term's token, not 0"
+    );
+    assert_eq!(serve.stop().await, Some(0));
+}
+
+/// `/export` streams (chunked, no one big string) and stays valid JSON and
+/// CSV; `/api/v1/elections` answers for many elections at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_streams_and_the_election_list_is_one_query() {
+    use tenure::events::{Batch, Event};
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("history.db");
+    let now = tenure::events::now_ms();
+    {
+        // 3,000 ended terms of one election and 200 other elections, at
+        // revision 1 (etcd's own, so serve resumes there).
+        let store = tenure::history::Store::open(&db, std::time::Duration::ZERO).expect("store");
+        let mut events = Vec::new();
+        let term = |election: &str, token: i64, ended: bool| Event {
+            revision: 1,
+            at_ms: now - 1000 + token % 1000,
+            election: election.to_owned(),
+            kind: if ended {
+                EventKind::TermEnded {
+                    token,
+                    holder: format!("h{token}"),
+                    lease_id: 7,
+                    cause: EndCause::Resigned,
+                    started_revision: token,
+                    started_at_ms: now - 2000,
+                }
+            } else {
+                EventKind::TermStarted {
+                    token,
+                    holder: format!("h{token}"),
+                    lease_id: 7,
+                    layout: tenure::election::Layout::Single,
+                    previous_holder: None,
+                    from_snapshot: false,
+                }
+            },
+        };
+        for t in 1..=3000 {
+            events.push(term("big", t, false));
+            events.push(term("big", t, true));
+        }
+        for i in 0..200 {
+            let e = format!("e{i}");
+            events.push(term(&e, 1, false));
+            events.push(term(&e, 1, true));
+        }
+        store
+            .write(Batch {
+                revision: 1,
+                events,
+            })
+            .await
+            .expect("write");
+        store.close().await.expect("close");
+    }
+    let serve = Serve::start(&[etcd.endpoint()], &db, &[], &[]).await;
+    serve.ready().await;
+    let resp = reqwest::get(serve.url("/api/v1/elections/big/export?format=json&from=1h"))
+        .await
+        .expect("export");
+    assert!(resp.status().is_success());
+    assert!(
+        resp.headers().get("content-length").is_none(),
+        "streamed: {:?}",
+        resp.headers()
+    );
+    let doc: serde_json::Value = resp.json().await.expect("valid JSON");
+    assert_eq!(doc["election"], "big");
+    assert_eq!(doc["terms"].as_array().map(Vec::len), Some(3000));
+    assert_eq!(doc["events"].as_array().map(Vec::len), Some(6000));
+    assert_eq!(doc["refusals"].as_array().map(Vec::len), Some(0));
+    let csv = reqwest::get(serve.url("/api/v1/elections/big/export?format=csv&from=1h"))
+        .await
+        .expect("export")
+        .text()
+        .await
+        .expect("body");
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 3001, "one header, one line per term");
+    assert!(lines[0].starts_with("election,"), "{}", lines[0]);
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("election,")).count(),
+        1,
+        "the header once"
+    );
+
+    let list: serde_json::Value = reqwest::get(serve.url("/api/v1/elections"))
+        .await
+        .expect("list")
+        .json()
+        .await
+        .expect("json");
+    let list = list["elections"].as_array().cloned().unwrap_or_default();
+    assert_eq!(list.len(), 201, "{list:?}");
+    let big = list.iter().find(|e| e["name"] == "big").expect("big");
+    assert_eq!(big["changes_last_hour"], 3000);
+    assert_eq!(serve.stop().await, Some(0));
 }

@@ -1,24 +1,43 @@
 //! `tenure campaign NAME -- CMD`: run a program while leader.
 //!
 //! The program gets `TENURE_ELECTION`, `TENURE_HOLDER`, `TENURE_TOKEN` and
-//! `TENURE_LEASE_ID` in its environment. When leadership is lost it gets
-//! SIGTERM, then SIGKILL after the grace period, and tenure exits 4. When it
-//! exits by itself, tenure resigns and exits with its status. On SIGTERM or
-//! SIGINT tenure stops it, resigns, and exits 128+signal.
+//! `TENURE_LEASE_ID` in its environment and runs in a guarded process group
+//! (`group.rs`, `guard.rs`). The safety promise: when leadership is lost,
+//! the whole group gets SIGTERM, and SIGKILL after `--grace` but in any
+//! case [`KILL_SLACK`] before the earliest moment etcd can expire the
+//! term's lease; so for a loss by expiry the command is dead before another
+//! candidate can be granted the key. The guard enforces the same deadline
+//! if this process freezes or dies. When the command exits by itself, its
+//! group is killed, tenure resigns and exits with its status. On SIGTERM or
+//! SIGINT the group is stopped the same way and tenure resigns before it
+//! exits.
 
 use std::process::ExitStatus;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+use futures_util::FutureExt;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use super::{parse_seconds, EXIT_LOST, EXIT_REFUSED};
+use super::group::{Group, Stopped};
+use super::stderr::say;
+use super::{parse_seconds, EXIT_LOST, EXIT_REFUSED, EXIT_USAGE};
+use crate::election::deadline::{Deadline, Stamp};
+use crate::election::lease::default_margin;
 use crate::election::{
-    shutdown_signal, CampaignOptions, Campaigned, Client, ElectionName, Error, Leadership, Ttl,
+    CampaignOptions, Campaigned, Client, ElectionName, Error, Leadership, LossReason,
+    ShutdownSignal, Ttl,
 };
+
+/// SIGKILL is sent at least this long before the earliest moment etcd can
+/// expire the term's lease: time for the kernel to end the group and for
+/// tenure to be scheduled, on a loaded host.
+pub const KILL_SLACK: Duration = Duration::from_millis(250);
+
+/// How long a holder that lost its key asks etcd whether the deletion was
+/// an operator's depose (which gets the grace) before killing at once.
+const MARKER_READ: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Args)]
 pub struct CampaignArgs {
@@ -37,17 +56,51 @@ pub struct CampaignArgs {
     #[arg(long)]
     pub wait: bool,
 
+    /// Queue in etcd's own layout (`election/NAME/<lease-hex>`, as Go's
+    /// concurrency.Election and `etcdctl elect` do): candidates lead in
+    /// the order they queued, each waiter wakes once, when its predecessor
+    /// goes. Default: the single-key layout.
+    #[arg(long)]
+    pub queue: bool,
+
     /// Give up waiting after this many seconds (exit 3).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, requires = "wait")]
     pub wait_timeout: Option<Duration>,
 
-    /// Seconds between SIGTERM and SIGKILL when the command must stop.
-    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_seconds)]
-    pub grace: Duration,
+    /// Seconds between SIGTERM and SIGKILL when the command must stop. At
+    /// most the safety margin (a quarter of the TTL) minus 0.25 s, which is
+    /// also the default: the command must be dead before etcd can expire
+    /// the lease.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub grace: Option<Duration>,
 
     /// The command to run while leader.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// The longest grace a TTL allows: the margin minus [`KILL_SLACK`].
+pub fn max_grace(ttl: Ttl) -> Duration {
+    default_margin(ttl.as_duration()).saturating_sub(KILL_SLACK)
+}
+
+/// The grace to use, or the message that says why the one asked for breaks
+/// the safety promise.
+fn grace(asked: Option<Duration>, ttl: Ttl) -> Result<Duration, String> {
+    let max = max_grace(ttl);
+    match asked {
+        None => Ok(max),
+        Some(g) if g <= max => Ok(g),
+        Some(g) => Err(format!(
+            "--grace {g:?} is too long for --ttl {}: the command must be dead {KILL_SLACK:?} \
+             before etcd can expire the lease, which leaves at most {max:?} between SIGTERM and \
+             SIGKILL (the safety margin {:?}, a quarter of the TTL, minus {KILL_SLACK:?}); \
+             use --grace {:.2} or less, or a longer --ttl",
+            ttl.secs(),
+            default_margin(ttl.as_duration()),
+            max.as_secs_f64()
+        )),
+    }
 }
 
 fn default_id() -> String {
@@ -57,109 +110,242 @@ fn default_id() -> String {
     format!("{host}-{}", std::process::id())
 }
 
+/// SIGTERM and SIGINT, listened for from the start so that none is lost
+/// while a campaign runs.
+struct Shutdown {
+    term: Signal,
+    int: Signal,
+}
+
+impl Shutdown {
+    fn new() -> std::io::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn recv(&mut self) -> ShutdownSignal {
+        tokio::select! {
+            _ = self.term.recv() => ShutdownSignal::Term,
+            _ = self.int.recv() => ShutdownSignal::Int,
+        }
+    }
+
+    /// A signal that arrived while nobody was waiting for one.
+    fn pending(&mut self) -> Option<ShutdownSignal> {
+        self.recv().now_or_never()
+    }
+}
+
 enum Outcome {
     Exited(std::io::Result<ExitStatus>),
-    Lost(crate::election::LossReason),
-    Signal(crate::election::ShutdownSignal),
+    Lost(LossReason),
+    Signal(ShutdownSignal),
 }
 
 pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
-    let id = args.id.clone().unwrap_or_else(default_id);
-    let name = &args.name;
-    let opts = CampaignOptions::new(args.ttl);
-    let signal = shutdown_signal();
-    tokio::pin!(signal);
-
-    let acquire = async {
-        if args.wait {
-            client
-                .campaign_wait(name, &id, &opts, args.wait_timeout)
-                .await
-                .map(Some)
-        } else {
-            match client.campaign(name, &id, &opts).await? {
-                Campaigned::Leader(l) => Ok(Some(l)),
-                Campaigned::Held(holder) => {
-                    eprintln!(
-                        "tenure: {name} is held by {:?} (token {}); use --wait to wait for it",
-                        holder.holder, holder.token
-                    );
-                    Ok(None)
-                }
-            }
+    let grace = match grace(args.grace, args.ttl) {
+        Ok(g) => g,
+        Err(message) => {
+            say(message);
+            return Ok(EXIT_USAGE);
         }
     };
-    let leadership = tokio::select! {
-        r = acquire => match r {
+    let id = args.id.clone().unwrap_or_else(default_id);
+    let name = &args.name;
+    let mut opts = CampaignOptions::new(args.ttl);
+    if args.queue {
+        opts = opts.queued();
+    }
+    let mut shutdown = Shutdown::new().context("installing signal handlers")?;
+
+    let leadership = if args.wait {
+        let mut got = None;
+        let stop = async {
+            got = Some(shutdown.recv().await);
+        };
+        // On a signal or a timeout the candidate's lease is revoked (and
+        // etcd has answered) before this returns.
+        match client
+            .campaign_wait_until(name, &id, &opts, args.wait_timeout, stop)
+            .await
+        {
             Ok(Some(l)) => l,
-            Ok(None) => return Ok(EXIT_REFUSED),
+            Ok(None) => return Ok(got.map(|s| s.exit_code()).unwrap_or(1)),
             Err(e @ Error::Timeout { .. }) => {
-                eprintln!("tenure: {e}");
+                say(&e);
                 return Ok(EXIT_REFUSED);
             }
             Err(e) => return Err(e).with_context(|| format!("campaigning for {name}")),
-        },
-        // Dropping the campaign revokes the candidate's lease.
-        sig = &mut signal => return Ok(sig.map(|s| s.exit_code()).unwrap_or(1)),
+        }
+    } else {
+        // Not cancelled by a signal: an attempt whose outcome is unknown is
+        // resolved (or its lease revoked) before this returns.
+        match client
+            .campaign(name, &id, &opts)
+            .await
+            .with_context(|| format!("campaigning for {name}"))?
+        {
+            Campaigned::Leader(l) => l,
+            Campaigned::Held(holder) => {
+                say(format_args!(
+                    "{name} is held by {:?} (token {}); use --wait to wait for it",
+                    holder.holder, holder.token
+                ));
+                return Ok(EXIT_REFUSED);
+            }
+        }
     };
-    eprintln!(
-        "tenure: {id} leads {name} with token {} (lease {:x}, ttl {:?})",
+    if let Some(sig) = shutdown.pending() {
+        resign_quietly(leadership).await;
+        return Ok(sig.exit_code());
+    }
+    say(format_args!(
+        "{id} leads {name} with token {} (lease {:x}, ttl {:?}, grace {grace:?})",
         leadership.token(),
         leadership.lease_id(),
         leadership.ttl()
-    );
+    ));
 
-    let mut child = match Command::new(&args.command[0])
-        .args(&args.command[1..])
-        .env("TENURE_ELECTION", name.as_str())
-        .env("TENURE_HOLDER", &id)
-        .env("TENURE_TOKEN", leadership.token().to_string())
-        .env("TENURE_LEASE_ID", leadership.lease_id().to_string())
-        .kill_on_drop(true)
-        .spawn()
-    {
-        Ok(c) => c,
+    let env = [
+        ("TENURE_ELECTION", name.to_string()),
+        ("TENURE_HOLDER", id.clone()),
+        ("TENURE_TOKEN", leadership.token().to_string()),
+        ("TENURE_LEASE_ID", leadership.lease_id().to_string()),
+    ];
+    let hard_deadline = |l: &Leadership| l.expiry_earliest().before(KILL_SLACK);
+    // An answer that came late may already be past its deadline: then the
+    // command must not start at all.
+    if let Some(reason) = leadership.is_lost() {
+        say(format_args!(
+            "leadership of {name} (token {}) lost before the command started: {reason}",
+            leadership.token()
+        ));
+        resign_quietly(leadership).await;
+        return Ok(EXIT_LOST);
+    }
+    if hard_deadline(&leadership).has_passed() {
+        say(format_args!(
+            "leadership of {name} (token {}) is too close to its lease's expiry to start the command",
+            leadership.token()
+        ));
+        resign_quietly(leadership).await;
+        return Ok(EXIT_LOST);
+    }
+    let mut group = match Group::spawn(&args.command, &env, hard_deadline(&leadership)) {
+        Ok(g) => g,
         Err(e) => {
-            let _ = leadership.resign().await;
-            return Err(e).with_context(|| format!("starting {:?}", args.command[0]));
+            resign_quietly(leadership).await;
+            return Err(e);
         }
     };
+    tracing::info!(
+        pid = group.pid(),
+        pgid = group.pgid(),
+        "the command runs in its own guarded process group"
+    );
+    let mut validity = leadership.subscribe();
 
-    let outcome = tokio::select! {
-        biased;
-        reason = leadership.lost() => Outcome::Lost(reason),
-        status = child.wait() => Outcome::Exited(status),
-        sig = &mut signal => match sig {
-            Ok(s) => Outcome::Signal(s),
-            Err(e) => return Err(e).context("installing signal handlers"),
-        },
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            reason = leadership.lost() => break Outcome::Lost(reason),
+            status = group.wait() => break Outcome::Exited(status),
+            sig = shutdown.recv() => break Outcome::Signal(sig),
+            // Each confirmed renewal moves the guard's deadline on.
+            _ = validity.changed() => group.kill_at(hard_deadline(&leadership)),
+        }
     };
     match outcome {
         Outcome::Lost(reason) => {
-            eprintln!(
-                "tenure: leadership of {name} (token {}) lost: {reason}; stopping the command",
-                leadership.token()
+            let lost_at = Stamp::now();
+            // The grace is for an end tenure knows about: its own renewal
+            // deadline (the lease still lives for the margin) or an
+            // operator's depose (tenure's end marker). When etcd ended the
+            // term by itself, or the lease is gone, another candidate may
+            // lead already: no grace.
+            let graceful = match &reason {
+                LossReason::RenewalDeadline { .. } | LossReason::HostSuspended => true,
+                LossReason::KeyDeleted { .. } => {
+                    leadership.ended_by_tenure(&reason, MARKER_READ).await == Some(true)
+                }
+                _ => false,
+            };
+            let grace = if graceful { grace } else { Duration::ZERO };
+            // Stop first, talk after: a blocked stderr must not delay this.
+            let stopped = group
+                .stop(kill_deadline(lost_at, grace, hard_deadline(&leadership)))
+                .await;
+            report_stop(
+                format_args!(
+                    "leadership of {name} (token {}) lost: {reason}",
+                    leadership.token()
+                ),
+                lost_at,
+                &stopped,
             );
-            stop(&mut child, args.grace).await;
-            let _ = leadership.resign().await;
+            resign_quietly(leadership).await;
             Ok(EXIT_LOST)
         }
         Outcome::Exited(status) => {
+            // The command is gone; whatever it left in its group goes too,
+            // before the term ends.
+            let stopped = group.finish(false).await;
+            if !stopped.survivors.is_empty() {
+                say(format_args!(
+                    "processes {:?} of the command's group survived SIGKILL",
+                    stopped.survivors
+                ));
+            }
             let status = status.context("waiting for the command")?;
             leadership.resign().await.context("resigning")?;
             Ok(exit_code(status))
         }
         Outcome::Signal(sig) => {
-            stop(&mut child, args.grace).await;
+            let at = Stamp::now();
+            let stopped = group
+                .stop(kill_deadline(at, grace, hard_deadline(&leadership)))
+                .await;
+            let sig_name = match sig {
+                ShutdownSignal::Term => "SIGTERM",
+                ShutdownSignal::Int => "SIGINT",
+            };
+            report_stop(format_args!("stopping on {sig_name}"), at, &stopped);
             resign_quietly(leadership).await;
             Ok(sig.exit_code())
         }
     }
 }
 
+/// SIGKILL `grace` after `from`, but never after `hard`.
+fn kill_deadline(from: Stamp, grace: Duration, hard: Deadline) -> Deadline {
+    from.after(grace).min(hard)
+}
+
+fn report_stop(what: std::fmt::Arguments<'_>, from: Stamp, stopped: &Stopped) {
+    let took = from.mono.elapsed();
+    let how = if stopped.killed {
+        "killed with SIGKILL after the grace period"
+    } else {
+        "stopped"
+    };
+    say(format_args!(
+        "{what}; the command's group was {how}, dead {took:?} after that"
+    ));
+    if !stopped.survivors.is_empty() {
+        say(format_args!(
+            "processes {:?} of the command's group survived SIGKILL (stuck in the kernel?)",
+            stopped.survivors
+        ));
+    }
+}
+
 async fn resign_quietly(leadership: Leadership) {
     if let Err(e) = leadership.resign().await {
-        eprintln!("tenure: resigning failed ({e}); the lease will expire after its TTL");
+        say(format_args!(
+            "resigning failed ({e}); the lease will expire after its TTL"
+        ));
     }
 }
 
@@ -171,14 +357,25 @@ fn exit_code(status: ExitStatus) -> i32 {
         .unwrap_or(1)
 }
 
-/// SIGTERM, then SIGKILL after `grace`.
-async fn stop(child: &mut Child, grace: Duration) {
-    let Some(pid) = child.id() else { return };
-    if let Ok(pid) = i32::try_from(pid) {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ttl(s: u64) -> Ttl {
+        Ttl::from_secs(s).expect("ttl")
     }
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        eprintln!("tenure: the command did not stop within {grace:?}; sending SIGKILL");
-        let _ = child.kill().await;
+
+    #[test]
+    fn grace_defaults_to_the_margin_minus_the_slack_and_longer_is_refused() {
+        assert_eq!(grace(None, ttl(10)), Ok(Duration::from_millis(2250)));
+        assert_eq!(grace(None, ttl(4)), Ok(Duration::from_millis(750)));
+        assert_eq!(grace(None, ttl(2)), Ok(Duration::from_millis(250)));
+        assert_eq!(
+            grace(Some(Duration::from_millis(500)), ttl(4)),
+            Ok(Duration::from_millis(500))
+        );
+        let e = grace(Some(Duration::from_secs(10)), ttl(4)).expect_err("10 s at TTL 4");
+        assert!(e.contains("--grace 10s is too long for --ttl 4"), "{e}");
+        assert!(e.contains("use --grace 0.75 or less"), "{e}");
     }
 }

@@ -120,6 +120,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
         max_ttl: 3600,
         campaign_rate: 100,
         max_body: 16 * 1024,
+        cluster_poll: Duration::from_secs(2),
+        writer_ttl: Duration::from_secs(5),
     };
     let code = serve::run_until(client, serve_args, async {
         let _ = shutdown_signal().await;

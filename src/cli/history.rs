@@ -7,13 +7,13 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::election::ElectionName;
-use crate::history::{parse_time, terms_to_csv, Query, Reader};
+use crate::history::{parse_time, terms_to_csv, Db, Query, Reader};
 
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
     pub name: ElectionName,
 
-    /// SQLite history file written by `tenure serve --db`.
+    /// History written by `tenure serve --db`: a SQLite file, or a postgres:// URL.
     #[arg(long, env = "TENURE_DB", default_value = "tenure.db")]
     pub db: PathBuf,
 
@@ -45,16 +45,17 @@ pub fn run(args: HistoryArgs) -> anyhow::Result<i32> {
         to_ms: time(&args.to)?,
         limit: args.limit,
     };
-    let reader = Reader::open(&args.db)?;
+    let db = Db::from_arg(&args.db);
+    let reader = Reader::open_db(&db)?;
     let rows = reader
         .terms(args.name.as_str(), &q)
-        .with_context(|| format!("reading terms of {} from {}", args.name, args.db.display()))?;
+        .with_context(|| format!("reading terms of {} from {}", args.name, db.display()))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else if args.csv {
         print!("{}", terms_to_csv(&rows));
     } else if rows.is_empty() {
-        eprintln!("tenure: no terms of {} in {}", args.name, args.db.display());
+        eprintln!("tenure: no terms of {} in {}", args.name, db.display());
     } else {
         println!(
             "{:<24} {:>10}  {:<24} {:<24} {:<10} holder",

@@ -2,24 +2,30 @@
 //! binary's edge, the only place where errors become `anyhow` and exit codes.
 //!
 //! Exit codes: 0 success; 1 error (etcd unreachable, nobody leads, bad
-//! state); 2 usage error; 3 refused (fence refused, election held, token
+//! state, TLS/user/permission misconfiguration); 2 usage error; 3 refused (fence refused, election held, token
 //! does not hold the election, `--wait-timeout` passed); 4 leadership lost
 //! while running a command; 128+N ended by signal N.
 
 mod campaign;
 mod dev;
+mod group;
+mod guard;
 mod history;
+mod replica;
 mod serve;
+mod stderr;
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use crate::election::{Client, ElectionName, Error};
+use crate::election::{Client, ConnectConfig, Credentials, ElectionName, Error, Keys, TlsFiles};
 
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_ERROR: i32 = 1;
+pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_REFUSED: i32 = 3;
 pub const EXIT_LOST: i32 = 4;
 
@@ -52,6 +58,108 @@ pub struct Global {
     /// How long one etcd request may take, in seconds.
     #[arg(long, env = "TENURE_TIMEOUT", default_value = "5", value_name = "SECONDS", value_parser = parse_seconds, global = true)]
     pub timeout: Duration,
+
+    /// CA certificate (PEM) that signed etcd's server certificate; for https:// endpoints
+    /// (without it, the system's CAs). Fallback: $ETCDCTL_CACERT.
+    #[arg(long, env = "TENURE_CACERT", value_name = "FILE", global = true)]
+    pub cacert: Option<PathBuf>,
+
+    /// Client certificate (PEM) for an etcd with --client-cert-auth. Fallback: $ETCDCTL_CERT.
+    #[arg(long, env = "TENURE_CERT", value_name = "FILE", global = true)]
+    pub cert: Option<PathBuf>,
+
+    /// Private key (PEM) of --cert. Fallback: $ETCDCTL_KEY.
+    #[arg(long, env = "TENURE_KEY", value_name = "FILE", global = true)]
+    pub key: Option<PathBuf>,
+
+    /// etcd user, for an etcd with authentication enabled. Fallback: $ETCDCTL_USER.
+    #[arg(
+        long,
+        env = "TENURE_USER",
+        hide_env_values = true,
+        value_name = "NAME[:PASSWORD]",
+        global = true
+    )]
+    pub user: Option<String>,
+
+    /// Password of --user (shows in `ps`: prefer --password-file or the variable).
+    /// Fallback: $ETCDCTL_PASSWORD.
+    #[arg(long, env = "TENURE_PASSWORD", hide_env_values = true, global = true)]
+    pub password: Option<String>,
+
+    /// File whose first line is the password of --user.
+    #[arg(long, env = "TENURE_PASSWORD_FILE", value_name = "FILE", global = true)]
+    pub password_file: Option<PathBuf>,
+}
+
+/// A flag's value, else etcdctl's variable for it (empty counts as unset).
+fn or_etcdctl(flag: &Option<String>, var: &str) -> Option<String> {
+    flag.clone()
+        .or_else(|| std::env::var(var).ok())
+        .filter(|v| !v.is_empty())
+}
+
+fn path_or_etcdctl(flag: &Option<PathBuf>, var: &str) -> Option<PathBuf> {
+    flag.clone()
+        .or_else(|| std::env::var_os(var).map(PathBuf::from))
+        .filter(|p| !p.as_os_str().is_empty())
+}
+
+fn read_password_file(path: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the password file {}", path.display()))?;
+    let line = text.lines().next().unwrap_or("");
+    anyhow::ensure!(
+        !line.is_empty(),
+        "the password file {} is empty: its first line must be the password",
+        path.display()
+    );
+    Ok(line.to_owned())
+}
+
+/// The TLS files and etcd user from flags, `TENURE_*` and `ETCDCTL_*`.
+pub fn connect_config(g: &Global) -> anyhow::Result<ConnectConfig> {
+    let tls = TlsFiles {
+        ca: path_or_etcdctl(&g.cacert, "ETCDCTL_CACERT"),
+        cert: path_or_etcdctl(&g.cert, "ETCDCTL_CERT"),
+        key: path_or_etcdctl(&g.key, "ETCDCTL_KEY"),
+    };
+    let password = or_etcdctl(&g.password, "ETCDCTL_PASSWORD");
+    let credentials = match or_etcdctl(&g.user, "ETCDCTL_USER") {
+        None => {
+            anyhow::ensure!(
+                password.is_none() && g.password_file.is_none(),
+                "a password was given without an etcd user: give --user NAME (or TENURE_USER)"
+            );
+            None
+        }
+        Some(user) => {
+            let (name, inline) = match user.split_once(':') {
+                Some((n, p)) => (n.to_owned(), Some(p.to_owned())),
+                None => (user, None),
+            };
+            anyhow::ensure!(!name.is_empty(), "--user has an empty user name");
+            let from_file = g
+                .password_file
+                .as_deref()
+                .map(read_password_file)
+                .transpose()?;
+            let given = [inline.is_some(), password.is_some(), from_file.is_some()];
+            anyhow::ensure!(
+                given.iter().filter(|g| **g).count() <= 1,
+                "the password of etcd user {name:?} is given more than once: use one of \
+                 --user NAME:PASSWORD, --password (TENURE_PASSWORD) or --password-file"
+            );
+            let Some(password) = inline.or(password).or(from_file) else {
+                anyhow::bail!(
+                    "no password for etcd user {name:?}: give --password-file FILE (or \
+                     TENURE_PASSWORD, or --user {name}:PASSWORD)"
+                );
+            };
+            Some(Credentials::new(name, password))
+        }
+    };
+    Ok(ConnectConfig { tls, credentials })
 }
 
 #[derive(Debug, Subcommand)]
@@ -71,6 +179,11 @@ pub enum Command {
         /// Print one JSON value per line (`null` when nobody leads).
         #[arg(long)]
         json: bool,
+        /// Also show the queue (queue layout): who waits behind the leader,
+        /// in order, and every change of it. With --json, each line is
+        /// `{"leader": …, "waiting": […]}`.
+        #[arg(long)]
+        queue: bool,
     },
     /// Check a token against the shared fence of a resource (exit 3 when refused).
     Fence {
@@ -90,7 +203,7 @@ pub enum Command {
     /// Operator action: delete the leader key, whoever holds it.
     Depose { name: ElectionName },
     /// Watch every election under the prefix: metrics, traces, history, HTTP.
-    Serve(serve::ServeArgs),
+    Serve(serve::ServeCommand),
     /// Print the recorded terms of an election from the history file.
     History(history::HistoryArgs),
     /// Local etcd + dashboard + a demo fleet: see tenure working with one command.
@@ -111,6 +224,18 @@ pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
 
 /// Parses the command line, runs it, and returns the process exit code.
 pub fn main() -> i32 {
+    // `tenure campaign`'s guard process: no logging, no runtime, no etcd.
+    if std::env::args_os().nth(1).is_some_and(|a| a == guard::ARG) {
+        return guard::main();
+    }
+    let code = run_cli();
+    // tenure's own messages are queued (stderr::say): give them a moment to
+    // reach stderr, but never hang on a stderr nobody reads.
+    stderr::flush(Duration::from_secs(1));
+    code
+}
+
+fn run_cli() -> i32 {
     let cli = Cli::parse();
     // Flushes spans on the way out.
     let _traces = init_logging();
@@ -127,7 +252,7 @@ pub fn main() -> i32 {
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tenure: error: {e:#}");
+            stderr::say(format_args!("error: {e:#}"));
             match e.downcast_ref::<Error>() {
                 Some(Error::NotHolder { .. }) => EXIT_REFUSED,
                 _ => EXIT_ERROR,
@@ -145,7 +270,7 @@ fn init_logging() -> Option<crate::telemetry::TracesGuard> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TENURE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(stderr::MakeQueued)
         .with_filter(filter);
     let registry = tracing_subscriber::registry().with(fmt);
     match crate::telemetry::layer_from_env() {
@@ -166,19 +291,142 @@ fn init_logging() -> Option<crate::telemetry::TracesGuard> {
 }
 
 async fn connect(global: &Global) -> anyhow::Result<Client> {
-    let client = Client::connect(&global.endpoints, &global.prefix)
-        .await
-        .with_context(|| format!("connecting to etcd at {}", global.endpoints.join(",")))?;
+    let config = connect_config(global)?;
+    let at = global.endpoints.join(",");
+    let client = match Client::connect_with(&global.endpoints, &global.prefix, config).await {
+        Ok(c) => c,
+        // These say what to fix, with the endpoint: no more context needed.
+        Err(e) if e.is_access_denied() => return Err(e.into()),
+        Err(e) => return Err(e).with_context(|| format!("connecting to etcd at {at}")),
+    };
     Ok(client.with_op_timeout(global.timeout))
 }
 
+/// What a command needs from etcd's authorization, for the message when
+/// etcd denies it: the access, the keys it was denied on, and the
+/// `etcdctl role grant-permission ROLE` arguments that grant it.
+struct Need {
+    access: &'static str,
+    keys: Vec<String>,
+    grant: Vec<String>,
+}
+
+impl Need {
+    fn of(command: &Command, keys: &Keys) -> Need {
+        let (elections, fences) = (keys.elections_root(), keys.fences_root());
+        let prefix = |access: &str, p: &str| format!("--prefix=true {access} '{p}'");
+        let rw = |keys: Vec<String>, grant: Vec<String>| Need {
+            access: "readwrite",
+            keys,
+            grant,
+        };
+        match command {
+            Command::Leader { name, .. } | Command::Observe { name, .. } => Need {
+                access: "read",
+                keys: vec![keys.leader_key(name)],
+                grant: vec![prefix("read", &elections)],
+            },
+            Command::Campaign(args) => rw(
+                vec![keys.leader_key(&args.name)],
+                vec![prefix("readwrite", &elections)],
+            ),
+            Command::Resign { name, .. } | Command::Depose { name } => rw(
+                vec![keys.leader_key(name)],
+                vec![prefix("readwrite", &elections)],
+            ),
+            Command::Fence { name, .. } => rw(
+                vec![keys.leader_key(name), fences.clone()],
+                vec![
+                    prefix("readwrite", &elections),
+                    prefix("readwrite", &fences),
+                ],
+            ),
+            // serve watches one range, [P election/, P fence0), so that one
+            // stream keeps both prefixes in revision order: etcd checks the
+            // whole range, so the grant is that range.
+            _ => {
+                let (start, end) = keys.watch_range();
+                Need {
+                    access: "read",
+                    grant: vec![format!("read '{start}' '{end}'")],
+                    keys: vec![format!("{start}..{end}")],
+                }
+            }
+        }
+    }
+}
+
+/// "Permission denied", said with the user, its roles, the keys and the
+/// `etcdctl` command that grants them.
+async fn explain_denied(client: &Client, need: &Need) -> anyhow::Error {
+    let user = match client.connect_config().user() {
+        Some(u) => format!("user {u:?}"),
+        None => "this client (no --user: etcd then takes the user from the client \
+                 certificate's common name, if any)"
+            .to_owned(),
+    };
+    let roles = client.user_roles().await.unwrap_or_default();
+    let role = roles.first().cloned().unwrap_or_else(|| "ROLE".to_owned());
+    let roles = if roles.is_empty() {
+        "no role".to_owned()
+    } else {
+        format!("roles {}", roles.join(", "))
+    };
+    let keys = need
+        .keys
+        .iter()
+        .map(|k| format!("{k:?}"))
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let grant = need
+        .grant
+        .iter()
+        .map(|g| format!("`etcdctl role grant-permission {role} {g}`"))
+        .collect::<Vec<_>>()
+        .join(" and ");
+    anyhow::anyhow!(
+        "etcd denied {user} ({roles}) {} access to {keys}: grant it with {grant}",
+        need.access,
+    )
+}
+
 async fn run(cli: Cli) -> anyhow::Result<i32> {
-    // Connecting is lazy: commands that need no etcd (history) never touch it.
+    // Commands that need no etcd (history) or run their own (dev) never
+    // connect: `tenure dev` stays plain loopback.
+    let cli = match cli.command {
+        // Off the runtime: the PostgreSQL client blocks.
+        Command::History(args) => {
+            return tokio::task::spawn_blocking(move || history::run(args)).await?
+        }
+        Command::Dev(args) => return dev::run(args).await,
+        command => Cli { command, ..cli },
+    };
     let client = connect(&cli.global).await?;
+    let need = Need::of(&cli.command, client.keys());
+    match run_connected(&client, cli).await {
+        Err(e)
+            if matches!(
+                e.downcast_ref::<Error>(),
+                Some(Error::PermissionDenied { .. })
+            ) =>
+        {
+            Err(explain_denied(&client, &need).await)
+        }
+        // These say what to fix, in one line: no context needed.
+        Err(e) => match e.downcast_ref::<Error>() {
+            Some(inner) if inner.is_access_denied() => Err(anyhow::anyhow!("{inner}")),
+            _ => Err(e),
+        },
+        ok => ok,
+    }
+}
+
+async fn run_connected(client: &Client, cli: Cli) -> anyhow::Result<i32> {
+    let client = client.clone();
     let at = cli.global.endpoints.join(",");
     match cli.command {
         Command::Campaign(args) => campaign::run(&client, args).await,
-        Command::Serve(args) => serve::run(client, args).await,
+        Command::Serve(cmd) => serve::run(client, cmd).await,
         Command::History(args) => history::run(args),
         Command::Dev(args) => dev::run(args).await,
         Command::Leader { name, json } => {
@@ -202,10 +450,13 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                     "{} leads {} (token {}, lease {:x}, {ttl}, {} layout)",
                     l.holder, l.name, l.token, l.lease_id, l.layout
                 );
+                for (i, w) in status.waiting.iter().enumerate() {
+                    println!("  {}. {} waits (token {})", i + 1, w.holder, w.token);
+                }
             }
             Ok(EXIT_OK)
         }
-        Command::Observe { name, json } => {
+        Command::Observe { name, json, queue } => {
             let mut observer = client
                 .observe(&name)
                 .await
@@ -213,19 +464,39 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             let stop = crate::election::shutdown_signal();
             tokio::pin!(stop);
             loop {
+                let next = async {
+                    if queue {
+                        observer.next_change().await
+                    } else {
+                        observer
+                            .next()
+                            .await
+                            .map(|leader| crate::election::Observed {
+                                leader,
+                                waiting: Vec::new(),
+                            })
+                    }
+                };
                 let change = tokio::select! {
-                    c = observer.next() => c,
+                    c = next => c,
                     _ = &mut stop => return Ok(EXIT_OK),
                 };
-                let Some(leader) = change else {
+                let Some(seen) = change else {
                     return Ok(EXIT_ERROR);
                 };
-                if json {
-                    println!("{}", serde_json::to_string(&leader)?);
-                } else {
-                    match leader {
-                        Some(l) => println!("{} leads {} (token {})", l.holder, l.name, l.token),
-                        None => println!("nobody leads {name}"),
+                match (json, queue) {
+                    (true, true) => println!("{}", serde_json::to_string(&seen)?),
+                    (true, false) => println!("{}", serde_json::to_string(&seen.leader)?),
+                    (false, _) => {
+                        match &seen.leader {
+                            Some(l) => {
+                                println!("{} leads {} (token {})", l.holder, l.name, l.token)
+                            }
+                            None => println!("nobody leads {name}"),
+                        }
+                        for (i, w) in seen.waiting.iter().enumerate() {
+                            println!("  {}. {} waits (token {})", i + 1, w.holder, w.token);
+                        }
                     }
                 }
             }
@@ -281,5 +552,48 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
                 Ok(EXIT_ERROR)
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(args: &[&str]) -> anyhow::Result<ConnectConfig> {
+        let mut argv = vec!["tenure"];
+        argv.extend(args);
+        argv.extend(["leader", "x"]);
+        let cli = Cli::try_parse_from(argv)?;
+        connect_config(&cli.global)
+    }
+
+    #[test]
+    fn user_and_password_resolution() {
+        // The password may contain ':'; the first one splits.
+        let c = config(&["--user", "app:pa:ss"]).expect("config");
+        assert_eq!(c.credentials, Some(Credentials::new("app", "pa:ss")));
+        let c = config(&["--user", "app", "--password", "pw"]).expect("config");
+        assert_eq!(c.credentials, Some(Credentials::new("app", "pw")));
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "from-file\nignored\n").expect("write");
+        let f = file.to_str().expect("utf-8 path");
+        let c = config(&["--user", "app", "--password-file", f]).expect("config");
+        assert_eq!(c.credentials, Some(Credentials::new("app", "from-file")));
+
+        let twice = config(&["--user", "app:x", "--password-file", f]);
+        assert!(format!("{:#}", twice.expect_err("twice")).contains("more than once"));
+        let orphan = config(&["--password", "pw"]);
+        assert!(format!("{:#}", orphan.expect_err("no user")).contains("without an etcd user"));
+        std::fs::write(&file, "\n").expect("write");
+        let empty = config(&["--user", "app", "--password-file", f]);
+        assert!(format!("{:#}", empty.expect_err("empty")).contains("is empty"));
+    }
+
+    #[test]
+    fn credentials_never_print_the_password() {
+        let c = config(&["--user", "app:s3cret"]).expect("config");
+        assert!(!format!("{c:?}").contains("s3cret"));
     }
 }

@@ -13,9 +13,12 @@ use clap::Args;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::election::{shutdown_signal, Client};
+use crate::events::cluster::{ClusterEvent, ClusterEventKind};
 use crate::events::{Event, Update};
-use crate::history::Store;
-use crate::telemetry::{self, Metrics};
+use crate::history::{Db, Store};
+use crate::telemetry::{self, Metrics, MetricsOptions};
+// Issue 15: a SQLite file of one's own, or a PostgreSQL history shared by replicas.
+use super::replica::{self, History};
 use crate::watch::{WatchConfig, Watcher};
 use crate::web::api::RateLimiter;
 use crate::web::{self, AppState, Auth, Limits, Readiness};
@@ -26,9 +29,15 @@ pub struct ServeArgs {
     #[arg(long, env = "TENURE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
-    /// SQLite history file (created if missing).
+    /// History: a SQLite file (created if missing), or a postgres://user@host/db URL
+    /// shared by several replicas (one writes, elected; all serve it).
     #[arg(long, env = "TENURE_DB", default_value = "tenure.db")]
     pub db: PathBuf,
+
+    /// With a postgres:// history: TTL of the history writer's term
+    /// (`tenure/history-writer`); a dead writer is replaced within it.
+    #[arg(long, env = "TENURE_WRITER_TTL", default_value = "5s", value_parser = parse_duration)]
+    pub writer_ttl: Duration,
 
     /// How long history is kept (e.g. 30d, 12h; 0 keeps everything).
     #[arg(long, env = "TENURE_RETENTION", default_value = "30d", value_parser = parse_duration)]
@@ -57,6 +66,25 @@ pub struct ServeArgs {
     /// Largest request body, in bytes.
     #[arg(long, env = "TENURE_MAX_BODY", default_value = "16384")]
     pub max_body: usize,
+
+    /// How often etcd's own state (leader, members, alarms) is polled for the
+    /// incident view: 2 + members small requests each time (0 turns it off).
+    #[arg(long, env = "TENURE_CLUSTER_POLL", default_value = "2s", value_parser = parse_duration)]
+    pub cluster_poll: Duration,
+}
+
+/// `tenure serve`'s command line: the server's flags, and what the metrics
+/// expose.
+#[derive(Debug, Args)]
+pub struct ServeCommand {
+    #[command(flatten)]
+    pub args: ServeArgs,
+
+    /// Also expose, per election, the term-duration histogram and term ends by
+    /// cause: 35 series per election instead of at most 12 (by default both are
+    /// fleet-wide only).
+    #[arg(long, env = "TENURE_PER_ELECTION_DETAIL")]
+    pub per_election_detail: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -66,8 +94,24 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (examples: 30d, 12h, 90m)"))
 }
 
-pub async fn run(client: Client, args: ServeArgs) -> anyhow::Result<i32> {
-    run_until(client, args, async {
+pub async fn run(client: Client, cmd: ServeCommand) -> anyhow::Result<i32> {
+    let ServeCommand {
+        args,
+        per_election_detail,
+    } = cmd;
+    let metrics = MetricsOptions {
+        per_election_detail,
+    };
+    // A user without read permission (or a TLS or password problem) is an
+    // error now, not a watcher retrying forever. Write permission is not
+    // needed: with a read-only role the mutating API answers 403. Bounded:
+    // a frozen etcd must not delay serving the history (the watcher waits).
+    if let Ok(checked) =
+        tokio::time::timeout(Duration::from_secs(1), client.check_read_access()).await
+    {
+        checked?;
+    }
+    run_with(client, args, metrics, async {
         let _ = shutdown_signal().await;
     })
     .await
@@ -80,19 +124,73 @@ pub async fn run_until(
     args: ServeArgs,
     stop: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<i32> {
-    let store = Store::open(&args.db, args.retention)
-        .with_context(|| format!("opening the history at {}", args.db.display()))?;
-    let resume = store
-        .resume_point()
-        .context("reading where the history left off")?;
-    let metrics = Arc::new(Metrics::new().context("creating metrics")?);
-    let readiness = Arc::new(Readiness::default());
+    run_with(client, args, MetricsOptions::default(), stop).await
+}
 
+/// [`run_until`] with the metrics' options.
+pub async fn run_with(
+    client: Client,
+    args: ServeArgs,
+    metrics: MetricsOptions,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<i32> {
+    // Bound first: a replica of a shared history names its address when it
+    // campaigns to write.
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let db = Db::from_arg(&args.db);
+    let metrics = Arc::new(Metrics::with_options(metrics).context("creating metrics")?);
+    let writer_metrics =
+        telemetry::writer::HistoryWriterMetrics::register(&metrics).context("creating metrics")?;
+    let (store, resume) = match &db {
+        Db::Sqlite(path) => {
+            let store = Store::open(path, args.retention)
+                .with_context(|| format!("opening the history at {}", path.display()))?;
+            let resume = store
+                .resume_point()
+                .context("reading where the history left off")?;
+            writer_metrics.writer.set(1);
+            (History::Local(store), resume)
+        }
+        Db::Postgres(url) => {
+            let reader = replica::open_reader(url)
+                .await
+                .with_context(|| format!("opening the history at {}", db.display()))?;
+            let r = reader.clone();
+            let resume = tokio::task::spawn_blocking(move || r.resume_point())
+                .await?
+                .context("reading where the history left off")?;
+            (
+                History::Shared(replica::Shared::start(
+                    client.clone(),
+                    reader,
+                    replica::SharedConfig {
+                        url: url.clone(),
+                        retention: args.retention,
+                        watch: WatchConfig {
+                            max_elections: args.max_elections,
+                            ..WatchConfig::default()
+                        },
+                        ttl: crate::election::Ttl::from_duration(args.writer_ttl)?,
+                        id: replica::candidate_id(addr),
+                        metrics: writer_metrics,
+                    },
+                )?),
+                resume,
+            )
+        }
+    };
+    if let Some(r) = &resume {
+        // Terms leading across the restart get their series now: the
+        // watcher adopts them without an event.
+        metrics.adopt(&r.open_terms);
+    }
+    let readiness = Arc::new(Readiness::default());
+
     let (live, _) = tokio::sync::broadcast::channel(1024);
+    let (cluster_live, _) = tokio::sync::broadcast::channel(256);
     let auth = match (&args.api_token, args.no_auth) {
         (Some(t), _) if !t.is_empty() => Auth::Token(t.clone()),
         (_, true) => Auth::Open,
@@ -110,6 +208,7 @@ pub async fn run_until(
         history: store.reader(),
         client: client.clone(),
         live: live.clone(),
+        cluster_live: cluster_live.clone(),
         auth,
         api_rate: RateLimiter::new(limits.campaigns_per_second),
         limits,
@@ -127,9 +226,9 @@ pub async fn run_until(
         Some(r) => eprintln!(
             "tenure: resuming after revision {} from {}",
             r.revision,
-            args.db.display()
+            db.display()
         ),
-        None => eprintln!("tenure: new history at {}", args.db.display()),
+        None => eprintln!("tenure: new history at {}", db.display()),
     }
     eprintln!(
         "tenure: serving on http://{addr} (dashboard at /, API at /api/v1, metrics at /metrics)"
@@ -141,26 +240,62 @@ pub async fn run_until(
         ..WatchConfig::default()
     };
     let watcher = tokio::spawn(Watcher::new(client.clone(), cfg).run(resume, tx));
+    // etcd's own events (issue 14): a bounded poll beside the watcher.
+    let baseline_reader = store.reader();
+    let baseline = tokio::task::spawn_blocking(move || baseline_reader.cluster_baseline())
+        .await?
+        .context("reading the recorded etcd cluster events")?;
+    let (ctx, mut crx) = mpsc::channel::<ClusterEvent>(256);
+    let poller = (!args.cluster_poll.is_zero()).then(|| {
+        let timeout = client
+            .op_timeout()
+            .min(args.cluster_poll.max(Duration::from_secs(1)));
+        tokio::spawn(crate::watch::cluster::poll(
+            client.etcd(),
+            baseline,
+            crate::watch::cluster::PollConfig {
+                interval: args.cluster_poll,
+                timeout,
+            },
+            ctx,
+        ))
+    });
+    let pid = std::process::id();
+    store
+        .cluster_event(serve_event(ClusterEventKind::ServeStarted {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid,
+        }))
+        .await
+        .context("writing history")?;
     tokio::pin!(stop);
     let mut code = 0;
     loop {
         tokio::select! {
             update = rx.recv() => match update {
-                Some(u) => apply(&u, &metrics, &readiness, &store, &live).await?,
+                Some(u) => apply(&u, &metrics, &readiness, &store, &live, &cluster_live).await?,
                 None => {
                     eprintln!("tenure: the watcher stopped");
                     code = 1;
                     break;
                 }
             },
+            Some(e) = crx.recv() => record_cluster(&store, &cluster_live, e).await?,
             _ = &mut stop => break,
         }
     }
     // Whatever the watcher already produced is complete: keep it.
     watcher.abort();
-    while let Ok(u) = rx.try_recv() {
-        apply(&u, &metrics, &readiness, &store, &live).await?;
+    if let Some(p) = &poller {
+        p.abort();
     }
+    while let Ok(u) = rx.try_recv() {
+        apply(&u, &metrics, &readiness, &store, &live, &cluster_live).await?;
+    }
+    store
+        .cluster_event(serve_event(ClusterEventKind::ServeStopped { pid }))
+        .await
+        .context("writing history")?;
     let revision = store.close().await.context("closing the history")?;
     eprintln!("tenure: history committed up to revision {revision}");
     let _ = stop_http.send(());
@@ -174,18 +309,52 @@ async fn apply(
     u: &Update,
     metrics: &Metrics,
     readiness: &Readiness,
-    store: &Store,
+    store: &History,
     live: &broadcast::Sender<Arc<Event>>,
+    cluster_live: &broadcast::Sender<Arc<ClusterEvent>>,
 ) -> anyhow::Result<()> {
     metrics.apply(u);
     readiness.apply(u);
     telemetry::record(u);
+    for e in crate::events::cluster::from_update(u, crate::events::now_ms()) {
+        record_cluster(store, cluster_live, e).await?;
+    }
+    if let Update::Cluster { cluster_id } = u {
+        store
+            .set_cluster(*cluster_id)
+            .await
+            .context("writing history")?;
+    }
     if let Update::Batch(b) = u {
-        store.write(b.clone()).await.context("writing history")?;
+        store.write(b).await.context("writing history")?;
         for e in &b.events {
             // No subscribers is fine.
             let _ = live.send(Arc::new(e.clone()));
         }
     }
     Ok(())
+}
+
+/// Stores one of etcd's events and tells the live feed.
+async fn record_cluster(
+    store: &History,
+    live: &broadcast::Sender<Arc<ClusterEvent>>,
+    e: ClusterEvent,
+) -> anyhow::Result<()> {
+    store
+        .cluster_event(e.clone())
+        .await
+        .context("writing history")?;
+    // No subscribers is fine.
+    let _ = live.send(Arc::new(e));
+    Ok(())
+}
+
+fn serve_event(kind: ClusterEventKind) -> ClusterEvent {
+    let now = crate::events::now_ms();
+    ClusterEvent {
+        at_ms: now,
+        not_before_ms: Some(now),
+        kind,
+    }
 }

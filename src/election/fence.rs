@@ -87,7 +87,9 @@ pub struct FenceDecision {
 
 impl Client {
     /// Checks `token` against the shared fence of `resource` in election
-    /// `name`, in one etcd txn; see the module documentation.
+    /// `name`, in one etcd txn; see the module documentation. Works for
+    /// terms of both layouts: a queue-layout term's token is its key's
+    /// CreateRevision, and its key is found by one read of the election.
     pub async fn fence(
         &self,
         name: &ElectionName,
@@ -96,13 +98,71 @@ impl Client {
     ) -> Result<FenceDecision, Error> {
         keys::validate_resource(resource)?;
         keys::validate_token(token)?;
-        if let Some(decision) = self.fence_fast(name, resource, token).await? {
+        // The fast path compares the single key, so it must also know that
+        // no key under `election/<name>/` (a queue candidate, possibly older)
+        // exists; otherwise the read below finds who really leads.
+        let single = self.keys.leader_key(name);
+        let no_queue = Compare::version(format!("{single}/"), CompareOp::Equal, 0)
+            .with_range(format!("{single}0"));
+        if let Some(decision) = self
+            .fence_fast(name, &single, Some(no_queue), resource, token)
+            .await?
+        {
             return Ok(decision);
         }
-        let leader = self.keys.leader_key(name);
+        let subject = self.fence_subject(name).await?;
+        self.fence_full(name, &subject, resource, token).await
+    }
+
+    /// The fence for a holder that knows its own leader key (a
+    /// [`super::Leadership`]): no read to find it.
+    pub(crate) async fn fence_on(
+        &self,
+        name: &ElectionName,
+        leader_key: &str,
+        resource: &str,
+        token: i64,
+    ) -> Result<FenceDecision, Error> {
+        keys::validate_resource(resource)?;
+        keys::validate_token(token)?;
+        if let Some(decision) = self
+            .fence_fast(name, leader_key, None, resource, token)
+            .await?
+        {
+            return Ok(decision);
+        }
+        self.fence_full(name, leader_key, resource, token).await
+    }
+
+    /// The key whose CreateRevision the fence compares: the current
+    /// leader's key in either layout (the term `token`'s own key if it
+    /// leads; another's, and the txn refuses with the right reason), else
+    /// the single key.
+    ///
+    /// Why one compare on that key suffices in the txn that follows: if the
+    /// key with CreateRevision == token led at this read (no key of the
+    /// election was older), it still leads at any later revision where it
+    /// still exists with that CreateRevision, because a key created later
+    /// has a higher CreateRevision and cannot precede it.
+    async fn fence_subject(&self, name: &ElectionName) -> Result<String, Error> {
+        let (kvs, _) = self.read_election(name).await?;
+        Ok(match super::pick_leader(&self.keys, name, &kvs) {
+            Some(l) => l.key,
+            None => self.keys.leader_key(name),
+        })
+    }
+
+    /// The full nested txn, comparing `leader_key`.
+    async fn fence_full(
+        &self,
+        name: &ElectionName,
+        leader_key: &str,
+        resource: &str,
+        token: i64,
+    ) -> Result<FenceDecision, Error> {
         let fence = self.keys.fence_key(name, resource);
         let refusal = self.keys.refusal_key(name, resource);
-        let (leader, fence) = (leader.as_bytes(), fence.as_bytes());
+        let (leader, fence) = (leader_key.as_bytes(), fence.as_bytes());
         let accept = |prev: bool| {
             let opts = if prev {
                 Some(PutOptions::new().with_prev_key())
@@ -204,25 +264,26 @@ impl Client {
     async fn fence_fast(
         &self,
         name: &ElectionName,
+        leader_key: &str,
+        extra: Option<Compare>,
         resource: &str,
         token: i64,
     ) -> Result<Option<FenceDecision>, Error> {
-        let leader = self.keys.leader_key(name);
         let fence = self.keys.fence_key(name, resource);
-        let (leader, fence) = (leader.as_bytes(), fence.as_bytes());
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(leader, CompareOp::Equal, token),
-                Compare::value(fence, CompareOp::Less, pad_token(token.saturating_add(1))),
-            ])
-            .and_then([
-                TxnOp::put(
-                    fence,
-                    pad_token(token),
-                    Some(PutOptions::new().with_prev_key()),
-                ),
-                TxnOp::get(leader, None),
-            ]);
+        let (leader, fence) = (leader_key.as_bytes(), fence.as_bytes());
+        let mut compares = vec![
+            Compare::create_revision(leader, CompareOp::Equal, token),
+            Compare::value(fence, CompareOp::Less, pad_token(token.saturating_add(1))),
+        ];
+        compares.extend(extra);
+        let txn = Txn::new().when(compares).and_then([
+            TxnOp::put(
+                fence,
+                pad_token(token),
+                Some(PutOptions::new().with_prev_key()),
+            ),
+            TxnOp::get(leader, None),
+        ]);
         let resp = self.op(self.etcd().txn(txn)).await?;
         if !resp.succeeded() {
             return Ok(None);

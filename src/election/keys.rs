@@ -6,6 +6,13 @@
 //! | `P election/<name>/<lease-hex>`       | candidate value (etcd's queue layout)  |
 //! | `P fence/<name>/<resource>`           | last accepted token, 20 digits         |
 //! | `P fence/<name>/<resource>/~refusal`  | the latest refusal, JSON               |
+//! | `P election/~end/<name>`              | how tenure last ended a term, JSON     |
+//!
+//! The end marker lives outside every election's own prefix: etcd's
+//! `concurrency.Election` (and `etcdctl elect`) takes *every* key under
+//! `P election/<name>/` for a candidate, so a marker there would queue as
+//! the lowest candidate forever. Older tenure wrote `P election/<name>/~end`;
+//! that form is still read (see [`Keys::legacy_end_marker_key`]).
 //!
 //! Everything that builds or parses one of these keys lives here, and every
 //! name that reaches a key has been validated by [`ElectionName::new`] or
@@ -23,7 +30,9 @@ pub const MAX_CANDIDATE_LEN: usize = 256;
 /// The last segment of a refusal record's key. `~` is never part of a valid
 /// resource name, so this key cannot collide with a fence key.
 pub const REFUSAL_SEGMENT: &str = "~refusal";
-/// The last segment of an election's end marker, `P election/<name>/~end`.
+/// The segment of the end markers' directory, `P election/~end/<name>`, and
+/// the last segment of the legacy marker `P election/<name>/~end`. `~` is
+/// never part of a valid election name.
 pub const END_MARKER_SEGMENT: &str = "~end";
 
 /// Why tenure itself ended a term; the value of the end marker key.
@@ -211,6 +220,12 @@ impl Keys {
         format!("{}election/{}", self.prefix, name.as_str())
     }
 
+    /// `P election/<name>/<lease-hex>`: a queue-layout candidate, as etcd's
+    /// own `concurrency.Election` names it.
+    pub fn queue_key(&self, name: &ElectionName, lease: i64) -> String {
+        format!("{}/{}", self.leader_key(name), lease_hex(lease))
+    }
+
     /// The key range holding both layouts of one election:
     /// `[P election/<name>, P election/<name>0)`. It contains the leader key,
     /// every `P election/<name>/…` key (`/` is 0x2F, `0` is 0x30) and a few
@@ -221,9 +236,24 @@ impl Keys {
         (start, end)
     }
 
-    /// `P election/<name>/~end`: written with the deletion of a leader key
-    /// when tenure ends a term, so watchers know why it ended.
+    /// `P election/~end/<name>`: written (without a lease, overwritten: one
+    /// key per election) with the deletion of a leader key when tenure ends a
+    /// term, so watchers know why it ended. No etcd `Election` prefix covers
+    /// it (`~` is never in a name), yet it sorts inside the watch range.
     pub fn end_marker_key(&self, name: &ElectionName) -> String {
+        format!(
+            "{}election/{}/{}",
+            self.prefix,
+            END_MARKER_SEGMENT,
+            name.as_str()
+        )
+    }
+
+    /// `P election/<name>/~end`: where tenure before the move wrote the end
+    /// marker. Still parsed as a marker; deleted by the next `end_term` of
+    /// the election, since inside the candidates' prefix it blocks etcd's
+    /// own `Election`.
+    pub fn legacy_end_marker_key(&self, name: &ElectionName) -> String {
         format!("{}/{}", self.leader_key(name), END_MARKER_SEGMENT)
     }
 
@@ -260,7 +290,7 @@ impl std::fmt::Display for Layout {
 pub enum SchemaKey {
     /// A leader key or queue candidate of election `name`.
     Leader { name: ElectionName, layout: Layout },
-    /// `P election/<name>/~end`.
+    /// `P election/~end/<name>`, or the legacy `P election/<name>/~end`.
     EndMarker { name: ElectionName },
     /// `P fence/<name>/<resource>`.
     Fence {
@@ -292,6 +322,12 @@ impl Keys {
         if let Some(rest) = rest.strip_prefix(b"election/") {
             let rest = std::str::from_utf8(rest).map_err(|_| NotSchema::Invalid)?;
             let valid = |n: &str| ElectionName::new(n).map_err(|_| NotSchema::Invalid);
+            if let Some(name) = rest
+                .strip_prefix(END_MARKER_SEGMENT)
+                .and_then(|r| r.strip_prefix('/'))
+            {
+                return Ok(SchemaKey::EndMarker { name: valid(name)? });
+            }
             if let Some(name) = rest
                 .strip_suffix(END_MARKER_SEGMENT)
                 .and_then(|r| r.strip_suffix('/'))
@@ -448,10 +484,31 @@ mod tests {
                 ..
             })
         ));
-        assert_eq!(
-            keys.parse(keys.end_marker_key(&name).as_bytes(), 5),
-            Ok(SchemaKey::EndMarker { name: name.clone() })
-        );
+        assert_eq!(keys.end_marker_key(&name), "p/election/~end/team/db");
+        for marker in [
+            keys.end_marker_key(&name),
+            keys.legacy_end_marker_key(&name),
+        ] {
+            assert_eq!(
+                keys.parse(marker.as_bytes(), 5),
+                Ok(SchemaKey::EndMarker { name: name.clone() })
+            );
+        }
+        // The marker is in no election's own range (etcd's `Election` of
+        // any valid name never sees it), but in the watch range.
+        let marker = keys.end_marker_key(&name);
+        for n in ["team", "team/db", "a", "zzz", "~end"] {
+            let prefix = format!("p/election/{n}/");
+            if n != "~end" {
+                assert!(!marker.starts_with(&prefix), "{marker} under {prefix}");
+            }
+            if let Ok(n) = ElectionName::new(n) {
+                let (s, e) = keys.election_range(&n);
+                assert!(!(s <= marker && marker < e), "{marker} in range of {n}");
+            }
+        }
+        let (ws, we) = keys.watch_range();
+        assert!(ws <= marker && marker < we);
         assert_eq!(
             keys.parse(keys.fence_key(&name, "orders").as_bytes(), 0),
             Ok(SchemaKey::Fence {

@@ -34,7 +34,8 @@ pub enum WatchItem {
     /// item's. etcd never splits a revision across responses unless asked to
     /// fragment, which this watch does not.
     Events(Vec<Event>),
-    /// etcd confirmed every event up to `revision` has been sent.
+    /// etcd says every event up to `revision` has been sent (on etcd before
+    /// 3.4.25 / 3.5.8 events up to it may still follow: see `next_item`).
     Progress { revision: i64 },
     /// The next revision was compacted; re-read the state, then call
     /// [`RangeWatch::resume_after`] with the read's revision.
@@ -59,6 +60,12 @@ pub struct RangeWatch {
     stream: Option<WatchStream>,
     probe_after: Duration,
     backoff: Duration,
+    /// The largest watch response accepted (`None`: etcd-client's 4 MiB).
+    max_message_bytes: Option<usize>,
+    /// etcd's revision when the current stream was created (its `created`
+    /// response's header): events at or below it were already history
+    /// then, replayed rather than seen as they happened.
+    opened_at: Option<i64>,
 }
 
 impl RangeWatch {
@@ -77,7 +84,17 @@ impl RangeWatch {
             stream: None,
             probe_after: DEFAULT_PROBE_AFTER,
             backoff: Duration::from_millis(50),
+            max_message_bytes: None,
+            opened_at: None,
         }
+    }
+
+    /// Accepts watch responses up to `bytes` (gRPC's default is 4 MiB: one
+    /// larger revision would fail to decode, and the stream, reopened at the
+    /// same revision, would fail again forever).
+    pub fn with_max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = Some(bytes);
+        self
     }
 
     pub fn with_probe_after(mut self, probe_after: Duration) -> Self {
@@ -90,11 +107,24 @@ impl RangeWatch {
         self.next_rev
     }
 
+    /// etcd's revision when the current stream was created; `None` before
+    /// its `created` response arrived. Events at or below it were replayed
+    /// from etcd's history, not delivered as they happened.
+    pub fn opened_at(&self) -> Option<i64> {
+        self.opened_at
+    }
+
     /// Reopen on another connection (the stream is reopened from the next
     /// revision on the next call).
     pub fn set_client(&mut self, client: &EtcdClient) {
         self.client = client.clone();
         self.stream = None;
+    }
+
+    /// The caller knows nothing is pending up to `revision` (a progress
+    /// notification it trusts): a reopen starts after it. The stream stays.
+    pub fn advance_to(&mut self, revision: i64) {
+        self.next_rev = self.next_rev.max(revision + 1);
     }
 
     /// Continue after `revision` (a snapshot read at that revision).
@@ -114,13 +144,20 @@ impl RangeWatch {
                 if let Some(end) = &self.end {
                     opts = opts.with_range(end.clone());
                 }
+                let mut watch_client = self.client.watch_client();
+                if let Some(bytes) = self.max_message_bytes {
+                    watch_client = watch_client.max_decoding_message_size(bytes);
+                }
                 match tokio::time::timeout(
                     self.probe_after,
-                    self.client.watch(self.start.clone(), Some(opts)),
+                    watch_client.watch(self.start.clone(), Some(opts)),
                 )
                 .await
                 {
-                    Ok(Ok(s)) => self.stream = Some(s),
+                    Ok(Ok(s)) => {
+                        self.stream = Some(s);
+                        self.opened_at = None;
+                    }
                     failed => {
                         let why = match failed {
                             Ok(Err(e)) => e.to_string(),
@@ -167,7 +204,18 @@ impl RangeWatch {
                             reason = resp.cancel_reason(),
                             "watch cancelled by etcd; reopening"
                         );
+                        if resp.cancel_reason().contains("invalid auth token") {
+                            // An expired token cancels a new watch instead
+                            // of failing the call, so etcd-client does not
+                            // re-authenticate: do it before reopening.
+                            let _ =
+                                tokio::time::timeout(self.probe_after, self.client.refresh_token())
+                                    .await;
+                        }
                         return WatchItem::Reopening(Reopened::Cancelled);
+                    }
+                    if resp.created() {
+                        self.opened_at = resp.header().map(|h| h.revision());
                     }
                     let next_rev = self.next_rev;
                     let events: Vec<Event> = resp
@@ -183,11 +231,12 @@ impl RangeWatch {
                     if resp.created() || !resp.events().is_empty() {
                         continue;
                     }
-                    // A progress notification: nothing is pending up to here.
+                    // A progress notification. Not trusted to move the next
+                    // revision: etcd before 3.4.25 / 3.5.8 can send a
+                    // requested one ahead of events still pending for this
+                    // watch (etcd issue 15220), which then arrive after it
+                    // and must not be filtered out, nor skipped on reopen.
                     if let Some(rev) = resp.header().map(|h| h.revision()) {
-                        if rev >= self.next_rev {
-                            self.next_rev = rev + 1;
-                        }
                         return WatchItem::Progress { revision: rev };
                     }
                 }

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout, Instant};
 
+use super::deadline::{Deadline, Stamp};
 use super::{Client, Error};
 
 /// etcd's smallest lease: `ceil(1.5 × election-timeout)`, 2 s with etcd's
@@ -91,6 +92,10 @@ pub fn default_margin(ttl: Duration) -> Duration {
 pub enum LossReason {
     /// No renewal was confirmed within TTL minus the safety margin.
     RenewalDeadline { ttl: Duration, margin: Duration },
+    /// The deadline passed while the host was suspended: CLOCK_BOOTTIME
+    /// ran on while CLOCK_MONOTONIC stood still. etcd may have expired the
+    /// lease meanwhile.
+    HostSuspended,
     /// etcd answered that the lease does not exist any more.
     LeaseGone,
     /// The leader key was deleted (revision of the deletion).
@@ -114,6 +119,9 @@ impl std::fmt::Display for LossReason {
                 f,
                 "no lease renewal confirmed within the TTL ({ttl:?}) minus the safety margin ({margin:?})"
             ),
+            LossReason::HostSuspended => f.write_str(
+                "the host was suspended past the renewal deadline; etcd may have expired the lease",
+            ),
             LossReason::LeaseGone => f.write_str("etcd reports the lease is gone (expired or revoked)"),
             LossReason::KeyDeleted { revision } => {
                 write!(f, "the leader key was deleted at revision {revision}")
@@ -135,9 +143,31 @@ impl std::fmt::Display for LossReason {
 /// What a session knows about its lease.
 #[derive(Debug, Clone)]
 pub struct LeaseState {
-    /// Until this instant the lease certainly lives (if not `lost`).
-    pub valid_until: Instant,
+    /// Until this deadline the lease certainly lives (if not `lost`):
+    /// the last confirmed renewal's send time + TTL − margin, on both the
+    /// monotonic and the boot clock.
+    pub valid_until: Deadline,
     pub lost: Option<LossReason>,
+}
+
+impl LeaseState {
+    /// The earliest moment etcd can have expired the lease: `valid_until`
+    /// plus the margin.
+    pub fn expiry_earliest(&self, margin: Duration) -> Deadline {
+        Deadline {
+            mono: self.valid_until.mono + margin,
+            boot: self.valid_until.boot + margin,
+        }
+    }
+}
+
+/// The reason for a loss by deadline: a suspend, or a late renewal.
+pub(crate) fn deadline_reason(deadline: &Deadline, ttl: Duration, margin: Duration) -> LossReason {
+    if deadline.passed_by_suspend() {
+        LossReason::HostSuspended
+    } else {
+        LossReason::RenewalDeadline { ttl, margin }
+    }
 }
 
 pub(crate) fn mark_lost(state: &watch::Sender<LeaseState>, reason: LossReason) {
@@ -169,11 +199,10 @@ pub(crate) async fn wait_lost(
         }
         tokio::select! {
             biased;
-            _ = sleep_until(valid_until) => {
-                let now = Instant::now();
+            _ = valid_until.wait() => {
                 state.send_if_modified(|s| {
-                    if s.lost.is_none() && now >= s.valid_until {
-                        s.lost = Some(LossReason::RenewalDeadline { ttl, margin });
+                    if s.lost.is_none() && s.valid_until.has_passed() {
+                        s.lost = Some(deadline_reason(&s.valid_until, ttl, margin));
                         true
                     } else {
                         false
@@ -203,7 +232,7 @@ impl Session {
         ttl: Ttl,
         margin: Option<Duration>,
     ) -> Result<Self, Error> {
-        let sent = Instant::now();
+        let sent = Stamp::now();
         let resp = client
             .op(client.etcd().lease_grant(ttl.secs() as i64, None))
             .await?;
@@ -213,7 +242,7 @@ impl Session {
             .unwrap_or_else(|| default_margin(granted))
             .min(granted / 2);
         let (state, _) = watch::channel(LeaseState {
-            valid_until: sent + granted - margin,
+            valid_until: sent.after(granted - margin),
             lost: None,
         });
         let keepalive = tokio::spawn(keepalive_task(
@@ -241,7 +270,15 @@ impl Session {
     /// True while the lease certainly lives.
     pub(crate) fn is_valid(&self) -> bool {
         let s = self.state.borrow();
-        s.lost.is_none() && Instant::now() < s.valid_until
+        s.lost.is_none() && !s.valid_until.has_passed()
+    }
+
+    /// Stops keeping the lease alive and hands it over: nothing is revoked,
+    /// the caller renews it from now on. Returns the lease id and its TTL.
+    pub(crate) fn detach(mut self) -> (i64, Duration) {
+        self.keepalive.abort();
+        self.released = true;
+        (self.lease_id, self.ttl)
     }
 
     /// Stops the keepalive and revokes the lease, which deletes every key
@@ -302,8 +339,8 @@ async fn keepalive_task(
         };
         tokio::select! {
             biased;
-            _ = sleep_until(valid_until) => {
-                mark_lost(&state, LossReason::RenewalDeadline { ttl, margin });
+            _ = valid_until.wait() => {
+                mark_lost(&state, deadline_reason(&valid_until, ttl, margin));
                 return;
             }
             outcome = async {
@@ -318,21 +355,22 @@ async fn keepalive_task(
                             if s.lost.is_some() {
                                 return false;
                             }
-                            if now >= s.valid_until {
+                            if s.valid_until.has_passed() {
                                 // Too late: the holder may already have been
                                 // told to stop. Loss stays final.
-                                s.lost = Some(LossReason::RenewalDeadline { ttl, margin });
+                                s.lost = Some(deadline_reason(&s.valid_until, ttl, margin));
                                 return true;
                             }
-                            let candidate = sent + confirmed_ttl.min(ttl) - margin;
-                            if candidate > s.valid_until {
-                                s.valid_until = candidate;
+                            let candidate = sent.after(confirmed_ttl.min(ttl).saturating_sub(margin));
+                            let extended = s.valid_until.max(candidate);
+                            if extended != s.valid_until {
+                                s.valid_until = extended;
                                 true
                             } else {
                                 false
                             }
                         });
-                        next_send = sent + interval;
+                        next_send = sent.mono + interval;
                     }
                     Renewal::Gone => {
                         mark_lost(&state, LossReason::LeaseGone);
@@ -351,7 +389,7 @@ async fn keepalive_task(
 }
 
 enum Renewal {
-    Confirmed { sent: Instant, ttl: Duration },
+    Confirmed { sent: Stamp, ttl: Duration },
     Gone,
     Failed(String),
 }
@@ -362,7 +400,7 @@ async fn renew_once(
     stream: &mut Option<(etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream)>,
     wait: Duration,
 ) -> Renewal {
-    let sent = Instant::now();
+    let sent = Stamp::now();
     match stream {
         None => match timeout(wait, client.lease_keep_alive(id)).await {
             // Opening the stream sends one keepalive and reads its answer.

@@ -8,6 +8,8 @@
 //! when the value changes (proclaim).
 
 mod campaign;
+mod connect;
+pub mod deadline;
 mod error;
 pub mod fence;
 pub mod keys;
@@ -19,17 +21,17 @@ use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{
-    Client as EtcdClient, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions,
-    Txn, TxnOp, TxnResponse,
+    Client as EtcdClient, Compare, CompareOp, GetOptions, KeyValue, Txn, TxnOp, TxnResponse,
 };
 use serde::Serialize;
 
 pub use campaign::{Acquired, CampaignOptions, Campaigned, Leadership};
+pub use connect::{ConnectConfig, Credentials, TlsFiles};
 pub use error::Error;
 pub use fence::{FenceDecision, FenceReason, Fencer};
 pub use keys::{ElectionName, EndMarker, EndMarkerCause, Keys, Layout};
 pub use lease::{LossReason, Ttl};
-pub use observe::Observer;
+pub use observe::{Observed, Observer};
 
 /// How long one etcd request may take before it is reported as
 /// [`Error::EtcdTimeout`], unless the client is told otherwise.
@@ -73,17 +75,28 @@ pub struct LeaderStatus {
     pub ttl_remaining_seconds: Option<i64>,
     /// The etcd revision this answer was read at.
     pub revision: i64,
+    /// Candidates queued behind the leader (queue layout), next first.
+    pub waiting: Vec<Leader>,
 }
 
 /// Picks the leader among the keys of one election's range: the key with the
 /// lowest CreateRevision among the single key and the queue candidates.
 pub(crate) fn pick_leader(keys: &Keys, name: &ElectionName, kvs: &[KeyValue]) -> Option<Leader> {
-    kvs.iter()
+    queue_of(keys, name, kvs).into_iter().next()
+}
+
+/// Every candidate key of one election (both layouts), oldest first: the
+/// first leads, the rest wait in this order.
+pub(crate) fn queue_of(keys: &Keys, name: &ElectionName, kvs: &[KeyValue]) -> Vec<Leader> {
+    let mut all: Vec<Leader> = kvs
+        .iter()
         .filter_map(|kv| {
-            keys::classify(keys, name, kv.key(), kv.lease()).map(|layout| (kv, layout))
+            keys::classify(keys, name, kv.key(), kv.lease())
+                .map(|layout| Leader::from_kv(name, kv, layout))
         })
-        .min_by_key(|(kv, _)| kv.create_revision())
-        .map(|(kv, layout)| Leader::from_kv(name, kv, layout))
+        .collect();
+    all.sort_by_key(|l| l.token);
+    all
 }
 
 /// A handle on etcd for election work. Cheap to clone.
@@ -94,43 +107,62 @@ pub struct Client {
     op_timeout: Duration,
     /// What [`Client::connect`] was given, for [`Client::reconnect`].
     endpoints: std::sync::Arc<[String]>,
-}
-
-fn connect_options() -> ConnectOptions {
-    ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(3))
-        .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
-        .with_keep_alive_while_idle(true)
-        // A member cut off from the cluster fails requests and watches
-        // instead of serving stale answers or hanging.
-        .with_require_leader(true)
+    /// TLS files and etcd user, for [`Client::reconnect`] and error messages.
+    config: std::sync::Arc<ConnectConfig>,
 }
 
 impl Client {
-    /// Connects lazily: an unreachable etcd shows up as an error of the first
-    /// operation, within the operation timeout.
+    /// Connects to a plain (http://, no authentication) etcd. Lazily: an
+    /// unreachable etcd shows up as an error of the first operation, within
+    /// the operation timeout.
     pub async fn connect(endpoints: &[String], prefix: &str) -> Result<Self, Error> {
+        Self::connect_with(endpoints, prefix, ConnectConfig::plain()).await
+    }
+
+    /// Connects with TLS files and an etcd user (see [`ConnectConfig`]).
+    /// Over TLS or with a user, one request is made now, so a certificate,
+    /// user or password problem is an error of this call, not a retry loop
+    /// later. With a user, an unreachable etcd is an error too (etcd-client
+    /// authenticates when connecting); without one the connection stays lazy.
+    pub async fn connect_with(
+        endpoints: &[String],
+        prefix: &str,
+        config: ConnectConfig,
+    ) -> Result<Self, Error> {
         if endpoints.is_empty() {
             return Err(Error::NoEndpoints);
         }
-        let etcd = EtcdClient::connect(endpoints, Some(connect_options())).await?;
+        let etcd = config.connect(endpoints, true).await?;
         let mut client = Self::new(etcd, prefix);
         client.endpoints = endpoints.into();
+        client.config = std::sync::Arc::new(config);
         Ok(client)
     }
 
-    /// A new connection to the same endpoints, sharing nothing with this
-    /// one: for a watch whose connection went silent (half-open), where
-    /// reopening the stream on the old connection would hang again until
-    /// the HTTP/2 keepalive gives up on it. `None` for a client built with
-    /// [`Client::new`] or when connecting fails.
+    /// A new connection to the same endpoints, with the same TLS files and
+    /// user, sharing nothing with this one: for a watch whose connection
+    /// went silent (half-open), where reopening the stream on the old
+    /// connection would hang again until the HTTP/2 keepalive gives up on
+    /// it. `None` for a client built with [`Client::new`] or when
+    /// connecting fails.
     pub async fn reconnect(&self) -> Option<EtcdClient> {
         if self.endpoints.is_empty() {
             return None;
         }
-        EtcdClient::connect(&*self.endpoints, Some(connect_options()))
-            .await
-            .ok()
+        self.config.connect(&self.endpoints, false).await.ok()
+    }
+
+    /// The TLS files and etcd user this client connected with.
+    pub fn connect_config(&self) -> &ConnectConfig {
+        &self.config
+    }
+
+    /// The roles of this client's etcd user, as etcd lists them (a user may
+    /// read its own entry). `None` without a user or when etcd does not say.
+    pub async fn user_roles(&self) -> Option<Vec<String>> {
+        let user = self.config.user()?.to_owned();
+        let resp = self.op(self.etcd().user_get(user)).await.ok()?;
+        Some(resp.roles().to_vec())
     }
 
     pub fn new(etcd: EtcdClient, prefix: &str) -> Self {
@@ -139,6 +171,7 @@ impl Client {
             keys: Keys::new(prefix),
             op_timeout: DEFAULT_OP_TIMEOUT,
             endpoints: std::sync::Arc::from(Vec::new()),
+            config: std::sync::Arc::new(ConnectConfig::plain()),
         }
     }
 
@@ -166,7 +199,7 @@ impl Client {
         fut: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> Result<T, Error> {
         match tokio::time::timeout(self.op_timeout, fut).await {
-            Ok(r) => r.map_err(Error::from),
+            Ok(r) => r.map_err(|e| Error::from(e).with_user(self.config.user())),
             Err(_) => Err(Error::EtcdTimeout(self.op_timeout)),
         }
     }
@@ -200,16 +233,24 @@ impl Client {
                 .await?;
             (resp.ttl() >= 0).then_some(resp.ttl())
         };
+        let waiting = queue_of(&self.keys, name, &kvs)
+            .into_iter()
+            .filter(|c| c.token > leader.token)
+            .collect();
         Ok(Some(LeaderStatus {
             leader,
             ttl_remaining_seconds,
             revision,
+            waiting,
         }))
     }
 
     /// Ends the term whose token is `token`, and no other: the leader key is
     /// deleted under a CreateRevision guard with an end marker saying
-    /// "resigned", then the term's lease is revoked.
+    /// "resigned". No lease is revoked: a queue-layout leader's lease is a Go
+    /// `concurrency.Session`'s, shared by every election and lock of that
+    /// process, and not ours to end. ([`Leadership::resign`] revokes its own
+    /// lease itself: that one tenure granted for this term alone.)
     pub async fn resign(&self, name: &ElectionName, token: i64) -> Result<Leader, Error> {
         keys::validate_token(token)?;
         let (kvs, _) = self.read_election(name).await?;
@@ -235,6 +276,7 @@ impl Client {
     /// Operator action: deletes the current leader key, whoever holds it, and
     /// returns who was deposed. The end marker says "deleted", so watchers
     /// tell a deposition from a resignation; the holder's loss signal fires.
+    /// Only that one key goes: the holder's lease and its other keys stay.
     pub async fn depose(&self, name: &ElectionName) -> Result<Option<Leader>, Error> {
         let (kvs, _) = self.read_election(name).await?;
         let Some(leader) = pick_leader(&self.keys, name, &kvs) else {
@@ -252,34 +294,37 @@ impl Client {
     }
 
     /// Ends the term `token` of `name`, whose leader key is `key`: in one
-    /// txn guarded by `CreateRevision == token`, deletes the key and writes
-    /// the end marker (bound to the term's lease) so watchers know the cause
-    /// for certain. A resignation then revokes the lease, which also removes
-    /// the marker; after a deposition the marker goes with the holder's lease.
+    /// txn guarded by `CreateRevision == token`, deletes that key (and no
+    /// other of the holder's) and writes the end marker
+    /// `P election/~end/<name>` so watchers know the cause for certain.
+    ///
+    /// The marker has no lease (a foreign client's lease is not ours to
+    /// attach keys to; one small key per election, overwritten, is bounded)
+    /// and lies outside the candidates' prefix, so etcd's own `Election`
+    /// never sees it. The same txn deletes a legacy marker
+    /// `P election/<name>/~end` an older tenure may have left there.
+    /// Nothing is revoked: callers that own the lease revoke it themselves.
     pub(crate) async fn end_term(
         &self,
         name: &ElectionName,
         key: &str,
         token: i64,
-        lease_id: i64,
+        // Kept for the callers' sake (`Leadership::resign`); never revoked
+        // nor attached to anything here.
+        _lease_id: i64,
         cause: EndMarkerCause,
     ) -> Result<(), Error> {
         let marker = serde_json::to_string(&EndMarker { token, cause })
             .map_err(|e| Error::Protocol(e.to_string()))?;
-        let opts = (lease_id != 0).then(|| PutOptions::new().with_lease(lease_id));
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, token)])
             .and_then([
                 TxnOp::delete(key, None),
-                TxnOp::put(self.keys.end_marker_key(name), marker, opts),
+                TxnOp::put(self.keys.end_marker_key(name), marker, None),
+                TxnOp::delete(self.keys.legacy_end_marker_key(name), None),
             ]);
-        let ended = match self.op(self.etcd().txn(txn)).await {
-            Ok(resp) => resp.succeeded(),
-            // The term's lease is gone, so is the term.
-            Err(e) if e.is_lease_not_found() => false,
-            Err(e) => return Err(e),
-        };
-        if !ended {
+        let resp = self.op(self.etcd().txn(txn)).await?;
+        if !resp.succeeded() {
             let (kvs, _) = self.read_election(name).await?;
             return Err(Error::NotHolder {
                 name: name.to_string(),
@@ -287,21 +332,13 @@ impl Client {
                 current: pick_leader(&self.keys, name, &kvs).map(Box::new),
             });
         }
-        if cause == EndMarkerCause::Resigned && lease_id != 0 {
-            // A lease belongs to one term (tenure grants one per candidate),
-            // so revoking it cannot end a later term.
-            match self.op(self.etcd().lease_revoke(lease_id)).await {
-                Ok(_) => {}
-                Err(e) if e.is_lease_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
         Ok(())
     }
 
-    /// Applies `ops` in one etcd txn only if the single-key leader key of
-    /// `name` still has CreateRevision == `token`. Otherwise nothing is
-    /// written and [`Error::NotHolder`] says who holds it now.
+    /// Applies `ops` in one etcd txn only if the term `token` still holds
+    /// `name` (its leader key, in either layout, still has CreateRevision ==
+    /// `token`). Otherwise nothing is written and [`Error::NotHolder`] says
+    /// who holds it now. A queue-layout term's key is found by one read.
     pub async fn guarded_txn(
         &self,
         name: &ElectionName,
@@ -309,7 +346,29 @@ impl Client {
         ops: Vec<TxnOp>,
     ) -> Result<TxnResponse, Error> {
         keys::validate_token(token)?;
-        let key = self.keys.leader_key(name);
+        // Who leads, in either layout: the single key alone does not say
+        // (an older queue candidate may lead). One compare on the leader's
+        // key then suffices, as for the fence.
+        let (kvs, _) = self.read_election(name).await?;
+        match pick_leader(&self.keys, name, &kvs) {
+            Some(l) if l.token == token => self.guarded_txn_on(name, &l.key, token, ops).await,
+            other => Err(Error::NotHolder {
+                name: name.to_string(),
+                token,
+                current: other.map(Box::new),
+            }),
+        }
+    }
+
+    /// [`Client::guarded_txn`] on a known leader key.
+    pub(crate) async fn guarded_txn_on(
+        &self,
+        name: &ElectionName,
+        key: &str,
+        token: i64,
+        ops: Vec<TxnOp>,
+    ) -> Result<TxnResponse, Error> {
+        keys::validate_token(token)?;
         let txn = Txn::new()
             .when([Compare::create_revision(
                 key.as_bytes(),

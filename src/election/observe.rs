@@ -7,14 +7,25 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::keywatch::{RangeWatch, Watched};
-use super::{pick_leader, Client, ElectionName, Error, Leader};
+use super::{queue_of, Client, ElectionName, Error, Leader};
 
-/// Leader changes of one election. The first item is the leader at the
-/// time of the call (`None`: nobody); then one item per change of holder,
-/// term or value, in revision order.
+/// One election as etcd holds it: who leads, and who waits behind (queue
+/// layout keys, next first; the single-key layout's waiters hold no key).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Observed {
+    pub leader: Option<Leader>,
+    pub waiting: Vec<Leader>,
+}
+
+/// Changes of one election. The first item is the state at the time of the
+/// call; then one item per change of holder, term, value or queue, in
+/// revision order. [`Observer::next`] reports leader changes only,
+/// [`Observer::next_change`] the queue's too.
 pub struct Observer {
-    rx: mpsc::Receiver<Option<Leader>>,
+    rx: mpsc::Receiver<Observed>,
     task: JoinHandle<()>,
+    /// The leader `next` returned last (`None` before the first call).
+    reported: Option<Option<Leader>>,
 }
 
 impl Observer {
@@ -22,12 +33,33 @@ impl Observer {
         let (kvs, revision) = client.read_election(&name).await?;
         let (tx, rx) = mpsc::channel(64);
         let task = tokio::spawn(run(client, name, kvs, revision, tx));
-        Ok(Self { rx, task })
+        Ok(Self {
+            rx,
+            task,
+            reported: None,
+        })
     }
 
     /// The next leader change; `None` only if the observer's task ended.
     pub async fn next(&mut self) -> Option<Option<Leader>> {
-        self.rx.recv().await
+        loop {
+            let o = self.rx.recv().await?;
+            if let Some(last) = &self.reported {
+                if same_term(last, &o.leader) {
+                    continue;
+                }
+            }
+            self.reported = Some(o.leader.clone());
+            return Some(o.leader);
+        }
+    }
+
+    /// The next change of the leader or of the queue behind it; `None` only
+    /// if the observer's task ended.
+    pub async fn next_change(&mut self) -> Option<Observed> {
+        let o = self.rx.recv().await?;
+        self.reported = Some(o.leader.clone());
+        Some(o)
     }
 }
 
@@ -50,13 +82,17 @@ async fn run(
     name: ElectionName,
     kvs: Vec<KeyValue>,
     revision: i64,
-    tx: mpsc::Sender<Option<Leader>>,
+    tx: mpsc::Sender<Observed>,
 ) {
     let mut keys: BTreeMap<Vec<u8>, KeyValue> =
         kvs.into_iter().map(|kv| (kv.key().to_vec(), kv)).collect();
     let leader_of = |keys: &BTreeMap<Vec<u8>, KeyValue>| {
         let kvs: Vec<KeyValue> = keys.values().cloned().collect();
-        pick_leader(client.keys(), &name, &kvs)
+        let mut queue = queue_of(client.keys(), &name, &kvs).into_iter();
+        Observed {
+            leader: queue.next(),
+            waiting: queue.collect(),
+        }
     };
     let mut last = leader_of(&keys);
     if tx.send(last.clone()).await.is_err() {
@@ -92,7 +128,13 @@ async fn run(
             },
         }
         let now = leader_of(&keys);
-        if !same_term(&last, &now) {
+        let queue = |o: &Observed| -> Vec<(i64, String)> {
+            o.waiting
+                .iter()
+                .map(|w| (w.token, w.holder.clone()))
+                .collect()
+        };
+        if !same_term(&last.leader, &now.leader) || queue(&last) != queue(&now) {
             last = now.clone();
             if tx.send(now).await.is_err() {
                 return;

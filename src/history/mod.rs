@@ -28,13 +28,17 @@
 //! Schema (version [`SCHEMA_VERSION`], in `PRAGMA user_version`): see
 //! `schema.rs`.
 
+pub mod cluster;
 mod export;
+mod pg;
 mod query;
 mod schema;
 mod time;
+pub mod window;
 mod writer;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -45,11 +49,12 @@ use tokio::sync::{mpsc, oneshot};
 use crate::events::{Batch, Event};
 
 pub use export::terms_to_csv;
+pub use pg::{is_postgres_url, prepare as prepare_postgres, redact, PG_SCHEMA_VERSION};
 pub use query::{
     ElectionSummary, OpenTerm, Query, RefusalRow, ResumePoint, TermRow, DEFAULT_LIMIT, MAX_LIMIT,
 };
 pub use schema::SCHEMA_VERSION;
-pub use time::{format_ms, parse_time};
+pub use time::{format_duration_ms, format_ms, parse_time, short_time};
 
 use writer::{Failure, Msg, Writer};
 
@@ -62,6 +67,23 @@ const MAX_IDLE_READERS: usize = 4;
 pub enum HistoryError {
     #[error("history database: {0}")]
     Sqlite(Box<rusqlite::Error>),
+    #[error("history database {db}: {}{}", postgres_text(.error), postgres_detail(.error))]
+    Postgres {
+        /// The URL, password redacted.
+        db: String,
+        /// Not `source`: its text is already in the message.
+        error: Box<postgres::Error>,
+    },
+    /// A newer history writer (higher `tenure/history-writer` token) has
+    /// written: this one's commit is refused inside the transaction.
+    #[error(
+        "history commit refused: this replica's writer token {token} is older than token \
+         {stored}, which has already written (a newer writer took over; this one stops writing). \
+         If no other replica writes because etcd was restored from a snapshot or replaced (its \
+         revisions, and so the writer tokens, started over), reset the fence once: \
+         UPDATE history_writer SET token = 0"
+    )]
+    Fenced { token: i64, stored: i64 },
     #[error("history database {}: {source}", .path.display())]
     Io {
         path: PathBuf,
@@ -93,6 +115,74 @@ impl From<rusqlite::Error> for HistoryError {
     }
 }
 
+impl From<postgres::Error> for HistoryError {
+    fn from(e: postgres::Error) -> Self {
+        HistoryError::Postgres {
+            db: "postgres".into(),
+            error: Box::new(e),
+        }
+    }
+}
+
+/// The driver's error with its causes (the server's message, the OS error).
+fn postgres_text(e: &postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// What to do about a PostgreSQL error, when it is one the user can fix.
+fn postgres_detail(e: &postgres::Error) -> &'static str {
+    if e.as_db_error().is_some() {
+        ""
+    } else {
+        " (check --db / TENURE_DB, and that PostgreSQL runs there and accepts this user)"
+    }
+}
+
+impl HistoryError {
+    /// A stale writer's commit, refused by the fence: not retried.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, HistoryError::Fenced { .. })
+    }
+}
+
+/// Where the history is: a SQLite file (the default) or a PostgreSQL
+/// database shared by several `tenure serve` replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Db {
+    Sqlite(PathBuf),
+    /// A `postgres://` or `postgresql://` URL (libpq's keywords as query
+    /// parameters are accepted too, as the `postgres` crate parses them).
+    Postgres(String),
+}
+
+impl Db {
+    /// The `--db` argument: a PostgreSQL URL, or else a file path.
+    pub fn from_arg(arg: &Path) -> Db {
+        match arg.to_str() {
+            Some(s) if is_postgres_url(s) => Db::Postgres(s.to_owned()),
+            _ => Db::Sqlite(arg.to_owned()),
+        }
+    }
+
+    /// For messages: the path, or the URL with its password redacted.
+    pub fn display(&self) -> String {
+        match self {
+            Db::Sqlite(p) => p.display().to_string(),
+            Db::Postgres(url) => redact(url),
+        }
+    }
+}
+
 type Result<T, E = HistoryError> = std::result::Result<T, E>;
 
 /// The history sink: one writer thread, and read-only connections for
@@ -103,6 +193,8 @@ pub struct Store {
     writer: Option<JoinHandle<()>>,
     failure: Failure,
     reader: Reader,
+    /// Commits refused by the writer fence (PostgreSQL only).
+    refused: Arc<AtomicU64>,
 }
 
 impl Store {
@@ -112,6 +204,45 @@ impl Store {
     pub fn open(path: &Path, retention: Duration) -> Result<Store> {
         let conn = schema::open_write(path)?;
         let reader = Reader::open(path)?;
+        let store = Store::start(conn, reader, retention, Arc::default())?;
+        tracing::info!(path = %path.display(), ?retention, "history: opened");
+        Ok(store)
+    }
+
+    /// Opens the shared PostgreSQL history as its writer, with `token` (of
+    /// the `tenure/history-writer` election): connects, creates or migrates
+    /// the schema, and claims the writer fence, so that from now on no
+    /// writer with a lower token can commit. [`HistoryError::Fenced`] when a
+    /// higher token has already written. Blocking: call it off the async
+    /// runtime (`spawn_blocking`).
+    pub fn open_postgres(
+        url: &str,
+        retention: Duration,
+        token: i64,
+        holder: &str,
+    ) -> Result<Store> {
+        let refused = Arc::new(AtomicU64::new(0));
+        let conn = match pg::PgWriter::connect(url, token, holder, refused.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                if e.is_fenced() {
+                    tracing::error!(error = %e, "history: commit refused (stale writer)");
+                }
+                return Err(e);
+            }
+        };
+        let reader = Reader::open_postgres(url)?;
+        let store = Store::start(conn, reader, retention, refused)?;
+        tracing::info!(db = %redact(url), token, ?retention, "history: opened as the writer");
+        Ok(store)
+    }
+
+    fn start<C: writer::WriteConn>(
+        conn: C,
+        reader: Reader,
+        retention: Duration,
+        refused: Arc<AtomicU64>,
+    ) -> Result<Store> {
         let retention_ms = (!retention.is_zero())
             .then(|| i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
         let failure = Failure::default();
@@ -125,16 +256,22 @@ impl Store {
             .name("tenure-history".into())
             .spawn(move || writer.run(rx))
             .map_err(|source| HistoryError::Io {
-                path: path.to_owned(),
+                path: reader.path().to_owned(),
                 source,
             })?;
-        tracing::info!(path = %path.display(), ?retention, "history: opened");
         Ok(Store {
             queue: Some(tx),
             writer: Some(handle),
             failure,
             reader,
+            refused,
         })
+    }
+
+    /// How many commits the writer fence refused (a newer writer had
+    /// written); always 0 on SQLite.
+    pub fn refused_commits(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Queues `batch` for the writer; waits only while the queue is full.
@@ -143,6 +280,16 @@ impl Store {
         let queue = self.queue.as_ref().ok_or(HistoryError::Closed)?;
         queue
             .send(Msg::Batch(batch))
+            .await
+            .map_err(|_| self.stopped())
+    }
+
+    /// Queues the etcd cluster id the watcher reads from (`Update::Cluster`),
+    /// stored after the batches queued before it, for the next resume point.
+    pub async fn set_cluster(&self, cluster_id: u64) -> Result<()> {
+        let queue = self.queue.as_ref().ok_or(HistoryError::Closed)?;
+        queue
+            .send(Msg::Cluster(cluster_id))
             .await
             .map_err(|_| self.stopped())
     }
@@ -230,11 +377,19 @@ fn join(handle: JoinHandle<()>) {
     }
 }
 
-/// Read-only access to a history file: the queries, without a writer.
-/// Clones share a small pool of read-only connections.
+/// Read-only access to a history (a file, or a PostgreSQL database): the
+/// queries, without a writer. Clones share a small pool of read connections.
 #[derive(Clone)]
 pub struct Reader {
-    pool: Arc<Pool>,
+    backend: ReadBackend,
+    /// The file, or the redacted URL.
+    label: Arc<PathBuf>,
+}
+
+#[derive(Clone)]
+enum ReadBackend {
+    Sqlite(Arc<Pool>),
+    Postgres(Arc<pg::PgPool>),
 }
 
 struct Pool {
@@ -259,54 +414,128 @@ impl Reader {
         let conn = schema::open_read(path)?;
         schema::check_version(&conn, path)?;
         Ok(Reader {
-            pool: Arc::new(Pool {
+            backend: ReadBackend::Sqlite(Arc::new(Pool {
                 path: path.to_owned(),
                 idle: Mutex::new(vec![conn]),
-            }),
+            })),
+            label: Arc::new(path.to_owned()),
         })
     }
 
-    /// The file this reads.
+    /// Connects to a PostgreSQL history (read-only sessions);
+    /// [`HistoryError::Schema`] when it holds no schema this build reads.
+    /// Blocking: call it off the async runtime.
+    pub fn open_postgres(url: &str) -> Result<Reader> {
+        let pool = pg::PgPool::open(url)?;
+        let label = Arc::new(PathBuf::from(pool.display()));
+        Ok(Reader {
+            backend: ReadBackend::Postgres(Arc::new(pool)),
+            label,
+        })
+    }
+
+    /// Either backend, by what `--db` names.
+    pub fn open_db(db: &Db) -> Result<Reader> {
+        match db {
+            Db::Sqlite(path) => Reader::open(path),
+            Db::Postgres(url) => Reader::open_postgres(url),
+        }
+    }
+
+    /// The file this reads (for PostgreSQL: the URL, password redacted).
     pub fn path(&self) -> &Path {
-        &self.pool.path
+        &self.label
+    }
+
+    /// Is this the shared PostgreSQL history?
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.backend, ReadBackend::Postgres(_))
     }
 
     /// The stored resume revision and the terms open at it; `None` when
     /// nothing was ever committed.
     pub fn resume_point(&self) -> Result<Option<ResumePoint>> {
-        self.with(query::resume_point)
+        self.run(query::resume_point, pg::resume_point)
     }
 
     /// Terms of `election` overlapping `[from, to]` (an open term overlaps
     /// everything after its start), by start revision.
     pub fn terms(&self, election: &str, q: &Query) -> Result<Vec<TermRow>> {
-        self.with(|c| query::terms(c, election, q))
+        self.run(
+            |c| query::terms(c, election, q),
+            |c| pg::terms(c, election, q),
+        )
     }
 
     /// Events with `at_ms` in `[from, to]`, by revision (the oldest first).
     /// With an election, its events and the gaps (which concern every
     /// election).
     pub fn events(&self, election: Option<&str>, q: &Query) -> Result<Vec<Event>> {
-        self.with(|c| query::events(c, election, q))
+        self.run(
+            |c| query::events(c, election, q),
+            |c| pg::events(c, election, q),
+        )
     }
 
     /// Fence refusals with `at_ms` in `[from, to]`, by revision.
     pub fn refusals(&self, election: Option<&str>, q: &Query) -> Result<Vec<RefusalRow>> {
-        self.with(|c| query::refusals(c, election, q))
+        self.run(
+            |c| query::refusals(c, election, q),
+            |c| pg::refusals(c, election, q),
+        )
     }
 
     /// One summary per election the history knows, by name.
     pub fn elections(&self) -> Result<Vec<ElectionSummary>> {
-        self.with(query::elections)
+        self.run(query::elections, pg::elections)
     }
 
-    /// Runs `f` on an idle read connection, opening one if none is idle.
-    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
-        let idle = || self.pool.idle.lock().unwrap_or_else(|p| p.into_inner());
+    /// Per election, how many terms started (seen starting) at or after
+    /// `from_ms`: one query for all elections.
+    pub fn changes_since(&self, from_ms: i64) -> Result<std::collections::HashMap<String, u64>> {
+        self.changes_since_at_most(from_ms, i64::MAX)
+    }
+
+    /// [`Reader::changes_since`] for at most `max` elections.
+    pub(super) fn changes_since_at_most(
+        &self,
+        from_ms: i64,
+        max: i64,
+    ) -> Result<std::collections::HashMap<String, u64>> {
+        self.run(
+            |c| query::changes_since(c, from_ms, max),
+            |c| pg::changes_since(c, from_ms, max),
+        )
+    }
+
+    /// The shared history's writer fence: the highest writer token that has
+    /// written and its holder; `None` on SQLite or before any writer.
+    pub fn writer_fence(&self) -> Result<Option<(i64, String)>> {
+        match &self.backend {
+            ReadBackend::Sqlite(_) => Ok(None),
+            ReadBackend::Postgres(pool) => pool.with(pg::writer_fence),
+        }
+    }
+
+    /// Runs the query of this reader's backend on an idle read connection
+    /// (opening one if none is idle). Blocking.
+    fn run<T>(
+        &self,
+        sqlite: impl FnOnce(&mut Connection) -> Result<T>,
+        postgres: impl FnOnce(&mut postgres::Client) -> Result<T>,
+    ) -> Result<T> {
+        match &self.backend {
+            ReadBackend::Sqlite(pool) => Self::with_sqlite(pool, sqlite),
+            ReadBackend::Postgres(pool) => pool.with(postgres),
+        }
+    }
+
+    fn with_sqlite<T>(pool: &Pool, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
+        let idle = || pool.idle.lock().unwrap_or_else(|p| p.into_inner());
         let conn = idle().pop();
         let mut conn = match conn {
             Some(c) => c,
-            None => schema::open_read(&self.pool.path)?,
+            None => schema::open_read(&pool.path)?,
         };
         let result = f(&mut conn);
         let mut idle = idle();
@@ -319,16 +548,14 @@ impl Reader {
 
 impl std::fmt::Debug for Reader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reader")
-            .field("path", &self.pool.path)
-            .finish()
+        f.debug_struct("Reader").field("path", &self.label).finish()
     }
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
-            .field("path", &self.reader.pool.path)
+            .field("path", &self.reader.label)
             .finish()
     }
 }

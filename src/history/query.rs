@@ -7,7 +7,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::schema::RESUME_KEY;
+use super::schema::{CLUSTER_KEY, RESUME_KEY};
 use super::time::format_ms;
 use super::HistoryError;
 use crate::election::{FenceReason, Layout};
@@ -106,18 +106,29 @@ pub(super) fn resume_point(conn: &mut Connection) -> Result<Option<ResumePoint>,
         return Ok(None);
     };
     let open_terms = open_terms(&tx)?;
+    let cluster_id = read_state(&tx, CLUSTER_KEY)?.map(|c| c as u64);
+    // The newest arrival stored: what came after `revision` came after it
+    // (committed with the resume revision, so never later than it).
+    let live_at_ms: Option<i64> =
+        tx.query_row("SELECT max(at_ms) FROM events", [], |row| row.get(0))?;
     tx.finish()?;
     Ok(Some(ResumePoint {
         revision,
         open_terms,
+        cluster_id,
+        live_at_ms,
     }))
 }
 
 pub(super) fn read_resume(conn: &Connection) -> Result<Option<i64>, HistoryError> {
+    read_state(conn, RESUME_KEY)
+}
+
+pub(super) fn read_state(conn: &Connection, key: &str) -> Result<Option<i64>, HistoryError> {
     Ok(conn
         .query_row(
             "SELECT value FROM watcher_state WHERE key = ?1",
-            [RESUME_KEY],
+            [key],
             |row| row.get(0),
         )
         .optional()?)
@@ -127,6 +138,7 @@ fn open_terms(conn: &Connection) -> Result<Vec<OpenTerm>, HistoryError> {
     let mut stmt = conn.prepare_cached(
         "SELECT election, token, holder, lease_id, layout, started_revision, started_at_ms
          FROM terms WHERE ended_at_ms IS NULL
+           AND epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)
          ORDER BY election, started_revision, token",
     )?;
     let rows = stmt.query_map([], |row| {
@@ -154,7 +166,7 @@ pub(super) fn terms(
          FROM terms
          WHERE election = ?1 AND started_at_ms <= ?3
            AND (ended_at_ms IS NULL OR ended_at_ms >= ?2)
-         ORDER BY started_revision, token
+         ORDER BY epoch, started_revision, token
          LIMIT ?4",
     )?;
     let rows = stmt.query_map(params![election, q.from(), q.to(), q.sql_limit()], |row| {
@@ -182,7 +194,8 @@ pub(super) fn terms(
 }
 
 /// Events of `election` (and the gaps, which concern every election), or
-/// of all elections, in revision order.
+/// of all elections, in the order they were recorded (revision order within
+/// a timeline; a reset starts a new one at lower revisions).
 pub(super) fn events(
     conn: &Connection,
     election: Option<&str>,
@@ -194,14 +207,14 @@ pub(super) fn events(
             stmt = conn.prepare_cached(
                 "SELECT id, json FROM events
                  WHERE (election = ?1 OR election = '') AND at_ms BETWEEN ?2 AND ?3
-                 ORDER BY revision, id LIMIT ?4",
+                 ORDER BY id LIMIT ?4",
             )?;
             stmt.query_map(params![e, q.from(), q.to(), q.sql_limit()], id_json)?
         }
         None => {
             stmt = conn.prepare_cached(
                 "SELECT id, json FROM events WHERE at_ms BETWEEN ?1 AND ?2
-                 ORDER BY revision, id LIMIT ?3",
+                 ORDER BY id LIMIT ?3",
             )?;
             stmt.query_map(params![q.from(), q.to(), q.sql_limit()], id_json)?
         }
@@ -234,13 +247,13 @@ pub(super) fn refusals(
         Some(e) => {
             stmt = conn.prepare_cached(&format!(
                 "{COLUMNS} WHERE election = ?1 AND at_ms BETWEEN ?2 AND ?3
-                 ORDER BY revision, id LIMIT ?4"
+                 ORDER BY id LIMIT ?4"
             ))?;
             stmt.query_map(params![e, q.from(), q.to(), q.sql_limit()], refusal_row)?
         }
         None => {
             stmt = conn.prepare_cached(&format!(
-                "{COLUMNS} WHERE at_ms BETWEEN ?1 AND ?2 ORDER BY revision, id LIMIT ?3"
+                "{COLUMNS} WHERE at_ms BETWEEN ?1 AND ?2 ORDER BY id LIMIT ?3"
             ))?;
             stmt.query_map(params![q.from(), q.to(), q.sql_limit()], refusal_row)?
         }
@@ -261,6 +274,28 @@ fn refusal_row(row: &Row<'_>) -> rusqlite::Result<RefusalRow> {
         current_token: row.get(6)?,
         current_holder: row.get(7)?,
     })
+}
+
+/// Per election, the terms that started at or after `from_ms` and were seen
+/// starting (not found in a snapshot): one grouped query for every election.
+/// At most `max` elections.
+pub(super) fn changes_since(
+    conn: &Connection,
+    from_ms: i64,
+    max: i64,
+) -> Result<std::collections::HashMap<String, u64>, HistoryError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT election, COUNT(*) FROM terms
+         WHERE started_at_ms >= ?1 AND from_snapshot = 0
+         GROUP BY election LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![from_ms, max], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, i64>(1)?.max(0) as u64,
+        ))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 pub(super) fn elections(conn: &mut Connection) -> Result<Vec<ElectionSummary>, HistoryError> {
@@ -323,7 +358,7 @@ pub(super) fn tag_of<T: Serialize>(value: &T) -> String {
     }
 }
 
-fn from_tag<T: DeserializeOwned>(s: &str) -> Option<T> {
+pub(super) fn from_tag<T: DeserializeOwned>(s: &str) -> Option<T> {
     serde_json::from_value(serde_json::Value::String(s.to_owned())).ok()
 }
 

@@ -17,6 +17,10 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The resume revision's key in `watcher_state`.
 pub(super) const RESUME_KEY: &str = "resume_revision";
+/// The etcd cluster id last recorded (its u64 bits as i64).
+pub(super) const CLUSTER_KEY: &str = "cluster_id";
+/// The current timeline (`terms.epoch`); absent means 0.
+pub(super) const EPOCH_KEY: &str = "epoch";
 
 const V1: &str = "
 CREATE TABLE terms (
@@ -71,8 +75,37 @@ CREATE TABLE watcher_state (
 ) WITHOUT ROWID;
 ";
 
+/// Timelines: after an etcd restore or a new cluster, tokens start over, so a
+/// term is `(election, epoch, token)`. Existing terms are epoch 0.
+const V2: &str = "
+CREATE TABLE terms_v2 (
+    election         TEXT    NOT NULL,
+    epoch            INTEGER NOT NULL DEFAULT 0,
+    token            INTEGER NOT NULL,
+    holder           TEXT    NOT NULL,
+    lease_id         INTEGER NOT NULL,
+    layout           TEXT,
+    started_at_ms    INTEGER NOT NULL,
+    started_revision INTEGER NOT NULL,
+    from_snapshot    INTEGER NOT NULL,
+    ended_at_ms      INTEGER,
+    ended_revision   INTEGER,
+    end_cause        TEXT,
+    UNIQUE (election, epoch, token)
+);
+INSERT INTO terms_v2 (election, epoch, token, holder, lease_id, layout, started_at_ms,
+    started_revision, from_snapshot, ended_at_ms, ended_revision, end_cause)
+SELECT election, 0, token, holder, lease_id, layout, started_at_ms,
+    started_revision, from_snapshot, ended_at_ms, ended_revision, end_cause FROM terms;
+DROP TABLE terms;
+ALTER TABLE terms_v2 RENAME TO terms;
+CREATE INDEX terms_by_start ON terms (election, started_revision);
+CREATE INDEX terms_ended ON terms (ended_at_ms) WHERE ended_at_ms IS NOT NULL;
+CREATE INDEX terms_open ON terms (election, started_revision) WHERE ended_at_ms IS NULL;
+";
+
 /// Every migration, in order; `user_version` counts those applied.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2, super::cluster::MIGRATION];
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

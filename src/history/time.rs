@@ -25,6 +25,30 @@ pub fn format_ms(ms: i64) -> String {
     )
 }
 
+/// `2026-12-02 14:00:00.123` (UTC), for titles and tables.
+pub fn short_time(ms: i64) -> String {
+    let mut s = format_ms(ms);
+    s.pop(); // the Z
+    s.replace('T', " ")
+}
+
+/// A duration for people: `850ms`, `12.3s`, `3m 12s`, `2h 05m`, `3d 04h`.
+pub fn format_duration_ms(ms: i64) -> String {
+    let ms = ms.max(0);
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    if ms < 60_000 {
+        return format!("{:.1}s", ms as f64 / 1000.0);
+    }
+    let s = ms / 1000;
+    match s {
+        s if s < 3600 => format!("{}m {:02}s", s / 60, s % 60),
+        s if s < 86_400 => format!("{}h {:02}m", s / 3600, s / 60 % 60),
+        s => format!("{}d {:02}h", s / 86_400, s / 3600 % 24),
+    }
+}
+
 /// Parses a time given on the command line into unix milliseconds.
 ///
 /// Accepted forms:

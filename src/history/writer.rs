@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
-use super::query::{read_resume, tag_of};
-use super::schema::RESUME_KEY;
+use super::query::{read_state, tag_of};
+use super::schema::{CLUSTER_KEY, EPOCH_KEY, RESUME_KEY};
 use super::HistoryError;
+use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, Batch, Event, EventKind};
 
 /// Most batches committed in one transaction.
@@ -31,19 +32,89 @@ pub(super) enum Msg {
     /// Answered with the committed resume revision once everything queued
     /// before it is committed.
     Flush(oneshot::Sender<i64>),
+    /// The etcd cluster id the watcher reads from (after the batch it
+    /// loaded): stored so a restart can tell a replaced cluster.
+    Cluster(u64),
+    /// One of etcd's own events (issue 14): stored in order, once.
+    ClusterEvent(crate::events::cluster::ClusterEvent),
 }
 
 /// Why the writer stopped, for the callers that find the queue closed.
 pub(super) type Failure = Arc<Mutex<Option<String>>>;
 
-pub(super) struct Writer {
-    pub(super) conn: Connection,
+/// One write transaction, whatever the backend: the few statements the
+/// writer's logic (resume revision, epochs, resets) needs. The logic itself
+/// ([`Writer::commit`]) is written once, above both backends.
+pub(super) trait WriteTx {
+    fn read_state(&mut self, key: &str) -> Result<Option<i64>, HistoryError>;
+    fn set_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError>;
+    /// Stores one event (its row, and what it means for terms and refusals).
+    fn apply(&mut self, event: &Event, epoch: i64) -> Result<(), HistoryError>;
+    fn cluster_event(&mut self, event: &ClusterEvent) -> Result<(), HistoryError>;
+}
+
+/// The writer's connection: runs `f` in one write transaction (fenced, on a
+/// shared database) and commits it; deletes what retention drops.
+pub(super) trait WriteConn: Send + 'static {
+    fn transact(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn WriteTx) -> Result<i64, HistoryError>,
+    ) -> Result<i64, HistoryError>;
+    /// Deletes events, refusals, cluster events and ended terms older than
+    /// `cutoff_ms`: `[events, refusals, terms]` deleted.
+    fn prune(&mut self, cutoff_ms: i64) -> Result<[usize; 3], HistoryError>;
+}
+
+impl WriteConn for Connection {
+    fn transact(
+        &mut self,
+        f: &mut dyn FnMut(&mut dyn WriteTx) -> Result<i64, HistoryError>,
+    ) -> Result<i64, HistoryError> {
+        let tx = self.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let revision = f(&mut SqliteTx(&tx))?;
+        tx.commit()?;
+        Ok(revision)
+    }
+
+    fn prune(&mut self, cutoff: i64) -> Result<[usize; 3], HistoryError> {
+        let tx = self.transaction()?;
+        let events = tx.execute("DELETE FROM events WHERE at_ms < ?1", [cutoff])?;
+        let refusals = tx.execute("DELETE FROM refusals WHERE at_ms < ?1", [cutoff])?;
+        tx.execute("DELETE FROM cluster_events WHERE at_ms < ?1", [cutoff])?;
+        let terms = tx.execute(
+            "DELETE FROM terms WHERE ended_at_ms IS NOT NULL AND ended_at_ms < ?1",
+            [cutoff],
+        )?;
+        tx.commit()?;
+        Ok([events, refusals, terms])
+    }
+}
+
+struct SqliteTx<'a>(&'a Transaction<'a>);
+
+impl WriteTx for SqliteTx<'_> {
+    fn read_state(&mut self, key: &str) -> Result<Option<i64>, HistoryError> {
+        read_state(self.0, key)
+    }
+    fn set_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError> {
+        set_state(self.0, key, value)
+    }
+    fn apply(&mut self, event: &Event, epoch: i64) -> Result<(), HistoryError> {
+        apply(self.0, event, epoch)
+    }
+    fn cluster_event(&mut self, event: &ClusterEvent) -> Result<(), HistoryError> {
+        super::cluster::insert(self.0, event)
+    }
+}
+
+pub(super) struct Writer<C: WriteConn> {
+    pub(super) conn: C,
     /// `None`: keep everything.
     pub(super) retention_ms: Option<i64>,
     pub(super) failure: Failure,
 }
 
-impl Writer {
+impl<C: WriteConn> Writer<C> {
     /// The thread's body: returns when every sender is gone and the queue
     /// is drained, or when a commit fails for good.
     pub(super) fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
@@ -69,6 +140,14 @@ impl Writer {
                         }
                     }
                 }
+                Err(e) if e.is_fenced() => {
+                    // Not retried, not the database's fault: a newer writer
+                    // has committed. What is queued is dropped; that writer
+                    // resumes from the stored revision and records it.
+                    tracing::error!(error = %e, "history: commit refused (stale writer)");
+                    *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                    return;
+                }
                 Err(e) => {
                     let message = e.to_string();
                     tracing::error!(error = %message, "history: writer stopped, nothing more will be stored");
@@ -90,7 +169,7 @@ impl Writer {
         loop {
             match self.commit(group) {
                 Ok(revision) => return Ok(revision),
-                Err(e) if attempt < RETRY_DELAYS.len() => {
+                Err(e) if attempt < RETRY_DELAYS.len() && !e.is_fenced() => {
                     tracing::warn!(error = %e, attempt = attempt + 1, "history: commit failed, retrying");
                     std::thread::sleep(RETRY_DELAYS[attempt]);
                     attempt += 1;
@@ -104,36 +183,7 @@ impl Writer {
     /// and stores the new resume revision, in one transaction. Returns the
     /// committed resume revision (0 if none).
     fn commit(&mut self, group: &[Msg]) -> Result<i64, HistoryError> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        // Read inside the transaction, not cached: should a second writer
-        // ever share the file, a replayed batch is still recognised.
-        let stored = read_resume(&tx)?;
-        let mut resume = stored;
-        for msg in group {
-            let Msg::Batch(batch) = msg else { continue };
-            if resume.is_some_and(|r| batch.revision <= r) {
-                tracing::debug!(
-                    revision = batch.revision,
-                    "history: batch at or below the resume revision ignored"
-                );
-                continue;
-            }
-            for event in &batch.events {
-                apply(&tx, event)?;
-            }
-            resume = Some(batch.revision);
-        }
-        if resume != stored {
-            tx.prepare_cached(
-                "INSERT INTO watcher_state (key, value) VALUES (?1, ?2)
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            )?
-            .execute(params![RESUME_KEY, resume])?;
-        }
-        tx.commit()?;
-        Ok(resume.unwrap_or(0))
+        self.conn.transact(&mut |tx| commit_in(tx, group))
     }
 
     /// Deletes what is older than the retention. Open terms and the resume
@@ -143,17 +193,7 @@ impl Writer {
             return;
         };
         let cutoff = now_ms().saturating_sub(retention_ms);
-        let result = (|| -> Result<[usize; 3], HistoryError> {
-            let tx = self.conn.transaction()?;
-            let events = tx.execute("DELETE FROM events WHERE at_ms < ?1", [cutoff])?;
-            let refusals = tx.execute("DELETE FROM refusals WHERE at_ms < ?1", [cutoff])?;
-            let terms = tx.execute(
-                "DELETE FROM terms WHERE ended_at_ms IS NOT NULL AND ended_at_ms < ?1",
-                [cutoff],
-            )?;
-            tx.commit()?;
-            Ok([events, refusals, terms])
-        })();
+        let result = self.conn.prune(cutoff);
         match result {
             Ok([0, 0, 0]) => {}
             Ok([events, refusals, terms]) => {
@@ -169,9 +209,82 @@ impl Writer {
     }
 }
 
-/// Stores one event: its row in `events`, and what it means for `terms`
-/// and `refusals`.
-fn apply(tx: &Transaction<'_>, event: &Event) -> Result<(), HistoryError> {
+/// Applies every batch of `group` newer than the stored resume revision
+/// and stores the new resume revision, inside one transaction. Returns the
+/// committed resume revision (0 if none).
+fn commit_in(tx: &mut dyn WriteTx, group: &[Msg]) -> Result<i64, HistoryError> {
+    // Read inside the transaction, not cached: when another writer shares
+    // the database (a replica that wrote before this one), a batch it
+    // already stored is recognised and skipped.
+    let stored = tx.read_state(RESUME_KEY)?;
+    let mut resume = stored;
+    let mut epoch = tx.read_state(EPOCH_KEY)?.unwrap_or(0);
+    for msg in group {
+        let batch = match msg {
+            Msg::Batch(batch) => batch,
+            Msg::Cluster(id) => {
+                let id = *id as i64;
+                if tx.read_state(CLUSTER_KEY)? != Some(id) {
+                    tx.set_state(CLUSTER_KEY, id)?;
+                }
+                continue;
+            }
+            Msg::Flush(_) => continue,
+            Msg::ClusterEvent(e) => {
+                tx.cluster_event(e)?;
+                continue;
+            }
+        };
+        // A reset starts a new timeline, whose revisions may be at or
+        // below the stored one: it is taken when it resets from where
+        // history stands (never twice).
+        let reset = batch.events.iter().find_map(|e| match &e.kind {
+            EventKind::Reset { from_revision, .. } => Some(*from_revision),
+            _ => None,
+        });
+        let takes_reset = reset.is_some_and(|from| resume.is_none_or(|r| r == from));
+        if !takes_reset && resume.is_some_and(|r| batch.revision <= r) {
+            tracing::debug!(
+                revision = batch.revision,
+                "history: batch at or below the resume revision ignored"
+            );
+            continue;
+        }
+        for event in &batch.events {
+            if let EventKind::Reset { cluster_id, .. } = &event.kind {
+                epoch += 1;
+                tx.set_state(EPOCH_KEY, epoch)?;
+                tx.set_state(CLUSTER_KEY, *cluster_id as i64)?;
+                tracing::warn!(
+                    epoch,
+                    revision = batch.revision,
+                    "history: etcd timeline reset; a new epoch starts"
+                );
+            }
+            tx.apply(event, epoch)?;
+        }
+        resume = Some(batch.revision);
+    }
+    if let (Some(r), true) = (resume, resume != stored) {
+        tx.set_state(RESUME_KEY, r)?;
+    }
+    Ok(resume.unwrap_or(0))
+}
+
+fn set_state(tx: &Transaction<'_>, key: &str, value: i64) -> Result<(), HistoryError> {
+    tx.prepare_cached(
+        "INSERT INTO watcher_state (key, value) VALUES (?1, ?2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![key, value])?;
+    Ok(())
+}
+
+/// What an event's row in `events` holds besides its revision, time and
+/// election: its JSON, and its token and holder when it has them.
+pub(super) fn event_row(
+    event: &Event,
+) -> Result<(String, Option<i64>, Option<&str>), HistoryError> {
     let json = serde_json::to_string(event).map_err(|source| HistoryError::Json {
         what: format!("event at revision {}", event.revision),
         source,
@@ -179,12 +292,23 @@ fn apply(tx: &Transaction<'_>, event: &Event) -> Result<(), HistoryError> {
     let (token, holder) = match &event.kind {
         EventKind::TermStarted { token, holder, .. }
         | EventKind::TermEnded { token, holder, .. }
-        | EventKind::LeaderValueChanged { token, holder, .. } => (Some(*token), Some(holder)),
+        | EventKind::LeaderValueChanged { token, holder, .. }
+        | EventKind::CandidateQueued { token, holder, .. }
+        | EventKind::CandidateLeft { token, holder, .. } => (Some(*token), Some(holder.as_str())),
         EventKind::FenceAccepted { token, .. } | EventKind::FenceRefused { token, .. } => {
             (Some(*token), None)
         }
-        EventKind::Gap { .. } => (None, None),
+        EventKind::Gap { .. } | EventKind::Reset { .. } | EventKind::Unobserved { .. } => {
+            (None, None)
+        }
     };
+    Ok((json, token, holder))
+}
+
+/// Stores one event: its row in `events`, and what it means for `terms`
+/// (of timeline `epoch`) and `refusals`.
+fn apply(tx: &Transaction<'_>, event: &Event, epoch: i64) -> Result<(), HistoryError> {
+    let (json, token, holder) = event_row(event)?;
     tx.prepare_cached(
         "INSERT INTO events (revision, at_ms, election, type, token, holder, json)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -209,8 +333,8 @@ fn apply(tx: &Transaction<'_>, event: &Event) -> Result<(), HistoryError> {
         } => {
             tx.prepare_cached(
                 "INSERT OR IGNORE INTO terms (election, token, holder, lease_id, layout,
-                     started_at_ms, started_revision, from_snapshot)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                     started_at_ms, started_revision, from_snapshot, epoch)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?
             .execute(params![
                 event.election,
@@ -220,7 +344,8 @@ fn apply(tx: &Transaction<'_>, event: &Event) -> Result<(), HistoryError> {
                 tag_of(layout),
                 event.at_ms,
                 event.revision,
-                from_snapshot
+                from_snapshot,
+                epoch
             ])?;
         }
         EventKind::TermEnded {
@@ -236,8 +361,8 @@ fn apply(tx: &Transaction<'_>, event: &Event) -> Result<(), HistoryError> {
             tx.prepare_cached(
                 "INSERT OR IGNORE INTO terms (election, token, holder, lease_id, layout,
                      started_at_ms, started_revision, from_snapshot,
-                     ended_at_ms, ended_revision, end_cause)
-                 VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6, 1, ?7, ?8, ?9)",
+                     ended_at_ms, ended_revision, end_cause, epoch)
+                 VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6, 1, ?7, ?8, ?9, ?10)",
             )?
             .execute(params![
                 event.election,
@@ -248,19 +373,21 @@ fn apply(tx: &Transaction<'_>, event: &Event) -> Result<(), HistoryError> {
                 started_revision,
                 event.at_ms,
                 event.revision,
-                cause.as_str()
+                cause.as_str(),
+                epoch
             ])?;
             // The first end recorded stands.
             tx.prepare_cached(
                 "UPDATE terms SET ended_at_ms = ?3, ended_revision = ?4, end_cause = ?5
-                 WHERE election = ?1 AND token = ?2 AND ended_at_ms IS NULL",
+                 WHERE election = ?1 AND token = ?2 AND epoch = ?6 AND ended_at_ms IS NULL",
             )?
             .execute(params![
                 event.election,
                 token,
                 event.at_ms,
                 event.revision,
-                cause.as_str()
+                cause.as_str(),
+                epoch
             ])?;
         }
         EventKind::FenceRefused {
@@ -288,7 +415,11 @@ fn apply(tx: &Transaction<'_>, event: &Event) -> Result<(), HistoryError> {
         }
         EventKind::LeaderValueChanged { .. }
         | EventKind::FenceAccepted { .. }
-        | EventKind::Gap { .. } => {}
+        | EventKind::Gap { .. }
+        | EventKind::Reset { .. }
+        | EventKind::Unobserved { .. }
+        | EventKind::CandidateQueued { .. }
+        | EventKind::CandidateLeft { .. } => {}
     }
     Ok(())
 }

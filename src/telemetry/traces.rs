@@ -259,6 +259,7 @@ pub fn record(update: &Update) {
 /// | `election.leader_value_changed` | `election.name`, `election.token`, `election.holder`, `election.previous_holder`, `etcd.revision` |
 /// | `election.fence_refused` | `election.name`, `election.token` (the refused one), `fence.resource`, `fence.reason`, `fence.current_token`, `election.holder` (the leader then), `etcd.revision` |
 /// | `watch.gap` | `gap.from_revision`, `gap.to_revision`, `etcd.revision` |
+/// | `watch.reset` | `gap.from_revision` (old timeline), `gap.to_revision` (new), `etcd.cluster_id`, `etcd.revision` |
 ///
 /// `FenceAccepted` makes no span (it is the common case; it is counted in
 /// the metrics). Holders are capped at [`MAX_HOLDER_ATTRIBUTE_BYTES`].
@@ -358,6 +359,60 @@ pub fn record_event(event: &Event) {
             );
             let _entered = span.enter();
             tracing::debug!("history gap: etcd compacted revisions before they were seen");
+        }
+        EventKind::Reset {
+            from_revision,
+            to_revision,
+            cluster_id,
+            ..
+        } => {
+            let span = tracing::debug_span!(
+                "watch.reset",
+                gap.from_revision = *from_revision,
+                gap.to_revision = *to_revision,
+                etcd.cluster_id = *cluster_id,
+                etcd.revision = event.revision,
+            );
+            let _entered = span.enter();
+            tracing::debug!("etcd timeline reset: a restore or a new cluster");
+        }
+        EventKind::Unobserved {
+            from_revision,
+            to_revision,
+            ..
+        } => {
+            let span = tracing::debug_span!(
+                "watch.unobserved",
+                gap.from_revision = *from_revision,
+                gap.to_revision = *to_revision,
+                etcd.revision = event.revision,
+            );
+            let _entered = span.enter();
+            tracing::debug!(
+                "changes replayed after a reconnect or restart: their times are bounds"
+            );
+        }
+        EventKind::CandidateQueued {
+            token,
+            holder: h,
+            lease_id,
+        }
+        | EventKind::CandidateLeft {
+            token,
+            holder: h,
+            lease_id,
+        } => {
+            let span = tracing::debug_span!(
+                "election.queue",
+                election.name = election,
+                election.queue_change = event.kind.name(),
+                election.token = *token,
+                election.holder = holder(h),
+                election.lease_id = *lease_id,
+                etcd.revision = event.revision,
+            );
+            let _entered = span.enter();
+            tracing::debug!("queue changed");
         }
         EventKind::FenceAccepted { .. } => {}
     }

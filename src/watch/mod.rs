@@ -12,24 +12,53 @@
 //!   `tenure_election_lease_remaining_seconds` and to tell expiry apart.
 //!
 //! The watcher never stores or renders: it sends updates down one channel.
+//!
+//! By job: this file holds the watch loop; `load` the snapshot, resume and
+//! reset, `apply` a batch of watch events, `causes` the end-cause lookup,
+//! `leases` the lease sampler, `replay` what a new stream replays.
 
+pub mod cluster;
 pub mod state;
 
-use std::collections::{HashMap, VecDeque};
+mod apply;
+mod causes;
+mod leases;
+mod load;
+mod replay;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{EventType, GetOptions, KeyValue};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::election::keywatch::{RangeWatch, Reopened, WatchItem};
-use crate::election::{Client, Error};
-use crate::events::{
-    now_ms, Batch, EndCause, Event, EventKind, RestartReason, Update, WatchStatus,
-};
+use crate::election::Client;
+use crate::events::{now_ms, Batch, RestartReason, Update, WatchStatus};
 pub use crate::events::{OpenTerm, ResumePoint as Resume};
 pub use state::{Change, Kv, State};
+
+use leases::{sample_leases, Leases};
+use load::open_terms;
+use replay::Replay;
+
+/// The largest watch or range response accepted. gRPC's default of 4 MiB is
+/// less than one revision etcd may send: up to `--max-txn-ops` (128) keys of
+/// up to `--max-request-bytes` (1.5 MiB) each, twice with `prev_kv` (384 MiB).
+/// A response over the limit fails to decode, and the watch, reopened at the
+/// same revision, would fail again forever.
+pub const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
+
+/// Keys per range request of a snapshot: pages of one revision.
+pub const SNAPSHOT_PAGE_KEYS: i64 = 10_000;
+
+/// How long the check for a replaced etcd after a broken stream may delay
+/// reopening it (no answer: not replaced, as far as anyone can tell).
+const REPLACED_CHECK_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A watch that breaks this many times in a row at one revision without
+/// delivering anything is reported stuck (readiness says so).
+const STUCK_AFTER_ATTEMPTS: u32 = 3;
 
 #[derive(Debug, Clone)]
 pub struct WatchConfig {
@@ -62,85 +91,18 @@ impl Default for WatchConfig {
 #[error("the watcher's consumer is gone")]
 pub struct Closed;
 
-#[derive(Debug, Clone, Copy)]
-struct Sample {
-    at: Instant,
-    remaining: i64,
-    /// etcd's raft term when sampled: a leader change since then makes
-    /// the prediction unreliable (see `cause_of_lease_end`).
-    raft_term: u64,
-}
-
-/// What the lease sampler and the cause lookup share.
-#[derive(Default)]
-struct Leases {
-    /// election → lease of its current leader.
-    current: HashMap<String, i64>,
-    samples: HashMap<i64, Sample>,
-    /// Elections whose lease changed: sampled first, each once (`in_fresh`).
-    fresh: VecDeque<String>,
-    in_fresh: std::collections::HashSet<String>,
-    /// Round-robin order of leading elections, each once (`queued`).
-    queue: VecDeque<String>,
-    queued: std::collections::HashSet<String>,
-}
-
-impl Leases {
-    fn leads(&mut self, election: &str, lease: i64) {
-        self.current.insert(election.to_owned(), lease);
-        if self.in_fresh.insert(election.to_owned()) {
-            self.fresh.push_back(election.to_owned());
-        }
-        if self.queued.insert(election.to_owned()) {
-            self.queue.push_back(election.to_owned());
-        }
+/// Sends the waiting counts that changed (after the batch that changed them).
+async fn report_waiting(state: &mut State, tx: &mpsc::Sender<Update>) -> Result<(), Closed> {
+    for (election, count) in state.waiting_changes() {
+        send(tx, Update::Waiting { election, count }).await?;
     }
-
-    fn ended(&mut self, election: &str) {
-        if let Some(lease) = self.current.remove(election) {
-            self.samples.remove(&lease);
-        }
-    }
-
-    /// Up to `budget` (election, lease) pairs: changed leases first, then
-    /// round-robin; each election at most once.
-    fn pick(&mut self, budget: usize) -> Vec<(String, i64)> {
-        let mut picked: Vec<(String, i64)> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        while picked.len() < budget {
-            let Some(name) = self.fresh.pop_front() else {
-                break;
-            };
-            self.in_fresh.remove(&name);
-            if let Some(&lease) = self.current.get(&name) {
-                if seen.insert(name.clone()) {
-                    picked.push((name, lease));
-                }
-            }
-        }
-        let mut turns = self.queue.len();
-        while picked.len() < budget && turns > 0 {
-            turns -= 1;
-            let Some(name) = self.queue.pop_front() else {
-                break;
-            };
-            match self.current.get(&name) {
-                Some(&lease) => {
-                    if seen.insert(name.clone()) {
-                        picked.push((name.clone(), lease));
-                    }
-                    self.queue.push_back(name);
-                }
-                None => {
-                    self.queued.remove(&name);
-                }
-            }
-        }
-        picked
-    }
+    Ok(())
 }
 
 pub struct Watcher {
+    /// Whether etcd's requested progress notifications come after every
+    /// pending event (fixed in etcd 3.4.25 and 3.5.8, etcd issue 15220).
+    progress_ordered: std::sync::atomic::AtomicBool,
     client: Client,
     cfg: WatchConfig,
     leases: Arc<Mutex<Leases>>,
@@ -150,6 +112,7 @@ pub struct Watcher {
 impl Watcher {
     pub fn new(client: Client, cfg: WatchConfig) -> Self {
         Self {
+            progress_ordered: Default::default(),
             client,
             cfg,
             leases: Arc::default(),
@@ -178,7 +141,20 @@ impl Watcher {
 
     async fn watch(&self, resume: Option<Resume>, tx: &mpsc::Sender<Update>) -> Result<(), Closed> {
         let mut state = State::new(self.client.keys().clone(), self.cfg.max_elections);
-        let mut applied = self.load(&mut state, resume, tx).await?;
+        let stored = resume.as_ref().map(|r| (r.revision, r.live_at_ms));
+        let (mut applied, mut cluster) = self.load(&mut state, resume, tx, false).await?;
+        // What the watch replays (revisions at or below the revision etcd
+        // had when the stream was created) was not seen as it happened: it
+        // happened after `since`. After a restart at the stored revision,
+        // since what history last saw; after a snapshot, since its read.
+        let mut live_at_ms = now_ms();
+        let mut replay = Replay {
+            active: true,
+            since_ms: match stored {
+                Some((revision, since)) if revision == applied => since,
+                _ => Some(live_at_ms),
+            },
+        };
         let (start, end) = self.client.keys().watch_range();
         let mut watch = RangeWatch::new(
             &self.client.etcd(),
@@ -186,25 +162,78 @@ impl Watcher {
             Some(end.into_bytes()),
             applied + 1,
         )
-        .with_probe_after(self.cfg.probe_after);
+        .with_probe_after(self.cfg.probe_after)
+        .with_max_message_bytes(MAX_MESSAGE_BYTES);
         let mut up = true;
+        // Reopens in a row at one next revision with nothing delivered.
+        let mut failing: (i64, u32) = (0, 0);
+        // On etcd that may send a progress notification ahead of pending
+        // events, a progress revision is persisted only once the next
+        // progress notification (a probe interval later) arrived with no
+        // event in between.
+        let mut unconfirmed: Option<i64> = None;
         let mut last_forget = Instant::now();
         loop {
             let item = watch.next_item().await;
+            // When the events arrived: their deletions happened before it.
+            let received = Instant::now();
             let now_up = !matches!(item, WatchItem::Unavailable(_));
             if now_up != up {
                 up = now_up;
                 send(tx, Update::Watch(WatchStatus::EtcdUp(up))).await?;
             }
+            if matches!(item, WatchItem::Events(_) | WatchItem::Progress { .. }) {
+                failing = (0, 0);
+            }
             match item {
                 WatchItem::Events(events) => {
-                    let revision = self.apply(&mut state, &events, tx).await?;
+                    if let Some(r) = unconfirmed.take() {
+                        let late = events
+                            .first()
+                            .and_then(|e| e.kv())
+                            .is_some_and(|kv| kv.mod_revision() <= r);
+                        if late {
+                            tracing::warn!(
+                                progress = r,
+                                "events arrived after a progress notification covering them \
+                                 (etcd issue 15220); applied, not skipped"
+                            );
+                        }
+                    }
+                    let unobserved = replay.take(&events, watch.opened_at());
+                    let revision = self
+                        .apply(&mut state, &events, received, unobserved, live_at_ms, tx)
+                        .await?;
                     applied = revision;
+                    live_at_ms = now_ms();
+                }
+                WatchItem::Progress { revision } if revision < applied => {
+                    // etcd is behind what was applied: restored from a
+                    // snapshot, or replaced, under the running watch.
+                    (applied, cluster) = self
+                        .reset(&mut state, applied, cluster, Some(live_at_ms), tx)
+                        .await?;
+                    watch.resume_after(applied);
+                    live_at_ms = now_ms();
+                    replay = Replay::since(live_at_ms);
                 }
                 WatchItem::Progress { revision } => {
-                    if revision > applied {
+                    live_at_ms = now_ms();
+                    if watch.opened_at().is_some_and(|o| revision >= o) {
+                        replay.active = false;
+                    }
+                    let safe = if self
+                        .progress_ordered
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                    {
+                        Some(revision)
+                    } else {
+                        unconfirmed.replace(revision)
+                    };
+                    if let Some(revision) = safe.filter(|r| *r > applied) {
                         // Persist progress so a restart need not replay it.
                         applied = revision;
+                        watch.advance_to(revision);
                         send(
                             tx,
                             Update::Batch(Batch {
@@ -228,17 +257,22 @@ impl Watcher {
                     )
                     .await?;
                     let open = open_terms(&state);
-                    applied = self
+                    (applied, cluster) = self
                         .load(
                             &mut state,
                             Some(Resume {
                                 revision: applied,
                                 open_terms: open,
+                                cluster_id: Some(cluster),
+                                live_at_ms: Some(live_at_ms),
                             }),
                             tx,
+                            false,
                         )
                         .await?;
                     watch.resume_after(applied);
+                    live_at_ms = now_ms();
+                    replay = Replay::since(live_at_ms);
                 }
                 WatchItem::Reopening(why) => {
                     let reason = match why {
@@ -251,6 +285,27 @@ impl Watcher {
                         next = watch.next_revision(),
                         "watch stream lost; reopening"
                     );
+                    let next = watch.next_revision();
+                    failing = if failing.0 == next {
+                        (next, failing.1 + 1)
+                    } else {
+                        (next, 1)
+                    };
+                    if failing.1 >= STUCK_AFTER_ATTEMPTS {
+                        tracing::error!(
+                            next_revision = next,
+                            attempts = failing.1,
+                            "the watch keeps failing at one revision; nothing is recorded"
+                        );
+                        send(
+                            tx,
+                            Update::Watch(WatchStatus::Stuck {
+                                next_revision: next,
+                                attempts: failing.1,
+                            }),
+                        )
+                        .await?;
+                    }
                     if why == Reopened::Stalled {
                         // Not even a progress request was answered: the
                         // connection may be half-open, and a stream reopened
@@ -260,6 +315,25 @@ impl Watcher {
                         }
                     }
                     send(tx, Update::Watch(WatchStatus::Restarted(reason))).await?;
+                    // Until the new stream is past what etcd had when it was
+                    // created, what it delivers happened while nobody
+                    // watched: after the last thing the old stream said.
+                    if !replay.active {
+                        replay = Replay::since(live_at_ms);
+                    }
+                    // The stream broke: etcd may have restarted as another
+                    // timeline (a restore, a new cluster). A watch from a
+                    // future revision would just wait, so ask (not after a
+                    // stall: that connection may be half-open, and a
+                    // restarted etcd breaks the stream anyway).
+                    if why != Reopened::Stalled && self.replaced(applied, cluster).await {
+                        (applied, cluster) = self
+                            .reset(&mut state, applied, cluster, replay.since_ms, tx)
+                            .await?;
+                        watch.resume_after(applied);
+                        live_at_ms = now_ms();
+                        replay = Replay::since(live_at_ms);
+                    }
                 }
                 WatchItem::Unavailable(why) => {
                     tracing::debug!(%why, "etcd unavailable for the watch; retrying")
@@ -275,199 +349,31 @@ impl Watcher {
         }
     }
 
-    /// Loads the state: at the resume revision when etcd still has it (no
-    /// events), else from a fresh snapshot with a gap event first. Retries
-    /// until etcd answers. Returns the revision the state is at.
-    async fn load(
-        &self,
-        state: &mut State,
-        resume: Option<Resume>,
-        tx: &mpsc::Sender<Update>,
-    ) -> Result<i64, Closed> {
-        let mut backoff = Duration::from_millis(100);
-        let mut at_resume = resume.is_some();
-        loop {
-            let read = match (&resume, at_resume) {
-                (Some(r), true) => self.snapshot(Some(r.revision)).await,
-                _ => self.snapshot(None).await,
-            };
-            match read {
-                Ok((kvs, revision)) => {
-                    let at_ms = now_ms();
-                    let open = resume
-                        .as_ref()
-                        .map(|r| r.open_terms.as_slice())
-                        .unwrap_or(&[]);
-                    let (events, statuses) = state.load(revision, &kvs, open, at_ms);
-                    let mut batch = Vec::new();
-                    if let (Some(r), false) = (&resume, at_resume) {
-                        batch.push(Event {
-                            revision,
-                            at_ms,
-                            election: String::new(),
-                            kind: EventKind::Gap {
-                                from_revision: r.revision + 1,
-                                to_revision: revision,
-                            },
-                        });
-                    }
-                    batch.extend(events);
-                    self.report(statuses, tx).await?;
-                    self.track_all_leases(state);
-                    send(tx, Update::Watch(WatchStatus::EtcdUp(true))).await?;
-                    send(
-                        tx,
-                        Update::Batch(Batch {
-                            revision,
-                            events: batch,
-                        }),
-                    )
-                    .await?;
-                    return Ok(revision);
-                }
-                Err(e) if at_resume && is_gone_revision(&e) => {
-                    tracing::warn!(error = %e, "the resume revision is no longer in etcd; resyncing with a gap");
-                    at_resume = false;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read the snapshot from etcd; retrying");
-                    send(tx, Update::Watch(WatchStatus::EtcdUp(false))).await?;
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
-            }
-        }
-    }
-
-    /// Every key of the watch range, at `revision` (or now).
-    async fn snapshot(&self, revision: Option<i64>) -> Result<(Vec<Kv>, i64), Error> {
-        let (start, end) = self.client.keys().watch_range();
-        let mut opts = GetOptions::new().with_range(end);
-        if let Some(r) = revision {
-            opts = opts.with_revision(r);
-        }
-        let resp = self
-            .client
-            .op(self.client.etcd().get(start, Some(opts)))
-            .await?;
-        let header = resp.header().map(|h| h.revision()).unwrap_or_default();
-        let kvs = resp.kvs().iter().map(kv_of).collect();
-        Ok((kvs, revision.unwrap_or(header)))
-    }
-
-    /// Applies a batch of watch events (complete revisions), resolves end
-    /// causes that need etcd's word, and sends one batch. Returns the last
-    /// revision applied.
-    async fn apply(
-        &self,
-        state: &mut State,
-        events: &[etcd_client::Event],
-        tx: &mpsc::Sender<Update>,
-    ) -> Result<i64, Closed> {
-        let at_ms = now_ms();
-        let mut out = Vec::new();
-        let mut revision = 0;
-        let mut i = 0;
-        while i < events.len() {
-            let rev = events[i]
-                .kv()
-                .map(|kv| kv.mod_revision())
-                .unwrap_or_default();
-            let mut changes = Vec::new();
-            while i < events.len()
-                && events[i]
-                    .kv()
-                    .map(|kv| kv.mod_revision())
-                    .unwrap_or_default()
-                    == rev
-            {
-                if let Some(c) = change_of(&events[i]) {
-                    changes.push(c);
-                }
-                i += 1;
-            }
-            let (pending, statuses) = state.apply(rev, &changes, at_ms);
-            self.report(statuses, tx).await?;
-            out.extend(pending);
-            revision = rev;
-        }
-        let mut resolved = Vec::with_capacity(out.len());
-        for p in out {
-            let mut event = p.event;
-            if let (Some(lease), EventKind::TermEnded { cause, .. }) =
-                (p.cause_lookup, &mut event.kind)
-            {
-                *cause = self.cause_of_lease_end(lease).await;
-            }
-            resolved.push(event);
-        }
-        self.track_leases(&resolved);
-        send(
-            tx,
-            Update::Batch(Batch {
-                revision,
-                events: resolved,
-            }),
-        )
-        .await?;
-        Ok(revision)
-    }
-
-    /// A leader key went without tenure's end marker. If its lease still
-    /// lives, the key was deleted; if not, the lease was revoked or ran out:
-    /// the last sample tells which (expired when its predicted expiry has
-    /// come, allowing etcd's ~0.5 s expiry check and 1 s TTL resolution).
-    async fn cause_of_lease_end(&self, lease: i64) -> EndCause {
-        let (ttl, raft_term) = match self
-            .client
-            .op(self.client.etcd().lease_time_to_live(lease, None))
-            .await
-        {
-            Ok(resp) => (resp.ttl(), resp.header().map(|h| h.raft_term())),
-            Err(e) if e.is_lease_not_found() => (-1, None),
-            Err(e) => {
-                tracing::warn!(error = %e, lease, "cannot ask etcd about an ended term's lease");
-                return EndCause::Unknown;
-            }
+    /// Asks etcd's version: requested progress notifications are ordered
+    /// after pending events from etcd 3.4.25 and 3.5.8 on (etcd PRs 15697,
+    /// 15695 for issue 15220). Unknown (no answer, unparsable) → untrusted.
+    async fn check_progress_order(&self) {
+        let version = match self.client.op(self.client.etcd().status()).await {
+            Ok(s) => s.version().to_owned(),
+            Err(_) => String::new(),
         };
-        if ttl > 0 {
-            return EndCause::Deleted;
-        }
-        let sample = self
-            .leases
-            .lock()
-            .ok()
-            .and_then(|l| l.samples.get(&lease).copied());
-        match sample {
-            Some(s)
-                if Instant::now() + Duration::from_millis(1500)
-                    >= s.at + Duration::from_secs(s.remaining.max(0) as u64) =>
-            {
-                EndCause::Expired
-            }
-            // Gone before its predicted expiry: revoked, unless etcd changed
-            // leader since the sample. Then the prediction does not hold
-            // either way: the new leader extends every lease, and the old
-            // one, resuming, can still revoke a lease that ran out by its
-            // own clock (seen: a 5 s lease deleted 7.1 s after its grant,
-            // 2.4 s before the extended expiry the sample predicted).
-            Some(s) => match raft_term {
-                Some(t) if t == s.raft_term => EndCause::Resigned,
-                None if self.raft_term().await == Some(s.raft_term) => EndCause::Resigned,
-                _ => EndCause::Unknown,
-            },
-            // Never sampled: the term ended before the sampler looked at its
-            // lease, or while tenure was down (a restart replays it). etcd
-            // no longer knows the lease, so nothing tells expiry from
-            // revocation: say so instead of guessing "resigned".
-            None => EndCause::Unknown,
-        }
+        let ordered = progress_ordered(&version);
+        self.progress_ordered
+            .store(ordered, std::sync::atomic::Ordering::Relaxed);
+        tracing::debug!(version, ordered, "etcd's progress notifications");
     }
 
-    /// etcd's current raft term (it changes with every leader election).
-    async fn raft_term(&self) -> Option<u64> {
-        let status = self.client.op(self.client.etcd().status()).await.ok()?;
-        status.header().map(|h| h.raft_term())
+    /// Whether etcd now is another timeline than the one applied so far:
+    /// another cluster id, or a revision behind `applied`. `false` when etcd
+    /// does not answer (the watch's own retries handle that).
+    async fn replaced(&self, applied: i64, cluster: u64) -> bool {
+        let mut etcd = self.client.etcd();
+        let asked = tokio::time::timeout(REPLACED_CHECK_TIMEOUT, etcd.status()).await;
+        let Ok(Ok(resp)) = asked else {
+            return false;
+        };
+        resp.header()
+            .is_some_and(|h| h.cluster_id() != cluster || h.revision() < applied)
     }
 
     /// Sends statuses on, logging overflows (the first ten, then every
@@ -496,127 +402,26 @@ impl Watcher {
         }
         Ok(())
     }
+}
 
-    /// Tells the sampler which leases lead now: all of them after a load,
-    /// incrementally from a batch's term events otherwise (no work per
-    /// election on the hot path).
-    fn track_all_leases(&self, state: &State) {
-        let Ok(mut l) = self.leases.lock() else {
-            return;
-        };
-        *l = Leases::default();
-        for (name, t) in state.leaders() {
-            if t.lease_id != 0 {
-                l.leads(name, t.lease_id);
-            }
-        }
+/// Whether etcd `version` orders requested progress notifications after
+/// pending events: 3.4.25+, 3.5.8+, 3.6 and later.
+fn progress_ordered(version: &str) -> bool {
+    let mut parts = version
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .map(|p| p.parse::<u64>().ok());
+    let (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) =
+        (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    match (major, minor) {
+        (3, 4) => patch >= 25,
+        (3, 5) => patch >= 8,
+        (3, m) => m >= 6,
+        (m, _) => m > 3,
     }
-
-    fn track_leases(&self, events: &[Event]) {
-        let Ok(mut l) = self.leases.lock() else {
-            return;
-        };
-        for e in events {
-            match &e.kind {
-                EventKind::TermStarted { lease_id, .. } if *lease_id != 0 => {
-                    l.leads(&e.election, *lease_id)
-                }
-                EventKind::TermStarted { .. } | EventKind::TermEnded { .. } => l.ended(&e.election),
-                _ => {}
-            }
-        }
-    }
-}
-
-/// Samples current leaders' leases, at most `lease_samples_per_interval`
-/// per interval, oldest first.
-async fn sample_leases(
-    client: Client,
-    cfg: WatchConfig,
-    leases: Arc<Mutex<Leases>>,
-    tx: mpsc::Sender<Update>,
-) {
-    let mut tick = tokio::time::interval(cfg.lease_sample_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let batch = match leases.lock() {
-            Ok(mut l) => l.pick(cfg.lease_samples_per_interval),
-            Err(_) => return,
-        };
-        for (election, lease) in batch {
-            let (remaining, raft_term) = match client
-                .op(client.etcd().lease_time_to_live(lease, None))
-                .await
-            {
-                Ok(r) if r.ttl() >= 0 => (Some(r.ttl()), r.header().map(|h| h.raft_term())),
-                Ok(_) => (None, None),
-                Err(e) if e.is_lease_not_found() => (None, None),
-                Err(_) => continue,
-            };
-            if let (Some(r), Ok(mut l)) = (remaining, leases.lock()) {
-                l.samples.insert(
-                    lease,
-                    Sample {
-                        at: Instant::now(),
-                        remaining: r,
-                        raft_term: raft_term.unwrap_or(0),
-                    },
-                );
-            }
-            let update = Update::LeaseSampled {
-                election,
-                lease_id: lease,
-                remaining_seconds: remaining,
-            };
-            if tx.send(update).await.is_err() {
-                return;
-            }
-        }
-    }
-}
-
-fn open_terms(state: &State) -> Vec<OpenTerm> {
-    state
-        .leaders()
-        .map(|(name, t)| OpenTerm {
-            election: name.to_owned(),
-            token: t.token,
-            holder: t.holder.clone(),
-            lease_id: t.lease_id,
-            layout: t.layout,
-            started_revision: t.started_revision,
-            started_at_ms: t.started_at_ms,
-        })
-        .collect()
-}
-
-fn is_gone_revision(e: &Error) -> bool {
-    let s = e.to_string();
-    s.contains("required revision has been compacted")
-        || s.contains("required revision is a future revision")
-}
-
-fn kv_of(kv: &KeyValue) -> Kv {
-    Kv {
-        key: kv.key().to_vec(),
-        value: kv.value().to_vec(),
-        create_revision: kv.create_revision(),
-        mod_revision: kv.mod_revision(),
-        lease: kv.lease(),
-    }
-}
-
-fn change_of(e: &etcd_client::Event) -> Option<Change> {
-    let kv = e.kv()?;
-    Some(match e.event_type() {
-        EventType::Put => Change::Put(kv_of(kv)),
-        EventType::Delete => Change::Delete {
-            key: kv.key().to_vec(),
-            revision: kv.mod_revision(),
-            lease: e.prev_kv().map(|p| p.lease()).unwrap_or_default(),
-        },
-    })
 }
 
 async fn send(tx: &mpsc::Sender<Update>, u: Update) -> Result<(), Closed> {
@@ -625,44 +430,15 @@ async fn send(tx: &mpsc::Sender<Update>, u: Update) -> Result<(), Closed> {
 
 #[cfg(test)]
 mod tests {
-    use super::Leases;
+    use super::progress_ordered;
 
     #[test]
-    fn churn_neither_grows_the_queue_nor_starves_other_elections() {
-        let mut l = Leases::default();
-        for i in 0..3 {
-            l.leads(&format!("steady-{i}"), 100 + i);
+    fn progress_is_trusted_only_where_etcd_fixed_its_order() {
+        for v in ["3.4.23", "3.5.1", "3.5.7", "3.3.27", "", "garbage", "3.4"] {
+            assert!(!progress_ordered(v), "{v}");
         }
-        // One election changes leader a thousand times between samples.
-        for lease in 0..1000 {
-            l.ended("churny");
-            l.leads("churny", 1000 + lease);
+        for v in ["3.4.25", "3.5.8", "3.5.21", "3.6.0", "v3.6.4", "4.0.0"] {
+            assert!(progress_ordered(v), "{v}");
         }
-        assert_eq!(
-            l.queue.len(),
-            4,
-            "each leading election once in the round robin"
-        );
-        assert_eq!(
-            l.fresh.len(),
-            4,
-            "each changed election once in the fresh queue"
-        );
-        // Two rounds of two samples reach every election, churny once.
-        let mut picked = l.pick(2);
-        picked.extend(l.pick(2));
-        let names: std::collections::HashSet<&str> =
-            picked.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names.len(), 4, "{picked:?}");
-        assert!(
-            picked.contains(&("churny".to_owned(), 1999)),
-            "the current lease is sampled: {picked:?}"
-        );
-        // An election that no longer leads leaves the round robin.
-        l.ended("steady-0");
-        for _ in 0..4 {
-            l.pick(10);
-        }
-        assert!(!l.queued.contains("steady-0"));
     }
 }

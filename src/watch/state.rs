@@ -54,6 +54,19 @@ struct Election {
     candidates: BTreeMap<Vec<u8>, Candidate>,
     leader: Option<Term>,
     last_change_ms: i64,
+    /// The waiting count last handed out by [`State::waiting_changes`].
+    waiting_reported: usize,
+}
+
+impl Election {
+    /// Queue-layout keys other than the leader's.
+    fn waiting(&self) -> usize {
+        let leader = self.leader.as_ref().map(|l| &l.key);
+        self.candidates
+            .iter()
+            .filter(|(k, c)| c.layout == Layout::Queue && Some(*k) != leader)
+            .count()
+    }
 }
 
 /// A transition whose end cause still needs etcd's word on the lease
@@ -65,7 +78,7 @@ pub struct Pending {
 }
 
 impl Pending {
-    fn done(event: Event) -> Self {
+    pub fn done(event: Event) -> Self {
         Self {
             event,
             cause_lookup: None,
@@ -92,6 +105,8 @@ pub struct State {
     keys: Keys,
     max_elections: usize,
     elections: HashMap<String, Election>,
+    /// Elections whose candidates changed since [`State::waiting_changes`].
+    dirty: std::collections::HashSet<String>,
 }
 
 impl State {
@@ -100,6 +115,7 @@ impl State {
             keys,
             max_elections,
             elections: HashMap::new(),
+            dirty: Default::default(),
         }
     }
 
@@ -154,6 +170,14 @@ impl State {
         open: &[OpenTerm],
         at_ms: i64,
     ) -> (Vec<Event>, Vec<WatchStatus>) {
+        // What was reported before stays known, so a count that dropped
+        // to 0 during a gap is reported too.
+        let reported: HashMap<String, usize> = self
+            .elections
+            .iter()
+            .filter(|(_, e)| e.waiting_reported > 0)
+            .map(|(n, e)| (n.clone(), e.waiting_reported))
+            .collect();
         self.elections.clear();
         let mut statuses = Vec::new();
         for kv in kvs {
@@ -176,6 +200,12 @@ impl State {
                 }
             }
         }
+        for (name, count) in reported {
+            if let Ok(e) = self.track(&name, at_ms) {
+                e.waiting_reported = count;
+            }
+        }
+        self.dirty = self.elections.keys().cloned().collect();
         let open: HashMap<&str, &OpenTerm> =
             open.iter().map(|t| (t.election.as_str(), t)).collect();
         let mut events = Vec::new();
@@ -227,6 +257,10 @@ impl State {
         let mut touched: Vec<String> = Vec::new();
         let mut markers: HashMap<String, EndMarker> = HashMap::new();
         let mut fence: Vec<(String, EventKind)> = Vec::new();
+        // Queue-layout keys that came (to tell, once the revision's leader
+        // is known, whether they wait) and waiting ones that went.
+        let mut came: Vec<(String, Vec<u8>)> = Vec::new();
+        let mut left: Vec<(String, Candidate)> = Vec::new();
         for change in changes {
             let (key, lease) = match change {
                 Change::Put(kv) => (&kv.key, kv.lease),
@@ -251,10 +285,21 @@ impl State {
                     };
                     match change {
                         Change::Put(kv) => {
-                            e.candidates.insert(kv.key.clone(), candidate(kv, layout));
+                            let new = e
+                                .candidates
+                                .insert(kv.key.clone(), candidate(kv, layout))
+                                .is_none();
+                            if new && layout == Layout::Queue {
+                                came.push((name.to_string(), kv.key.clone()));
+                            }
                         }
                         Change::Delete { key, .. } => {
-                            e.candidates.remove(key);
+                            let was_leader = e.leader.as_ref().is_some_and(|l| &l.key == key);
+                            if let Some(c) = e.candidates.remove(key) {
+                                if c.layout == Layout::Queue && !was_leader {
+                                    left.push((name.to_string(), c));
+                                }
+                            }
                         }
                     }
                     if !touched.iter().any(|t| t == name.as_str()) {
@@ -299,6 +344,7 @@ impl State {
         }
 
         let mut out = Vec::new();
+        self.dirty.extend(touched.iter().cloned());
         for name in touched {
             let Some(e) = self.elections.get_mut(&name) else {
                 continue;
@@ -377,6 +423,38 @@ impl State {
                 }
             }
         }
+        for (name, c) in left {
+            out.push(Pending::done(event(
+                revision,
+                at_ms,
+                &name,
+                EventKind::CandidateLeft {
+                    token: c.create_revision,
+                    holder: c.value,
+                    lease_id: c.lease,
+                },
+            )));
+        }
+        for (name, key) in came {
+            let Some(e) = self.elections.get(&name) else {
+                continue;
+            };
+            if e.leader.as_ref().is_some_and(|l| l.key == key) {
+                continue;
+            }
+            if let Some(c) = e.candidates.get(&key) {
+                out.push(Pending::done(event(
+                    revision,
+                    at_ms,
+                    &name,
+                    EventKind::CandidateQueued {
+                        token: c.create_revision,
+                        holder: c.value.clone(),
+                        lease_id: c.lease,
+                    },
+                )));
+            }
+        }
         for (name, mut kind) in fence {
             if let EventKind::FenceRefused {
                 current_token,
@@ -396,6 +474,24 @@ impl State {
             out.push(Pending::done(event(revision, at_ms, &name, kind)));
         }
         (out, statuses)
+    }
+
+    /// Elections whose waiting count changed since the last call: (name,
+    /// count now).
+    pub fn waiting_changes(&mut self) -> Vec<(String, usize)> {
+        let mut out = Vec::new();
+        for name in std::mem::take(&mut self.dirty) {
+            let Some(e) = self.elections.get_mut(&name) else {
+                continue;
+            };
+            let now = e.waiting();
+            if now != e.waiting_reported {
+                e.waiting_reported = now;
+                out.push((name, now));
+            }
+        }
+        out.sort();
+        out
     }
 
     /// Forgets elections with no keys and no leader whose last change is
@@ -490,213 +586,4 @@ fn ended(revision: i64, at_ms: i64, election: &str, t: &OpenTerm, cause: EndCaus
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn put(key: &str, value: &str, create: i64, rev: i64, lease: i64) -> Change {
-        Change::Put(Kv {
-            key: key.as_bytes().to_vec(),
-            value: value.as_bytes().to_vec(),
-            create_revision: create,
-            mod_revision: rev,
-            lease,
-        })
-    }
-
-    fn del(key: &str, rev: i64, lease: i64) -> Change {
-        Change::Delete {
-            key: key.as_bytes().to_vec(),
-            revision: rev,
-            lease,
-        }
-    }
-
-    fn kinds(p: &[Pending]) -> Vec<&'static str> {
-        p.iter().map(|p| p.event.kind.name()).collect()
-    }
-
-    #[test]
-    fn single_key_terms_markers_and_proclaim() {
-        let mut s = State::new(Keys::new(""), 10);
-        let (p, _) = s.apply(5, &[put("election/db", "a", 5, 5, 100)], 1000);
-        assert_eq!(kinds(&p), ["term_started"]);
-        let (p, _) = s.apply(6, &[put("election/db", "a2", 5, 6, 100)], 1100);
-        assert!(
-            matches!(&p[0].event.kind, EventKind::LeaderValueChanged { previous, holder, .. } if previous == "a" && holder == "a2")
-        );
-        // tenure resign: deletion and marker in one revision.
-        let (p, _) = s.apply(
-            7,
-            &[
-                del("election/db", 7, 100),
-                put(
-                    "election/db/~end",
-                    r#"{"token":5,"cause":"resigned"}"#,
-                    7,
-                    7,
-                    100,
-                ),
-            ],
-            1200,
-        );
-        match &p[0].event.kind {
-            EventKind::TermEnded {
-                cause,
-                token,
-                started_revision,
-                started_at_ms,
-                ..
-            } => {
-                assert_eq!(
-                    (*cause, *token, *started_revision, *started_at_ms),
-                    (EndCause::Resigned, 5, 5, 1000)
-                );
-            }
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(p[0].cause_lookup, None);
-        // A deletion without a marker needs the lease looked up.
-        s.apply(9, &[put("election/db", "b", 9, 9, 200)], 1300);
-        let (p, _) = s.apply(10, &[del("election/db", 10, 200)], 1400);
-        assert_eq!(p[0].cause_lookup, Some(200));
-        // A marker of another term does not count.
-        s.apply(11, &[put("election/db", "c", 11, 11, 300)], 1500);
-        let (p, _) = s.apply(
-            12,
-            &[
-                del("election/db", 12, 300),
-                put(
-                    "election/db/~end",
-                    r#"{"token":9,"cause":"deleted"}"#,
-                    12,
-                    12,
-                    0,
-                ),
-            ],
-            1600,
-        );
-        assert_eq!(p[0].cause_lookup, Some(300));
-    }
-
-    #[test]
-    fn queue_layout_next_lowest_takes_over_in_the_same_revision() {
-        let mut s = State::new(Keys::new(""), 10);
-        s.apply(3, &[put("election/q/a", "alice", 3, 3, 0xa)], 0);
-        let (p, _) = s.apply(4, &[put("election/q/b", "bob", 4, 4, 0xb)], 0);
-        assert!(p.is_empty(), "bob queues behind alice");
-        let (p, _) = s.apply(5, &[del("election/q/a", 5, 0xa)], 0);
-        assert_eq!(kinds(&p), ["term_ended", "term_started"]);
-        assert!(
-            matches!(&p[1].event.kind, EventKind::TermStarted { holder, token: 4, layout: Layout::Queue, previous_holder: Some(prev), .. } if holder == "bob" && prev == "alice")
-        );
-    }
-
-    #[test]
-    fn fence_events_carry_the_current_term() {
-        let mut s = State::new(Keys::new(""), 10);
-        s.apply(3, &[put("election/db", "a", 3, 3, 7)], 0);
-        let (p, _) = s.apply(
-            4,
-            &[put(
-                "fence/db/orders/~refusal",
-                r#"{"token":2,"reason":"stale_token"}"#,
-                4,
-                4,
-                0,
-            )],
-            0,
-        );
-        assert!(matches!(
-            &p[0].event.kind,
-            EventKind::FenceRefused {
-                token: 2,
-                current_token: Some(3),
-                ..
-            }
-        ));
-        let (p, _) = s.apply(
-            5,
-            &[put("fence/db/orders", "00000000000000000003", 4, 5, 0)],
-            0,
-        );
-        assert!(
-            matches!(&p[0].event.kind, EventKind::FenceAccepted { token: 3, resource } if resource == "orders")
-        );
-    }
-
-    #[test]
-    fn load_adopts_open_terms_and_reports_what_changed_while_away() {
-        let mut s = State::new(Keys::new(""), 10);
-        let kv = |k: &str, v: &str, c: i64| Kv {
-            key: k.as_bytes().to_vec(),
-            value: v.as_bytes().to_vec(),
-            create_revision: c,
-            mod_revision: c,
-            lease: 1,
-        };
-        let open = |e: &str, token: i64| OpenTerm {
-            election: e.into(),
-            token,
-            holder: "old".into(),
-            lease_id: 1,
-            layout: Layout::Single,
-            started_revision: token,
-            started_at_ms: 42,
-        };
-        let (ev, _) = s.load(
-            20,
-            &[kv("election/same", "x", 3), kv("election/changed", "y", 15)],
-            &[open("same", 3), open("changed", 4), open("gone", 5)],
-            1000,
-        );
-        let names: Vec<(String, &str)> = ev
-            .iter()
-            .map(|e| (e.election.clone(), e.kind.name()))
-            .collect();
-        assert_eq!(
-            names,
-            [
-                ("changed".to_string(), "term_ended"),
-                ("changed".to_string(), "term_started"),
-                ("gone".to_string(), "term_ended"),
-            ]
-        );
-        assert_eq!(s.leader("same").map(|t| t.started_at_ms), Some(42));
-    }
-
-    #[test]
-    fn hostile_input_is_bounded() {
-        let mut s = State::new(Keys::new(""), 2);
-        let huge = "<script>".repeat(100_000);
-        let (p, _) = s.apply(3, &[put("election/a", &huge, 3, 3, 1)], 0);
-        match &p[0].event.kind {
-            EventKind::TermStarted { holder, .. } => assert!(holder.len() <= MAX_CANDIDATE_LEN + 3),
-            other => panic!("{other:?}"),
-        }
-        let (_, st) = s.apply(
-            4,
-            &[
-                Change::Put(Kv {
-                    key: b"election/\xff".to_vec(),
-                    value: vec![],
-                    create_revision: 4,
-                    mod_revision: 4,
-                    lease: 0,
-                }),
-                put("election/b", "x", 4, 4, 0),
-                put("election/c", "x", 4, 4, 0),
-            ],
-            0,
-        );
-        assert_eq!(
-            st,
-            [
-                WatchStatus::IgnoredKey,
-                WatchStatus::Overflow {
-                    election: "c".into()
-                }
-            ]
-        );
-        assert_eq!(s.len(), 2);
-    }
-}
+mod tests;

@@ -1,5 +1,6 @@
 //! `GET /api/v1/events`: every event as Server-Sent Events, optionally for
-//! one election (`?election=NAME`). Each message has `id: <revision>`,
+//! one election (`?election=NAME`), and etcd's own events as they are
+//! recorded (`event: cluster`, whatever the filter). Each message has `id: <revision>`,
 //! `event: <type>` and the event's JSON as `data`. A subscriber that falls
 //! behind gets `event: lagged` with `{"missed":N}` and should re-read.
 
@@ -38,30 +39,57 @@ async fn events(
         .transpose()?
         .map(|n| n.to_string());
     let rx = s.live.subscribe();
-    let stream = stream::unfold((rx, filter), |(mut rx, filter)| async move {
+    // etcd's own events concern every election: sent whatever the filter,
+    // as `event: cluster`.
+    let crx = Some(s.cluster_live.subscribe());
+    let stream = stream::unfold((rx, crx, filter), |(mut rx, mut crx, filter)| async move {
         loop {
-            match rx.recv().await {
-                Ok(event) => {
-                    if filter
-                        .as_deref()
-                        .is_some_and(|f| event.election != f && !event.election.is_empty())
-                    {
-                        continue;
+            let cluster = async {
+                match crx.as_mut() {
+                    Some(c) => c.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                item = rx.recv() => match item {
+                    Ok(event) => {
+                        if filter
+                            .as_deref()
+                            .is_some_and(|f| event.election != f && !event.election.is_empty())
+                        {
+                            continue;
+                        }
+                        let data = serde_json::to_string(&*event).unwrap_or_default();
+                        let sse = SseEvent::default()
+                            .id(event.revision.to_string())
+                            .event(event.kind.name())
+                            .data(data);
+                        return Some((Ok(sse), (rx, crx, filter)));
                     }
-                    let data = serde_json::to_string(&*event).unwrap_or_default();
-                    let sse = SseEvent::default()
-                        .id(event.revision.to_string())
-                        .event(event.kind.name())
-                        .data(data);
-                    return Some((Ok(sse), (rx, filter)));
-                }
-                Err(RecvError::Lagged(n)) => {
-                    let sse = SseEvent::default()
-                        .event("lagged")
-                        .data(format!("{{\"missed\":{n}}}"));
-                    return Some((Ok(sse), (rx, filter)));
-                }
-                Err(RecvError::Closed) => return None,
+                    Err(RecvError::Lagged(n)) => {
+                        let sse = SseEvent::default()
+                            .event("lagged")
+                            .data(format!("{{\"missed\":{n}}}"));
+                        return Some((Ok(sse), (rx, crx, filter)));
+                    }
+                    Err(RecvError::Closed) => return None,
+                },
+                item = cluster => match item {
+                    Ok(e) => {
+                        let data = serde_json::to_string(&*e).unwrap_or_default();
+                        let sse = SseEvent::default().event("cluster").data(data);
+                        return Some((Ok(sse), (rx, crx, filter)));
+                    }
+                    Err(RecvError::Lagged(n)) => {
+                        let sse = SseEvent::default()
+                            .event("lagged")
+                            .data(format!("{{\"missed\":{n}}}"));
+                        return Some((Ok(sse), (rx, crx, filter)));
+                    }
+                    // No more etcd events (the sender is gone): the
+                    // elections' feed goes on.
+                    Err(RecvError::Closed) => crx = None,
+                },
             }
         }
     });

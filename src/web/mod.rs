@@ -7,8 +7,11 @@
 //! use the election core. They never talk to the watcher.
 
 pub mod api;
+pub mod incident;
 pub mod live;
 pub mod pages;
+pub mod queue;
+mod text;
 pub mod timeline;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -33,6 +36,9 @@ pub struct Readiness {
     etcd_up: AtomicBool,
     loaded: AtomicBool,
     revision: AtomicI64,
+    /// The watch keeps breaking at one revision (`WatchStatus::Stuck`):
+    /// nothing is recorded, so not ready, until it delivers again.
+    stuck: AtomicBool,
 }
 
 impl Readiness {
@@ -40,10 +46,22 @@ impl Readiness {
         match update {
             Update::Batch(b) => {
                 self.loaded.store(true, Ordering::Relaxed);
-                self.revision.fetch_max(b.revision, Ordering::Relaxed);
+                self.stuck.store(false, Ordering::Relaxed);
+                let reset = b
+                    .events
+                    .iter()
+                    .any(|e| matches!(e.kind, crate::events::EventKind::Reset { .. }));
+                if reset {
+                    // A new timeline: its revisions start lower.
+                    self.revision.store(b.revision, Ordering::Relaxed);
+                } else {
+                    self.revision.fetch_max(b.revision, Ordering::Relaxed);
+                }
             }
             Update::Watch(WatchStatus::EtcdUp(up)) => self.etcd_up.store(*up, Ordering::Relaxed),
+            Update::Watch(WatchStatus::Stuck { .. }) => self.stuck.store(true, Ordering::Relaxed),
             Update::Watch(WatchStatus::CaughtUp { revision }) => {
+                self.stuck.store(false, Ordering::Relaxed);
                 self.etcd_up.store(true, Ordering::Relaxed);
                 self.revision.fetch_max(*revision, Ordering::Relaxed);
             }
@@ -52,7 +70,14 @@ impl Readiness {
     }
 
     pub fn is_ready(&self) -> bool {
-        self.etcd_up.load(Ordering::Relaxed) && self.loaded.load(Ordering::Relaxed)
+        self.etcd_up.load(Ordering::Relaxed)
+            && self.loaded.load(Ordering::Relaxed)
+            && !self.stuck.load(Ordering::Relaxed)
+    }
+
+    /// Whether the watch keeps breaking at one revision.
+    pub fn stuck(&self) -> bool {
+        self.stuck.load(Ordering::Relaxed)
     }
 
     pub fn etcd_up(&self) -> bool {
@@ -110,6 +135,8 @@ pub struct AppState {
     pub client: Client,
     /// Every event, as the watcher produced it, for SSE subscribers.
     pub live: broadcast::Sender<Arc<Event>>,
+    /// etcd's own events as they are recorded (issue 14), for the same feed.
+    pub cluster_live: broadcast::Sender<Arc<crate::events::cluster::ClusterEvent>>,
     pub auth: Auth,
     pub limits: Limits,
     pub api_rate: api::RateLimiter,
@@ -124,6 +151,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(api::router())
         .merge(live::router())
         .merge(pages::router())
+        .merge(incident::router())
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn(api::trace_requests))
         .with_state(state)
@@ -139,11 +167,61 @@ async fn readyz(State(s): State<Arc<AppState>>) -> impl IntoResponse {
             StatusCode::OK,
             format!("ready: watching at revision {}\n", s.readiness.revision()),
         )
+    } else if s.readiness.stuck() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: the watch keeps failing after revision {} and nothing is \
+                 recorded; see tenure's log\n",
+                s.readiness.revision()
+            ),
+        )
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: etcd unreachable or the watcher has not loaded its snapshot yet\n"
                 .to_owned(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Readiness;
+    use crate::events::{Batch, Event, EventKind, Update, WatchStatus};
+
+    #[test]
+    fn readiness_reports_a_stuck_watch_and_a_reset_revision() {
+        let r = Readiness::default();
+        r.apply(&Update::Watch(WatchStatus::EtcdUp(true)));
+        r.apply(&Update::Batch(Batch {
+            revision: 100,
+            events: vec![],
+        }));
+        assert!(r.is_ready());
+        r.apply(&Update::Watch(WatchStatus::Stuck {
+            next_revision: 101,
+            attempts: 3,
+        }));
+        assert!(!r.is_ready(), "a stuck watch records nothing: not ready");
+        r.apply(&Update::Watch(WatchStatus::CaughtUp { revision: 120 }));
+        assert!(r.is_ready());
+        assert_eq!(r.revision(), 120);
+        // A reset: the new timeline's revision, lower, is the one reported.
+        r.apply(&Update::Batch(Batch {
+            revision: 7,
+            events: vec![Event {
+                revision: 7,
+                at_ms: 0,
+                election: String::new(),
+                kind: EventKind::Reset {
+                    from_revision: 120,
+                    to_revision: 7,
+                    previous_cluster_id: Some(1),
+                    cluster_id: 2,
+                },
+            }],
+        }));
+        assert_eq!(r.revision(), 7);
     }
 }

@@ -20,6 +20,10 @@ use tokio::task::JoinSet;
 struct Shared {
     /// Added before every forwarded chunk, in microseconds.
     delay_us: AtomicU64,
+    /// Added before every chunk from the client to the target only.
+    delay_up_us: AtomicU64,
+    /// Set: every connection, open or new, is blackholed (a partition).
+    partitioned: AtomicBool,
     /// One flag per live connection; set = blackholed for good.
     conns: Mutex<Vec<Arc<AtomicBool>>>,
     accepted: AtomicU64,
@@ -52,7 +56,7 @@ impl Proxy {
             tokio::spawn(async move {
                 while let Ok((inbound, _)) = listener.accept().await {
                     shared.accepted.fetch_add(1, Ordering::Relaxed);
-                    let dead = Arc::new(AtomicBool::new(false));
+                    let dead = Arc::new(AtomicBool::new(shared.partitioned.load(Ordering::SeqCst)));
                     shared
                         .conns
                         .lock()
@@ -69,8 +73,8 @@ impl Proxy {
                                 let (ri, wi) = inbound.into_split();
                                 let (ro, wo) = outbound.into_split();
                                 tokio::join!(
-                                    pipe(ri, wo, dead.clone(), shared.clone()),
-                                    pipe(ro, wi, dead, shared)
+                                    pipe(ri, wo, dead.clone(), shared.clone(), true),
+                                    pipe(ro, wi, dead, shared, false)
                                 );
                             }
                         });
@@ -98,6 +102,27 @@ impl Proxy {
             .store(d.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// Adds `d` of latency to every chunk from the client to the target
+    /// only (0 removes it): a request arrives late, its answer does not.
+    pub fn set_delay_up(&self, d: Duration) {
+        self.shared
+            .delay_up_us
+            .store(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// A partition: every connection open now and every new one is
+    /// blackholed (bytes read and dropped, nothing closed), until
+    /// [`Proxy::heal`]. Connections cut now stay cut.
+    pub fn partition(&self) {
+        self.shared.partitioned.store(true, Ordering::SeqCst);
+        self.blackhole_existing();
+    }
+
+    /// New connections pass again.
+    pub fn heal(&self) {
+        self.shared.partitioned.store(false, Ordering::SeqCst);
+    }
+
     /// Every connection open now becomes half-open for good: bytes in either
     /// direction are read and dropped, nothing is closed or reset. New
     /// connections are forwarded normally. Returns how many were cut.
@@ -110,6 +135,15 @@ impl Proxy {
             }
         }
         n
+    }
+
+    /// Closes every connection open now; new connections are forwarded
+    /// normally.
+    pub fn close_existing(&self) {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .abort_all();
     }
 
     /// Connections accepted so far.
@@ -133,6 +167,7 @@ async fn pipe(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     dead: Arc<AtomicBool>,
     shared: Arc<Shared>,
+    up: bool,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -144,7 +179,10 @@ async fn pipe(
             // Half-open: swallow everything, close nothing.
             continue;
         }
-        let delay = shared.delay_us.load(Ordering::Relaxed);
+        let mut delay = shared.delay_us.load(Ordering::Relaxed);
+        if up {
+            delay += shared.delay_up_us.load(Ordering::Relaxed);
+        }
         if delay > 0 {
             tokio::time::sleep(Duration::from_micros(delay)).await;
         }

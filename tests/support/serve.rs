@@ -1,5 +1,7 @@
 //! `tenure serve` as a real child process: started against a harness etcd
-//! with a history file, on a free loopback port read back from its stderr.
+//! with a history file, on a free loopback port read back from its stderr;
+//! SIGKILLed and reaped when dropped (and on the test's death, through
+//! PR_SET_PDEATHSIG). The benches start theirs with it too.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -10,9 +12,13 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use super::prom::metric_value;
+
 pub struct Serve {
     child: Child,
     pub addr: String,
+    /// When the process was spawned (the benches time its start-up).
+    pub spawned: Instant,
     pub db: PathBuf,
     logs: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
@@ -31,13 +37,23 @@ impl Serve {
             .args(extra_args)
             .env("TENURE_ENDPOINTS", endpoints.join(","))
             .env_remove("TENURE_PREFIX")
+            .env_remove("TENURE_LOG")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         for (k, v) in env {
             cmd.env(k, v);
         }
+        // SAFETY: only calls prctl(2), which is async-signal-safe, between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+            });
+        }
+        let spawned = Instant::now();
         let mut child = cmd.spawn().expect("spawn tenure serve");
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
         let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -68,6 +84,7 @@ impl Serve {
         Serve {
             child,
             addr,
+            spawned,
             db: db.to_owned(),
             logs,
         }
@@ -102,6 +119,11 @@ impl Serve {
 
     pub fn pid(&self) -> i32 {
         self.child.id().expect("running") as i32
+    }
+
+    /// All its stderr lines so far, one string.
+    pub fn log_text(&self) -> String {
+        self.logs().join("\n")
     }
 
     pub async fn metrics(&self) -> String {
@@ -152,9 +174,18 @@ impl Serve {
     }
 }
 
-pub fn metric_value(text: &str, series: &str) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (name, value) = l.rsplit_once(' ')?;
-        (name == series).then(|| value.parse().ok()).flatten()
-    })
+impl Drop for Serve {
+    fn drop(&mut self) {
+        // Only our own child, by its pid (`id()` is None once it was reaped).
+        if let Some(pid) = self.child.id() {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                match self.child.try_wait() {
+                    Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+                    _ => break,
+                }
+            }
+        }
+    }
 }

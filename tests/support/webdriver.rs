@@ -7,10 +7,15 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+use super::procfs::processes_with_arg;
 use tokio::process::{Child, Command};
 
 pub struct Browser {
-    _driver: Child,
+    driver: Child,
+    /// chromedriver's process group: Chromium and its helpers are started
+    /// in it, and the whole group is killed on drop.
+    group: i32,
     base: String,
     session: String,
     http: reqwest::Client,
@@ -34,9 +39,11 @@ impl Browser {
             .arg("--allowed-ips=127.0.0.1")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .expect("start chromedriver");
+        let group = driver.id().expect("chromedriver pid") as i32;
         let base = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
@@ -84,7 +91,8 @@ impl Browser {
             .unwrap_or_else(|| panic!("no session: {resp}"))
             .to_owned();
         Browser {
-            _driver: driver,
+            driver,
+            group,
             base,
             session,
             http,
@@ -107,6 +115,14 @@ impl Browser {
             .expect("webdriver json");
         assert!(v["value"]["error"].is_null(), "webdriver {path}: {v}");
         v["value"].clone()
+    }
+
+    /// Ends the WebDriver session, which closes Chromium, then stops the
+    /// driver: no orphaned browser (killing only the driver leaves Chromium
+    /// running, with its open connections).
+    pub async fn quit(self) {
+        let url = format!("{}/session/{}", self.base, self.session);
+        let _ = tokio::time::timeout(Duration::from_secs(20), self.http.delete(url).send()).await;
     }
 
     pub async fn goto(&self, url: &str) {
@@ -149,7 +165,28 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        // The driver (and its Chromium) is killed with the child handle.
+        // Killing chromedriver alone would orphan Chromium's process tree:
+        // kill the whole group, then any process of ours still using this
+        // profile (a helper that left the group).
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(self.group),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let marker = format!("--user-data-dir={}", self._profile.path().display());
+        for pid in processes_with_arg(&marker) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        // Reap chromedriver, our child, before the profile dir goes.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            match self.driver.try_wait() {
+                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+                _ => break,
+            }
+        }
     }
 }
 

@@ -1,0 +1,338 @@
+//! `tenure serve` replicas sharing one PostgreSQL history (issue 15).
+//!
+//! Every replica runs its own watcher for metrics, readiness and the live
+//! feed, and reads pages and API from the shared database. Exactly one
+//! replica records: the holder of the election `tenure/history-writer`
+//! (under `--prefix`, with tenure's own election core). The writer opens the
+//! history with its token, which claims the database's writer fence
+//! (`history::pg`: every commit locks the fence row and is refused if a
+//! higher token has written), reads the stored resume point, and runs a
+//! watcher of its own from there, so a new writer records exactly what the
+//! previous one did not, whatever it had seen. When its term ends (lease
+//! lost, paused past its TTL, partitioned) it stops that watcher and closes
+//! its store: whatever it still tries to commit after a newer writer has
+//! written is refused by the database, counted and logged. Standby replicas
+//! wait on the election (a watch: they take over as soon as the key goes,
+//! at most the TTL after the writer died).
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::election::{CampaignOptions, Client, ElectionName, Leadership, Ttl};
+use crate::events::cluster::ClusterEvent;
+use crate::events::{Batch, Update};
+use crate::history::{HistoryError, Reader, Store};
+use crate::telemetry::writer::HistoryWriterMetrics;
+use crate::watch::{WatchConfig, Watcher};
+
+/// The election the replicas campaign for.
+pub const WRITER_ELECTION: &str = "tenure/history-writer";
+
+/// Where `serve` sends what it records: a SQLite file of its own, or the
+/// shared database (only while this replica is the writer).
+pub enum History {
+    Local(Store),
+    Shared(Shared),
+}
+
+impl History {
+    /// A batch of the serve loop's watcher: stored by a local store; the
+    /// shared history's writer records from a watcher of its own.
+    pub async fn write(&self, batch: &Batch) -> Result<(), HistoryError> {
+        match self {
+            History::Local(store) => store.write(batch.clone()).await,
+            History::Shared(_) => Ok(()),
+        }
+    }
+
+    pub async fn set_cluster(&self, cluster_id: u64) -> Result<(), HistoryError> {
+        match self {
+            History::Local(store) => store.set_cluster(cluster_id).await,
+            History::Shared(_) => Ok(()),
+        }
+    }
+
+    /// One of etcd's own events: stored locally, or handed to the writer
+    /// task (recorded only while this replica writes; dropped on a standby,
+    /// whose writer polls etcd itself).
+    pub async fn cluster_event(&self, event: ClusterEvent) -> Result<(), HistoryError> {
+        match self {
+            History::Local(store) => store.cluster_event(event).await,
+            History::Shared(shared) => {
+                let _ = shared.cluster.try_send(event);
+                Ok(())
+            }
+        }
+    }
+
+    pub fn reader(&self) -> Reader {
+        match self {
+            History::Local(store) => store.reader(),
+            History::Shared(shared) => shared.reader.clone(),
+        }
+    }
+
+    /// Commits what is queued (local), or stops writing and resigns the
+    /// writer term (shared). Returns the committed resume revision.
+    pub async fn close(self) -> anyhow::Result<i64> {
+        match self {
+            History::Local(store) => Ok(store.close().await?),
+            History::Shared(mut shared) => {
+                if let Some(stop) = shared.stop.take() {
+                    let _ = stop.send(());
+                }
+                let _ = (&mut shared.task).await;
+                let reader = shared.reader.clone();
+                let resume = tokio::task::spawn_blocking(move || reader.resume_point())
+                    .await?
+                    .context("reading the shared history's resume revision")?;
+                Ok(resume.map_or(0, |r| r.revision))
+            }
+        }
+    }
+}
+
+/// The writer task of a replica: campaigns, writes while it holds the
+/// term, stands by otherwise.
+pub struct Shared {
+    reader: Reader,
+    cluster: mpsc::Sender<ClusterEvent>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+/// How a replica takes part.
+pub struct SharedConfig {
+    pub url: String,
+    pub retention: Duration,
+    pub watch: WatchConfig,
+    /// TTL of the writer's term: a dead writer is replaced within it.
+    pub ttl: Ttl,
+    /// This replica's candidate id (shown as the writer's holder).
+    pub id: String,
+    pub metrics: HistoryWriterMetrics,
+}
+
+impl Shared {
+    /// Starts campaigning. `reader` reads the shared database.
+    pub fn start(client: Client, reader: Reader, cfg: SharedConfig) -> anyhow::Result<Shared> {
+        let name = ElectionName::new(WRITER_ELECTION)?;
+        let (cluster, cluster_rx) = mpsc::channel(256);
+        let (stop, stop_rx) = oneshot::channel();
+        let task = tokio::spawn(writer_loop(
+            client,
+            name,
+            reader.clone(),
+            cfg,
+            cluster_rx,
+            stop_rx,
+        ));
+        Ok(Shared {
+            reader,
+            cluster,
+            stop: Some(stop),
+            task,
+        })
+    }
+}
+
+enum Ended {
+    Stop,
+    Lost(String),
+    Failed(String),
+}
+
+async fn writer_loop(
+    client: Client,
+    name: ElectionName,
+    reader: Reader,
+    cfg: SharedConfig,
+    mut cluster: mpsc::Receiver<ClusterEvent>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let opts = CampaignOptions::new(cfg.ttl);
+    loop {
+        // Standby: wait for the term (a watch on the key), draining etcd's
+        // events, which the writer records. Stopping ends the wait cleanly
+        // (its lease revoked).
+        let leadership = {
+            let stopped = async {
+                let _ = (&mut stop).await;
+            };
+            let campaign = client.campaign_wait_until(&name, &cfg.id, &opts, None, stopped);
+            tokio::pin!(campaign);
+            loop {
+                tokio::select! {
+                    l = &mut campaign => break l,
+                    Some(_) = cluster.recv() => {}
+                }
+            }
+        };
+        let leadership = match leadership {
+            Ok(Some(l)) => Ok(l),
+            Ok(None) => return,
+            Err(e) => Err(e),
+        };
+        let leadership = match leadership {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!(
+                    "tenure: history writer: campaign for {WRITER_ELECTION} failed: {e}; retrying"
+                );
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    _ = &mut stop => return,
+                }
+            }
+        };
+        let ended = write_term(&client, &reader, &cfg, &leadership, &mut cluster, &mut stop).await;
+        cfg.metrics.writer.set(0);
+        match ended {
+            Ended::Stop => {
+                let _ = leadership.resign().await;
+                return;
+            }
+            Ended::Lost(reason) => {
+                eprintln!(
+                    "tenure: history writer: lost the writer term (token {}): {reason}; standing by",
+                    leadership.token()
+                );
+                drop(leadership);
+            }
+            Ended::Failed(e) => {
+                eprintln!(
+                    "tenure: history writer: stopped writing (token {}): {e}; resigning and standing by",
+                    leadership.token()
+                );
+                let _ = leadership.resign().await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = &mut stop => return,
+                }
+            }
+        }
+    }
+}
+
+/// One writer term: claim the fence, resume from the stored revision,
+/// record until the term ends.
+async fn write_term(
+    client: &Client,
+    reader: &Reader,
+    cfg: &SharedConfig,
+    leadership: &Leadership,
+    cluster: &mut mpsc::Receiver<ClusterEvent>,
+    stop: &mut oneshot::Receiver<()>,
+) -> Ended {
+    let token = leadership.token();
+    let won = Instant::now();
+    let (url, retention, id) = (cfg.url.clone(), cfg.retention, cfg.id.clone());
+    let opened =
+        tokio::task::spawn_blocking(move || Store::open_postgres(&url, retention, token, &id))
+            .await;
+    let store = match opened {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            if e.is_fenced() {
+                cfg.metrics.refused.inc();
+            }
+            return Ended::Failed(e.to_string());
+        }
+        Err(e) => return Ended::Failed(e.to_string()),
+    };
+    let r = reader.clone();
+    let resume = match tokio::task::spawn_blocking(move || r.resume_point()).await {
+        Ok(Ok(resume)) => resume,
+        Ok(Err(e)) => return close(store, cfg, Ended::Failed(e.to_string())).await,
+        Err(e) => return close(store, cfg, Ended::Failed(e.to_string())).await,
+    };
+    cfg.metrics.writer.set(1);
+    eprintln!(
+        "tenure: history writer: this replica writes (token {token}), resuming after revision {} ({} ms after winning)",
+        resume.as_ref().map_or(0, |r| r.revision),
+        won.elapsed().as_millis()
+    );
+    let (tx, mut rx) = mpsc::channel::<Update>(4096);
+    let watcher = tokio::spawn(Watcher::new(client.clone(), cfg.watch.clone()).run(resume, tx));
+    let ended = loop {
+        tokio::select! {
+            reason = leadership.lost() => break Ended::Lost(format!("{reason:?}")),
+            _ = &mut *stop => break Ended::Stop,
+            u = rx.recv() => {
+                let written = match u {
+                    Some(Update::Batch(b)) => store.write(b).await,
+                    Some(Update::Cluster { cluster_id }) => store.set_cluster(cluster_id).await,
+                    Some(_) => Ok(()),
+                    None => break Ended::Failed("the history watcher stopped".into()),
+                };
+                if let Err(e) = written {
+                    break write_failed(&store, e);
+                }
+            }
+            Some(e) = cluster.recv() => {
+                if let Err(e) = store.cluster_event(e).await {
+                    break write_failed(&store, e);
+                }
+            }
+        }
+    };
+    watcher.abort();
+    close(store, cfg, ended).await
+}
+
+/// How a term ends on a failed write: a commit refused by the fence means
+/// a newer writer has written, so the term is lost (whichever of this and
+/// the lease's loss is seen first); anything else is a failure.
+fn write_failed(store: &Store, e: HistoryError) -> Ended {
+    if store.refused_commits() > 0 {
+        Ended::Lost("a newer writer has written (commit refused by the fence)".into())
+    } else {
+        Ended::Failed(e.to_string())
+    }
+}
+
+/// Commits (or tries to: a stale writer is refused) what is queued, and
+/// counts the refusals.
+async fn close(store: Store, cfg: &SharedConfig, ended: Ended) -> Ended {
+    let flushed = store.flush().await;
+    let refused = store.refused_commits();
+    if refused > 0 {
+        cfg.metrics.refused.inc_by(refused);
+        eprintln!(
+            "tenure: history writer: {refused} commit(s) refused by the writer fence: \
+             a newer writer has written; nothing of this term's remainder was stored"
+        );
+    }
+    let closed = store.close().await;
+    match (ended, flushed.and(closed)) {
+        // A failed final commit of a term that ended anyway changes
+        // nothing: the next writer resumes from the stored revision.
+        (Ended::Stop, Err(e)) => {
+            eprintln!("tenure: history writer: the last commit failed: {e}");
+            Ended::Stop
+        }
+        (ended, _) => ended,
+    }
+}
+
+/// Opens the shared history for reading (creating its schema if no replica
+/// has yet), off the runtime.
+pub async fn open_reader(url: &str) -> anyhow::Result<Reader> {
+    let url = url.to_owned();
+    Ok(tokio::task::spawn_blocking(move || {
+        crate::history::prepare_postgres(&url)?;
+        Reader::open_postgres(&url)
+    })
+    .await??)
+}
+
+/// A candidate id for this replica: host, pid, HTTP address.
+pub fn candidate_id(addr: std::net::SocketAddr) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    format!("{host} pid {} http {addr}", std::process::id())
+}

@@ -1,0 +1,369 @@
+//! Campaigning (once, or waiting by watching) and the leadership handle.
+//!
+//! By job: this file holds the options and the campaign itself (once, or
+//! waiting); `attempt` one campaign txn (the single-key layout, its retries),
+//! `queue` the queue layout (place, wait for the predecessor), `detached`
+//! candidates that keep their own lease alive (`acquire_detached`, `renew`),
+//! `leadership` the term's handle, `term_watch` the watch on its key.
+
+mod attempt;
+mod detached;
+mod leadership;
+mod queue;
+mod term_watch;
+
+use std::time::Duration;
+
+use etcd_client::{EventType, TxnResponse};
+use tokio::time::Instant;
+
+use super::keywatch::{RangeWatch, Watched};
+use super::lease::{LossReason, Session, Ttl};
+use super::{keys, Client, ElectionName, Error, Layout, Leader};
+
+pub use detached::Acquired;
+pub use leadership::Leadership;
+use queue::{wait_in_queue, Queued};
+
+/// How to campaign.
+#[derive(Debug, Clone)]
+pub struct CampaignOptions {
+    pub ttl: Ttl,
+    /// How long before the lease could expire the holder is told to stop.
+    /// Default: a quarter of the TTL, at least 500 ms, at most half the TTL.
+    pub margin: Option<Duration>,
+    /// Resign and raise the loss signal on SIGTERM or SIGINT. Off by default:
+    /// a library does not take over a process's signals unasked.
+    pub resign_on_signal: bool,
+    /// [`Layout::Single`] (default): one leader key, created by a
+    /// compare-and-create txn; waiters retry when it goes.
+    /// [`Layout::Queue`]: etcd's own layout, `election/<name>/<lease-hex>`:
+    /// candidates queue by CreateRevision (together with Go
+    /// `concurrency.Election` and `etcdctl elect` candidates) and each
+    /// waiter watches only its predecessor.
+    pub layout: Layout,
+}
+
+impl CampaignOptions {
+    pub fn new(ttl: Ttl) -> Self {
+        Self {
+            ttl,
+            margin: None,
+            resign_on_signal: false,
+            layout: Layout::Single,
+        }
+    }
+
+    /// The same options, queueing in etcd's own layout.
+    pub fn queued(mut self) -> Self {
+        self.layout = Layout::Queue;
+        self
+    }
+}
+
+/// The outcome of one campaign attempt. Returned once per attempt and
+/// matched at once, so the size difference between the variants costs
+/// nothing worth a box in the public API.
+#[allow(clippy::large_enum_variant)]
+pub enum Campaigned {
+    Leader(Leadership),
+    /// Someone else holds the election.
+    Held(Leader),
+}
+
+enum Attempt {
+    Won {
+        token: i64,
+        key: String,
+    },
+    Held {
+        leader: Option<Leader>,
+        revision: i64,
+        /// The queue layout: where the candidate's key stands. `None`: the
+        /// single-key layout (wait for any deletion in the election).
+        queued: Option<Queued>,
+    },
+}
+
+impl Client {
+    /// One attempt: `If(CreateRevision(key) == 0) Then(Put(key, id, lease))`.
+    pub async fn campaign(
+        &self,
+        name: &ElectionName,
+        candidate: &str,
+        opts: &CampaignOptions,
+    ) -> Result<Campaigned, Error> {
+        keys::validate_candidate(candidate)?;
+        let mut session = Session::grant(self, opts.ttl, opts.margin).await?;
+        let attempt = match self
+            .acquire_resolved(name, candidate, session.lease_id, opts.layout)
+            .await
+        {
+            Ok(a) => a,
+            Err(e) => {
+                // The outcome is unknown: the txn may have committed. Revoking
+                // the lease deletes the key if it did; nobody leads by it.
+                let _ = session.revoke(LossReason::Resigned).await;
+                return Err(e);
+            }
+        };
+        match attempt {
+            Attempt::Won { token, key } => Ok(Campaigned::Leader(Leadership::start(
+                self, name, candidate, token, key, session, opts,
+            ))),
+            Attempt::Held { leader, .. } => {
+                let _ = session.revoke(LossReason::Resigned).await;
+                match leader {
+                    Some(l) => Ok(Campaigned::Held(l)),
+                    // Held by a queue-layout candidate only, or the key went
+                    // away between txn and read: report what was read.
+                    None => Err(Error::Protocol("leader key held but unreadable".into())),
+                }
+            }
+        }
+    }
+
+    /// Campaigns until elected, waiting by watching the leader key and
+    /// retrying on its deletion: no polling. `wait` bounds the whole wait
+    /// (`None`: forever). When the wait runs out the candidate's lease is
+    /// revoked before this returns; dropping the future revokes it in the
+    /// background (use [`Client::campaign_wait_until`] to stop a campaign
+    /// and know the revoke reached etcd).
+    pub async fn campaign_wait(
+        &self,
+        name: &ElectionName,
+        candidate: &str,
+        opts: &CampaignOptions,
+        wait: Option<Duration>,
+    ) -> Result<Leadership, Error> {
+        match self
+            .campaign_wait_until(name, candidate, opts, wait, std::future::pending::<()>())
+            .await?
+        {
+            Some(l) => Ok(l),
+            None => Err(Error::Protocol(
+                "a campaign that cannot be stopped stopped".into(),
+            )),
+        }
+    }
+
+    /// [`Client::campaign_wait`] that gives up when `stop` resolves: then
+    /// the candidate's lease is revoked (its key, if the last attempt's
+    /// outcome was unknown, goes with it) before this returns `Ok(None)`,
+    /// so a process may exit right after without leaving a key behind.
+    pub async fn campaign_wait_until(
+        &self,
+        name: &ElectionName,
+        candidate: &str,
+        opts: &CampaignOptions,
+        wait: Option<Duration>,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> Result<Option<Leadership>, Error> {
+        keys::validate_candidate(candidate)?;
+        let lease = std::sync::atomic::AtomicI64::new(0);
+        let deadline = wait.map(|w| Instant::now() + w);
+        let outcome = tokio::select! {
+            r = self.campaign_loop(name, candidate, opts, &lease) => match r {
+                Ok(l) => return Ok(Some(l)),
+                // A permanent error: the last attempt's outcome may be
+                // unknown, so its lease goes (awaited) before we report.
+                Err(e) => Some(Err(e)),
+            },
+            _ = stop => None,
+            _ = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            } => wait.map(Ok),
+        };
+        // The loop was dropped: its session's drop revokes in the
+        // background, which a process about to exit may never send. Revoke
+        // here and wait for etcd's answer.
+        let id = lease.load(std::sync::atomic::Ordering::SeqCst);
+        if id != 0 {
+            match self.op(self.etcd().lease_revoke(id)).await {
+                Ok(_) => {}
+                Err(e) if e.is_lease_not_found() => {}
+                Err(e) => tracing::warn!(
+                    lease = id, error = %e,
+                    "could not revoke the candidate's lease; it expires after its TTL"
+                ),
+            }
+        }
+        match outcome {
+            None => Ok(None),
+            Some(Ok(w)) => Err(Error::Timeout {
+                name: name.to_string(),
+                waited: w,
+            }),
+            Some(Err(e)) => Err(e),
+        }
+    }
+
+    async fn campaign_loop(
+        &self,
+        name: &ElectionName,
+        candidate: &str,
+        opts: &CampaignOptions,
+        current_lease: &std::sync::atomic::AtomicI64,
+    ) -> Result<Leadership, Error> {
+        let mut session: Option<Session> = None;
+        let mut backoff = Backoff::new();
+        // The lease whose key is queued (queue layout), once it is.
+        let mut queued: Option<i64> = None;
+        loop {
+            // The candidate's lease is kept alive while it waits, so that a
+            // takeover costs one round trip after the deletion is seen.
+            let s = match session.take() {
+                Some(s) if s.is_valid() => s,
+                _ => match Session::grant(self, opts.ttl, opts.margin).await {
+                    Ok(s) => s,
+                    Err(e) if e.is_retryable() => {
+                        backoff.wait(&e, "granting a lease to campaign").await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            current_lease.store(s.lease_id, std::sync::atomic::Ordering::SeqCst);
+            // A queued candidate woken by its predecessor's deletion only
+            // reads where it stands; its key is already there.
+            let recheck = match queued.take() {
+                Some(lease) if lease == s.lease_id => self.queue_recheck(name, s.lease_id).await,
+                _ => Ok(None),
+            };
+            let attempt = match recheck {
+                Ok(Some(a)) => Ok(a),
+                Ok(None) => {
+                    self.try_acquire(name, candidate, s.lease_id, opts.layout)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            let attempt = match attempt {
+                Ok(a) => a,
+                // The txn may have committed: the next attempt, with the
+                // same lease, finds the key and knows it is ours.
+                Err(e) if e.is_retryable() => {
+                    session = Some(s);
+                    backoff.wait(&e, "campaigning").await;
+                    continue;
+                }
+                // The candidate's lease was revoked under it (an operator,
+                // or it expired while etcd was away): start with a new one.
+                Err(e) if e.is_lease_not_found() => {
+                    backoff
+                        .wait(&e, "campaigning with a lease that is gone")
+                        .await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            backoff.reset();
+            let (revision, place, leader) = match attempt {
+                Attempt::Won { token, key } => {
+                    return Ok(Leadership::start(
+                        self, name, candidate, token, key, s, opts,
+                    ))
+                }
+                Attempt::Held {
+                    revision,
+                    queued,
+                    leader,
+                } => (revision, queued, leader),
+            };
+            if let Some(place) = place {
+                // Queue layout: one wake-up per handover, and none of them
+                // needs a read when the predecessor was the last older key.
+                match wait_in_queue(self, &s, place, revision).await {
+                    Some(place) => {
+                        return Ok(Leadership::start(
+                            self,
+                            name,
+                            candidate,
+                            place.token,
+                            place.key,
+                            s,
+                            opts,
+                        ))
+                    }
+                    None => {
+                        // Compacted, or the lease is in doubt: read again.
+                        queued = Some(s.lease_id);
+                        session = Some(s);
+                        continue;
+                    }
+                }
+            }
+            // Wait, from the revision after the one our attempt ended at (so
+            // a deletion in between is not missed), for the leader's key to
+            // go: nothing else can let this candidate win. (Waking on any
+            // deletion in the election would make two single-key waiters
+            // behind a queue-layout leader wake each other forever with
+            // their undone keys.)
+            let mut watch = self.watch_for_leader_end(name, leader.as_ref(), revision);
+            let mut lease_state = s.state.subscribe();
+            loop {
+                tokio::select! {
+                    item = watch.next() => match item {
+                        Watched::Events(events) if events.iter().any(|e| e.event_type() == EventType::Delete) => break,
+                        Watched::Events(_) => {}
+                        // Can't know what happened: just try again.
+                        Watched::Compacted => break,
+                    },
+                    _ = lease_state.changed() => {
+                        if !s.is_valid() {
+                            break;
+                        }
+                    }
+                }
+            }
+            session = Some(s);
+        }
+    }
+
+    /// A watch, from `revision + 1`, on the key whose deletion may let a
+    /// single-key candidate win: the current leader's (either layout), or
+    /// the whole election when the leader is not known.
+    fn watch_for_leader_end(
+        &self,
+        name: &ElectionName,
+        leader: Option<&Leader>,
+        revision: i64,
+    ) -> RangeWatch {
+        match leader {
+            Some(l) => RangeWatch::new(&self.etcd(), l.key.clone(), None, revision + 1),
+            None => {
+                let (start, end) = self.keys.election_range(name);
+                RangeWatch::new(&self.etcd(), start, Some(end.into_bytes()), revision + 1)
+            }
+        }
+    }
+}
+
+/// Retry pacing for errors that may pass: 100 ms doubling to 2 s, each
+/// retry logged with what failed.
+struct Backoff(Duration);
+
+impl Backoff {
+    fn new() -> Self {
+        Self(Duration::from_millis(100))
+    }
+
+    fn reset(&mut self) {
+        self.0 = Duration::from_millis(100);
+    }
+
+    async fn wait(&mut self, error: &Error, doing: &str) {
+        tracing::warn!(%error, retry_in = ?self.0, "{doing} failed; retrying");
+        tokio::time::sleep(self.0).await;
+        self.0 = (self.0 * 2).min(Duration::from_secs(2));
+    }
+}
+
+pub(crate) fn header_revision(resp: &TxnResponse) -> Result<i64, Error> {
+    resp.header()
+        .map(|h| h.revision())
+        .ok_or_else(|| Error::Protocol("txn response without header".into()))
+}

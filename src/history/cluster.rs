@@ -1,0 +1,113 @@
+//! etcd's own events in the history (`cluster_events`): written by the one
+//! writer (in the same queue as the batches), read like everything else.
+//! A fact with a dedupe key (a raft term, a member, a gap) is stored once
+//! whatever restarts; see [`ClusterEventKind::dedupe_key`].
+
+use rusqlite::{params, Connection, Transaction};
+
+use super::query::Query;
+use super::writer::Msg;
+use super::{HistoryError, Reader, Store};
+use crate::events::cluster::{ClusterBaseline, ClusterEvent};
+
+/// Schema step: the cluster events table.
+pub(super) const MIGRATION: &str = "
+CREATE TABLE cluster_events (
+    id     INTEGER PRIMARY KEY,
+    at_ms  INTEGER NOT NULL,
+    type   TEXT    NOT NULL,
+    dedupe TEXT    UNIQUE,
+    json   TEXT    NOT NULL
+);
+CREATE INDEX cluster_events_by_time ON cluster_events (at_ms);
+";
+
+/// Most membership and alarm events read to rebuild the baseline.
+const BASELINE_ROWS: i64 = 10_000;
+
+pub(super) fn insert(tx: &Transaction<'_>, e: &ClusterEvent) -> Result<(), HistoryError> {
+    let json = serde_json::to_string(e).map_err(|source| HistoryError::Json {
+        what: "a cluster event".into(),
+        source,
+    })?;
+    tx.execute(
+        "INSERT OR IGNORE INTO cluster_events (at_ms, type, dedupe, json) VALUES (?1, ?2, ?3, ?4)",
+        params![e.at_ms, e.kind.name(), e.kind.dedupe_key_at(e.at_ms), json],
+    )?;
+    Ok(())
+}
+
+fn parse(json: String) -> Result<ClusterEvent, HistoryError> {
+    serde_json::from_str(&json).map_err(|source| HistoryError::Json {
+        what: "cluster_events.json".into(),
+        source,
+    })
+}
+
+pub(super) fn events(conn: &Connection, q: &Query) -> Result<Vec<ClusterEvent>, HistoryError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT json FROM cluster_events WHERE at_ms >= ?1 AND at_ms <= ?2 \
+         ORDER BY at_ms, id LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(
+        params![
+            q.from_ms.unwrap_or(i64::MIN),
+            q.to_ms.unwrap_or(i64::MAX),
+            q.effective_limit() as i64
+        ],
+        |r| r.get::<_, String>(0),
+    )?;
+    rows.map(|r| parse(r?)).collect()
+}
+
+pub(super) fn baseline(conn: &Connection) -> Result<ClusterBaseline, HistoryError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT json FROM (SELECT id, json FROM cluster_events \
+         WHERE type IN ('member_added', 'member_removed', 'alarm_raised', 'alarm_cleared') \
+         ORDER BY id DESC LIMIT ?1) ORDER BY id",
+    )?;
+    let mut events: Vec<ClusterEvent> = stmt
+        .query_map([BASELINE_ROWS], |r| r.get::<_, String>(0))?
+        .map(|r| r.map_err(HistoryError::from).and_then(parse))
+        .collect::<Result<_, _>>()?;
+    let leader: Option<String> = conn
+        .query_row(
+            "SELECT json FROM cluster_events WHERE type = 'leader_changed' ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .map(Some)
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })?;
+    if let Some(l) = leader {
+        events.push(parse(l)?);
+    }
+    Ok(ClusterBaseline::fold(&events))
+}
+
+impl Store {
+    /// Queues one cluster event for the writer (stored after the batches
+    /// queued before it; once only, when it has a dedupe key).
+    pub async fn cluster_event(&self, event: ClusterEvent) -> Result<(), HistoryError> {
+        let queue = self.queue.as_ref().ok_or(HistoryError::Closed)?;
+        queue
+            .send(Msg::ClusterEvent(event))
+            .await
+            .map_err(|_| self.stopped())
+    }
+}
+
+impl Reader {
+    /// Cluster events with `at_ms` in `[from, to]`, oldest first.
+    pub fn cluster_events(&self, q: &Query) -> Result<Vec<ClusterEvent>, HistoryError> {
+        self.run(|c| events(c, q), |c| super::pg::cluster_events(c, q))
+    }
+
+    /// What the recorded cluster events leave: the last leader, the members
+    /// and alarms in force.
+    pub fn cluster_baseline(&self) -> Result<ClusterBaseline, HistoryError> {
+        self.run(|c| baseline(c), super::pg::cluster_baseline)
+    }
+}

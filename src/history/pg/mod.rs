@@ -1,0 +1,128 @@
+//! The PostgreSQL backend: the same schema, queries, retention and export as
+//! SQLite, for a history shared by several `tenure serve` replicas.
+//!
+//! Every statement that differs from SQLite's dialect is in this module; the
+//! writer's logic (resume revision, epochs, resets) is shared
+//! (`writer::commit_in` through [`WriteTx`]).
+//!
+//! **Fencing.** Exactly one replica writes: the holder of the etcd election
+//! `tenure/history-writer`, whose token is the one it writes with. Every
+//! write transaction first locks the one row of `history_writer`
+//! (`SELECT … FOR UPDATE`), refuses ([`HistoryError::Fenced`]) when a higher
+//! token is stored there, and stores its own token otherwise, then commits
+//! with the batches. So a writer that lost its term (paused, partitioned)
+//! cannot commit after a newer writer has, however late it wakes up: the
+//! database itself decides, in the same transaction as the rows. A new
+//! writer claims the row as soon as it opens ([`PgWriter::connect`]), before
+//! it writes anything.
+//!
+//! Schema versions are counted in `tenure_schema.version`; migrations run at
+//! start-up under a transaction-scoped advisory lock, so replicas starting
+//! together migrate once.
+//!
+//! By job: this file connects (sessions, their settings, the redacted URL);
+//! `schema.rs` creates, migrates and checks the schema; `write.rs` is the
+//! fenced writer (its transaction, the fence, the event inserts); `read.rs`
+//! is the read pool and every query.
+
+mod read;
+mod schema;
+mod write;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use postgres::{Client, Config, NoTls};
+
+use super::HistoryError;
+
+pub(super) use read::{
+    activity, changes_since, cluster_baseline, cluster_events, elections, events, refusals,
+    resume_point, terms, writer_fence, PgPool,
+};
+pub use schema::{prepare, PG_SCHEMA_VERSION};
+pub(super) use write::PgWriter;
+
+/// No read or write statement runs longer.
+const STATEMENT_TIMEOUT: &str = "60s";
+/// Connecting gives up after this (unless the URL says otherwise).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Is `db` (the `--db` argument) a PostgreSQL URL?
+pub fn is_postgres_url(db: &str) -> bool {
+    db.starts_with("postgres://") || db.starts_with("postgresql://")
+}
+
+/// The URL with its password replaced by `***`, for messages and logs.
+pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match (authority.rfind('@'), authority.find(':')) {
+        (Some(at), Some(colon)) if colon < at => format!(
+            "{}{}:***{}",
+            &url[..scheme_end],
+            &authority[..colon],
+            &rest[at..]
+        ),
+        _ => url.to_owned(),
+    }
+}
+
+/// A client that is never dropped on an async runtime's thread: the sync
+/// `postgres` client runs a small runtime of its own, which must not be
+/// shut down from inside another one (the last `Reader` clone may go away
+/// in an async task).
+struct Conn(Option<Client>);
+
+impl Conn {
+    fn get(&mut self) -> Result<&mut Client, HistoryError> {
+        self.0.as_mut().ok_or(HistoryError::Closed)
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                let _ = std::thread::Builder::new()
+                    .name("tenure-pg-close".into())
+                    .spawn(move || drop(client));
+            } else {
+                drop(client);
+            }
+        }
+    }
+}
+
+fn connect(url: &str, settings: &str) -> Result<Conn, HistoryError> {
+    let mut config = Config::from_str(url).map_err(|e| HistoryError::Postgres {
+        db: redact(url),
+        error: Box::new(e),
+    })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    config.keepalives(true);
+    config.application_name("tenure");
+    let mut client = config.connect(NoTls).map_err(|e| HistoryError::Postgres {
+        db: redact(url),
+        error: Box::new(e),
+    })?;
+    client
+        .batch_execute(&format!(
+            "SET statement_timeout = '{STATEMENT_TIMEOUT}'; {settings}"
+        ))
+        .map_err(|e| pg_err(url, e))?;
+    Ok(Conn(Some(client)))
+}
+
+fn pg_err(url: &str, e: postgres::Error) -> HistoryError {
+    HistoryError::Postgres {
+        db: redact(url),
+        error: Box::new(e),
+    }
+}

@@ -1,0 +1,416 @@
+//! Reads: the pool of read-only sessions and every query of the history.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use postgres::{Client, Row, Transaction};
+
+use super::schema::check_version;
+use super::{connect, redact, Conn};
+use crate::events::cluster::{ClusterBaseline, ClusterEvent};
+use crate::events::Event;
+use crate::history::query::{ElectionSummary, OpenTerm, Query, RefusalRow, ResumePoint, TermRow};
+use crate::history::schema::{CLUSTER_KEY, RESUME_KEY};
+use crate::history::time::format_ms;
+use crate::history::window::{Activity, MAX_ACTIVE};
+use crate::history::HistoryError;
+
+/// Idle read connections kept for reuse.
+const MAX_IDLE: usize = 4;
+
+/// Read connections to one database, shared by clones of a `Reader`.
+pub(in crate::history) struct PgPool {
+    url: String,
+    idle: Mutex<Vec<Conn>>,
+}
+
+impl PgPool {
+    /// Connects once and checks the schema.
+    pub(in crate::history) fn open(url: &str) -> Result<PgPool, HistoryError> {
+        let mut conn = connect(url, "SET default_transaction_read_only = on")?;
+        check_version(conn.get()?, url)?;
+        Ok(PgPool {
+            url: url.to_owned(),
+            idle: Mutex::new(vec![conn]),
+        })
+    }
+
+    pub(in crate::history) fn display(&self) -> String {
+        redact(&self.url)
+    }
+
+    pub(in crate::history) fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<T, HistoryError>,
+    ) -> Result<T, HistoryError> {
+        let idle = || self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = idle().pop();
+        let mut conn = match conn {
+            Some(c) => c,
+            None => connect(&self.url, "SET default_transaction_read_only = on")?,
+        };
+        let result = f(conn.get()?);
+        // A broken connection is not kept.
+        let broken = conn.0.as_ref().is_none_or(|c| c.is_closed());
+        if !broken {
+            let mut idle = idle();
+            if idle.len() < MAX_IDLE {
+                idle.push(conn);
+            }
+        }
+        result.map_err(|e| match e {
+            HistoryError::Postgres { error, .. } => HistoryError::Postgres {
+                db: redact(&self.url),
+                error,
+            },
+            e => e,
+        })
+    }
+}
+
+fn snapshot(client: &mut Client) -> Result<Transaction<'_>, HistoryError> {
+    Ok(client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()?)
+}
+
+fn state(tx: &mut Transaction<'_>, key: &str) -> Result<Option<i64>, HistoryError> {
+    Ok(tx
+        .query_opt("SELECT value FROM watcher_state WHERE key = $1", &[&key])?
+        .map(|r| r.try_get(0))
+        .transpose()?)
+}
+
+pub(in crate::history) fn resume_point(
+    client: &mut Client,
+) -> Result<Option<ResumePoint>, HistoryError> {
+    let mut tx = snapshot(client)?;
+    let Some(revision) = state(&mut tx, RESUME_KEY)? else {
+        return Ok(None);
+    };
+    let open_terms = open_terms(&mut tx)?;
+    let cluster_id = state(&mut tx, CLUSTER_KEY)?.map(|c| c as u64);
+    let live_at_ms: Option<i64> = tx
+        .query_one("SELECT max(at_ms) FROM events", &[])?
+        .try_get(0)?;
+    tx.commit()?;
+    Ok(Some(ResumePoint {
+        revision,
+        open_terms,
+        cluster_id,
+        live_at_ms,
+    }))
+}
+
+fn open_terms(tx: &mut Transaction<'_>) -> Result<Vec<OpenTerm>, HistoryError> {
+    let rows = tx.query(
+        "SELECT election, token, holder, lease_id, layout, started_revision, started_at_ms
+         FROM terms WHERE ended_at_ms IS NULL
+           AND epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)
+         ORDER BY election COLLATE \"C\", started_revision, token",
+        &[],
+    )?;
+    rows.iter()
+        .map(|row| {
+            Ok(OpenTerm {
+                election: row.try_get(0)?,
+                token: row.try_get(1)?,
+                holder: row.try_get(2)?,
+                lease_id: row.try_get(3)?,
+                layout: tag(row, 4)?,
+                started_revision: row.try_get(5)?,
+                started_at_ms: row.try_get(6)?,
+            })
+        })
+        .collect()
+}
+
+pub(in crate::history) fn terms(
+    client: &mut Client,
+    election: &str,
+    q: &Query,
+) -> Result<Vec<TermRow>, HistoryError> {
+    let rows = client.query(
+        "SELECT election, token, holder, lease_id, layout, started_at_ms, started_revision,
+                from_snapshot, ended_at_ms, ended_revision, end_cause
+         FROM terms
+         WHERE election = $1 AND started_at_ms <= $3
+           AND (ended_at_ms IS NULL OR ended_at_ms >= $2)
+         ORDER BY epoch, started_revision, token
+         LIMIT $4",
+        &[&election, &from(q), &to(q), &limit(q)],
+    )?;
+    rows.iter()
+        .map(|row| {
+            let started_at_ms: i64 = row.try_get(5)?;
+            let ended_at_ms: Option<i64> = row.try_get(8)?;
+            Ok(TermRow {
+                election: row.try_get(0)?,
+                token: row.try_get(1)?,
+                holder: row.try_get(2)?,
+                lease_id: row.try_get(3)?,
+                layout: opt_tag(row, 4)?,
+                started_at: format_ms(started_at_ms),
+                ended_at: ended_at_ms.map(format_ms),
+                started_at_ms,
+                ended_at_ms,
+                started_revision: row.try_get(6)?,
+                ended_revision: row.try_get(9)?,
+                end_cause: opt_tag(row, 10)?,
+                from_snapshot: row.try_get(7)?,
+                duration_seconds: ended_at_ms
+                    .map(|end| end.saturating_sub(started_at_ms) as f64 / 1000.0),
+            })
+        })
+        .collect()
+}
+
+pub(in crate::history) fn events(
+    client: &mut Client,
+    election: Option<&str>,
+    q: &Query,
+) -> Result<Vec<Event>, HistoryError> {
+    let rows = match election {
+        Some(e) => client.query(
+            "SELECT id, json FROM events
+             WHERE (election = $1 OR election = '') AND at_ms BETWEEN $2 AND $3
+             ORDER BY id LIMIT $4",
+            &[&e, &from(q), &to(q), &limit(q)],
+        )?,
+        None => client.query(
+            "SELECT id, json FROM events WHERE at_ms BETWEEN $1 AND $2 ORDER BY id LIMIT $3",
+            &[&from(q), &to(q), &limit(q)],
+        )?,
+    };
+    rows.iter()
+        .map(|row| {
+            let id: i64 = row.try_get(0)?;
+            let json: String = row.try_get(1)?;
+            serde_json::from_str(&json).map_err(|source| HistoryError::Json {
+                what: format!("event row {id}"),
+                source,
+            })
+        })
+        .collect()
+}
+
+pub(in crate::history) fn refusals(
+    client: &mut Client,
+    election: Option<&str>,
+    q: &Query,
+) -> Result<Vec<RefusalRow>, HistoryError> {
+    const COLUMNS: &str = "SELECT election, resource, token, reason, revision, at_ms,
+                                  current_token, current_holder FROM refusals";
+    let rows = match election {
+        Some(e) => client.query(
+            &format!(
+                "{COLUMNS} WHERE election = $1 AND at_ms BETWEEN $2 AND $3 ORDER BY id LIMIT $4"
+            ),
+            &[&e, &from(q), &to(q), &limit(q)],
+        )?,
+        None => client.query(
+            &format!("{COLUMNS} WHERE at_ms BETWEEN $1 AND $2 ORDER BY id LIMIT $3"),
+            &[&from(q), &to(q), &limit(q)],
+        )?,
+    };
+    rows.iter()
+        .map(|row| {
+            let at_ms: i64 = row.try_get(5)?;
+            Ok(RefusalRow {
+                election: row.try_get(0)?,
+                resource: row.try_get(1)?,
+                token: row.try_get(2)?,
+                reason: tag(row, 3)?,
+                revision: row.try_get(4)?,
+                at_ms,
+                at: format_ms(at_ms),
+                current_token: row.try_get(6)?,
+                current_holder: row.try_get(7)?,
+            })
+        })
+        .collect()
+}
+
+/// Per election, terms seen starting at or after `from_ms` (at most `max`
+/// elections).
+pub(in crate::history) fn changes_since(
+    client: &mut Client,
+    from_ms: i64,
+    max: i64,
+) -> Result<HashMap<String, u64>, HistoryError> {
+    let rows = client.query(
+        "SELECT election, COUNT(*) FROM terms
+         WHERE started_at_ms >= $1 AND NOT from_snapshot
+         GROUP BY election LIMIT $2",
+        &[&from_ms, &max],
+    )?;
+    rows.iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get::<_, i64>(1)?.max(0) as u64)))
+        .collect()
+}
+
+pub(in crate::history) fn elections(
+    client: &mut Client,
+) -> Result<Vec<ElectionSummary>, HistoryError> {
+    let mut tx = snapshot(client)?;
+    let rows = tx.query(
+        "SELECT n,
+                (SELECT COUNT(*) FROM terms WHERE election = n),
+                (SELECT COUNT(*) FROM refusals WHERE election = n),
+                (SELECT MAX(at_ms) FROM events WHERE election = n)
+         FROM (SELECT election FROM events WHERE election <> ''
+               UNION SELECT election FROM terms
+               UNION SELECT election FROM refusals) AS names(n)
+         ORDER BY n COLLATE \"C\"",
+        &[],
+    )?;
+    let mut summaries: Vec<ElectionSummary> = rows
+        .iter()
+        .map(|row| {
+            let last_event_ms: Option<i64> = row.try_get(3)?;
+            Ok(ElectionSummary {
+                election: row.try_get(0)?,
+                current: None,
+                terms: row.try_get::<_, i64>(1)?.max(0) as u64,
+                refusals: row.try_get::<_, i64>(2)?.max(0) as u64,
+                last_event_ms,
+                last_event_at: last_event_ms.map(format_ms),
+            })
+        })
+        .collect::<Result<_, HistoryError>>()?;
+    for term in open_terms(&mut tx)? {
+        if let Ok(i) = summaries.binary_search_by(|s| s.election.as_str().cmp(&term.election)) {
+            summaries[i].current = Some(term);
+        }
+    }
+    tx.commit()?;
+    Ok(summaries)
+}
+
+pub(in crate::history) fn activity(
+    client: &mut Client,
+    q: &Query,
+) -> Result<Vec<Activity>, HistoryError> {
+    let (from, to) = (from(q), to(q));
+    let mut out: std::collections::BTreeMap<String, Activity> = Default::default();
+    let max = MAX_ACTIVE as i64;
+    for r in client.query(
+        "SELECT election, COUNT(*), COUNT(*) FILTER (WHERE started_at_ms >= $1) FROM terms
+         WHERE started_at_ms <= $2 AND (ended_at_ms IS NULL OR ended_at_ms >= $1)
+         GROUP BY election LIMIT $3",
+        &[&from, &to, &max],
+    )? {
+        let e: String = r.try_get(0)?;
+        let a = out.entry(e.clone()).or_insert_with(|| Activity {
+            election: e,
+            ..Activity::default()
+        });
+        a.terms = r.try_get::<_, i64>(1)?.max(0) as u64;
+        a.started = r.try_get::<_, i64>(2)?.max(0) as u64;
+    }
+    for r in client.query(
+        "SELECT election, COUNT(*) FROM refusals WHERE at_ms BETWEEN $1 AND $2
+         GROUP BY election LIMIT $3",
+        &[&from, &to, &max],
+    )? {
+        let e: String = r.try_get(0)?;
+        let a = out.entry(e.clone()).or_insert_with(|| Activity {
+            election: e,
+            ..Activity::default()
+        });
+        a.refusals = r.try_get::<_, i64>(1)?.max(0) as u64;
+    }
+    Ok(out.into_values().collect())
+}
+
+fn parse_cluster(json: &str) -> Result<ClusterEvent, HistoryError> {
+    serde_json::from_str(json).map_err(|source| HistoryError::Json {
+        what: "cluster_events.json".into(),
+        source,
+    })
+}
+
+pub(in crate::history) fn cluster_events(
+    client: &mut Client,
+    q: &Query,
+) -> Result<Vec<ClusterEvent>, HistoryError> {
+    client
+        .query(
+            "SELECT json FROM cluster_events WHERE at_ms >= $1 AND at_ms <= $2
+             ORDER BY at_ms, id LIMIT $3",
+            &[&from(q), &to(q), &limit(q)],
+        )?
+        .iter()
+        .map(|r| parse_cluster(&r.try_get::<_, String>(0)?))
+        .collect()
+}
+
+pub(in crate::history) fn cluster_baseline(
+    client: &mut Client,
+) -> Result<ClusterBaseline, HistoryError> {
+    let mut events: Vec<ClusterEvent> = client
+        .query(
+            "SELECT json FROM (SELECT id, json FROM cluster_events
+             WHERE type IN ('member_added', 'member_removed', 'alarm_raised', 'alarm_cleared')
+             ORDER BY id DESC LIMIT 10000) AS recent ORDER BY id",
+            &[],
+        )?
+        .iter()
+        .map(|r| parse_cluster(&r.try_get::<_, String>(0)?))
+        .collect::<Result<_, _>>()?;
+    if let Some(r) = client.query_opt(
+        "SELECT json FROM cluster_events WHERE type = 'leader_changed' ORDER BY id DESC LIMIT 1",
+        &[],
+    )? {
+        events.push(parse_cluster(&r.try_get::<_, String>(0)?)?);
+    }
+    Ok(ClusterBaseline::fold(&events))
+}
+
+/// The fence row: the highest writer token that has written, and its holder
+/// (`None` before any writer).
+pub(in crate::history) fn writer_fence(
+    client: &mut Client,
+) -> Result<Option<(i64, String)>, HistoryError> {
+    let row = client.query_one("SELECT token, holder FROM history_writer WHERE id = 1", &[])?;
+    let token: i64 = row.try_get(0)?;
+    Ok((token > 0).then_some((token, row.try_get(1)?)))
+}
+
+fn from(q: &Query) -> i64 {
+    q.from_ms.unwrap_or(i64::MIN)
+}
+
+fn to(q: &Query) -> i64 {
+    q.to_ms.unwrap_or(i64::MAX)
+}
+
+fn limit(q: &Query) -> i64 {
+    q.effective_limit() as i64
+}
+
+fn tag<T: serde::de::DeserializeOwned>(row: &Row, idx: usize) -> Result<T, HistoryError> {
+    let s: String = row.try_get(idx)?;
+    crate::history::query::from_tag(&s).ok_or_else(|| bad_tag(&s))
+}
+
+fn opt_tag<T: serde::de::DeserializeOwned>(
+    row: &Row,
+    idx: usize,
+) -> Result<Option<T>, HistoryError> {
+    match row.try_get::<_, Option<String>>(idx)? {
+        None => Ok(None),
+        Some(s) => crate::history::query::from_tag(&s)
+            .map(Some)
+            .ok_or_else(|| bad_tag(&s)),
+    }
+}
+
+fn bad_tag(s: &str) -> HistoryError {
+    HistoryError::Schema {
+        path: "postgres".into(),
+        reason: format!("unknown value {s:?} in the history database"),
+    }
+}

@@ -1,0 +1,178 @@
+//! The PostgreSQL schema: its migrations, run once at start-up under an
+//! advisory lock, and the version check of a reader.
+
+use postgres::Client;
+
+use super::{connect, redact};
+use crate::history::HistoryError;
+
+/// Version 1: the SQLite schema as of its version 3 (terms per epoch,
+/// cluster events), in PostgreSQL's types, plus the writer fence.
+const V1: &str = r#"
+CREATE TABLE terms (
+    election         TEXT    NOT NULL,
+    epoch            BIGINT  NOT NULL DEFAULT 0,
+    token            BIGINT  NOT NULL,
+    holder           TEXT    NOT NULL,
+    lease_id         BIGINT  NOT NULL,
+    layout           TEXT,
+    started_at_ms    BIGINT  NOT NULL,
+    started_revision BIGINT  NOT NULL,
+    from_snapshot    BOOLEAN NOT NULL,
+    ended_at_ms      BIGINT,
+    ended_revision   BIGINT,
+    end_cause        TEXT,
+    UNIQUE (election, epoch, token)
+);
+CREATE INDEX terms_by_start ON terms (election, started_revision);
+CREATE INDEX terms_ended ON terms (ended_at_ms) WHERE ended_at_ms IS NOT NULL;
+CREATE INDEX terms_open ON terms (election, started_revision) WHERE ended_at_ms IS NULL;
+
+CREATE TABLE events (
+    id       BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    revision BIGINT NOT NULL,
+    at_ms    BIGINT NOT NULL,
+    election TEXT   NOT NULL,
+    type     TEXT   NOT NULL,
+    token    BIGINT,
+    holder   TEXT,
+    json     TEXT   NOT NULL
+);
+CREATE INDEX events_by_election ON events (election, at_ms);
+CREATE INDEX events_by_time ON events (at_ms);
+
+CREATE TABLE refusals (
+    id             BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    election       TEXT   NOT NULL,
+    resource       TEXT   NOT NULL,
+    token          BIGINT NOT NULL,
+    reason         TEXT   NOT NULL,
+    revision       BIGINT NOT NULL,
+    at_ms          BIGINT NOT NULL,
+    current_token  BIGINT,
+    current_holder TEXT
+);
+CREATE INDEX refusals_by_election ON refusals (election, at_ms);
+CREATE INDEX refusals_by_time ON refusals (at_ms);
+
+CREATE TABLE watcher_state (
+    key   TEXT PRIMARY KEY,
+    value BIGINT NOT NULL
+);
+
+CREATE TABLE cluster_events (
+    id     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at_ms  BIGINT NOT NULL,
+    type   TEXT   NOT NULL,
+    dedupe TEXT   UNIQUE,
+    json   TEXT   NOT NULL
+);
+CREATE INDEX cluster_events_by_time ON cluster_events (at_ms);
+
+-- The writer fence: the highest token of the `tenure/history-writer`
+-- election that has written. One row, locked by every write transaction.
+CREATE TABLE history_writer (
+    id       INTEGER PRIMARY KEY CHECK (id = 1),
+    token    BIGINT  NOT NULL,
+    holder   TEXT    NOT NULL,
+    since_ms BIGINT  NOT NULL
+);
+INSERT INTO history_writer (id, token, holder, since_ms) VALUES (1, 0, '', 0);
+"#;
+
+/// Every migration, in order; `tenure_schema.version` counts those applied.
+const MIGRATIONS: &[&str] = &[V1];
+
+/// The PostgreSQL schema version this build writes and reads.
+pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Key of the advisory lock migrations run under ("tenure" in ASCII).
+const MIGRATION_LOCK: i64 = 0x7465_6e75_7265;
+
+/// Creates the schema or brings it up to date (once, whatever the number of
+/// replicas starting together).
+pub(super) fn migrate(client: &mut Client, url: &str) -> Result<(), HistoryError> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    // Checked first: CREATE … IF NOT EXISTS needs the CREATE privilege even
+    // when the table exists, and a role that only reads and writes tenure's
+    // tables must be able to start.
+    let exists: bool = tx
+        .query_one("SELECT to_regclass('tenure_schema') IS NOT NULL", &[])?
+        .try_get(0)?;
+    if !exists {
+        tx.batch_execute("CREATE TABLE tenure_schema (version BIGINT NOT NULL)")?;
+    }
+    let version: i64 = match tx.query_opt("SELECT version FROM tenure_schema", &[])? {
+        Some(row) => row.try_get(0)?,
+        None => {
+            tx.execute("INSERT INTO tenure_schema (version) VALUES (0)", &[])?;
+            0
+        }
+    };
+    if version > PG_SCHEMA_VERSION {
+        return Err(too_new(url, version));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
+        tx.batch_execute(sql)?;
+        tx.execute("UPDATE tenure_schema SET version = $1", &[&(i as i64 + 1)])?;
+        tracing::info!(db = %redact(url), version = i + 1, "history: schema migrated");
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+fn too_new(url: &str, version: i64) -> HistoryError {
+    HistoryError::Schema {
+        path: redact(url).into(),
+        reason: format!(
+            "has history schema version {version}, written by a newer tenure \
+             (this one knows up to {PG_SCHEMA_VERSION})"
+        ),
+    }
+}
+
+pub(super) fn check_version(client: &mut Client, url: &str) -> Result<(), HistoryError> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass('tenure_schema') IS NOT NULL", &[])?
+        .try_get(0)?;
+    let version: i64 = if exists {
+        client
+            .query_opt("SELECT version FROM tenure_schema", &[])?
+            .map(|r| r.try_get(0))
+            .transpose()?
+            .unwrap_or(0)
+    } else {
+        0
+    };
+    let reason = match version {
+        v if v == PG_SCHEMA_VERSION => return Ok(()),
+        0 => format!(
+            "holds no tenure history (no schema): `tenure serve --db {}` creates it",
+            redact(url)
+        ),
+        v if v > PG_SCHEMA_VERSION => return Err(too_new(url, v)),
+        v => format!(
+            "has history schema version {v}, older than this tenure's {PG_SCHEMA_VERSION}: \
+             run `tenure serve --db {}` once to upgrade it",
+            redact(url)
+        ),
+    };
+    Err(HistoryError::Schema {
+        path: redact(url).into(),
+        reason,
+    })
+}
+
+/// Creates the schema or migrates it (what a writer does when it opens), so
+/// that readers can open before any replica has written. Blocking.
+pub fn prepare(url: &str) -> Result<(), HistoryError> {
+    let mut conn = connect(url, "")?;
+    migrate(conn.get()?, url).map_err(|e| match e {
+        HistoryError::Postgres { error, .. } => HistoryError::Postgres {
+            db: redact(url),
+            error,
+        },
+        e => e,
+    })
+}

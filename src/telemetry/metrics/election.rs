@@ -1,0 +1,254 @@
+//! The state behind one election's series: plain numbers, updated from the
+//! election's events (pure: no registry, no text, no clock).
+
+use crate::election::FenceReason;
+use crate::events::{EndCause, Event, EventKind, OpenTerm};
+
+use super::families::TERM_DURATION_BUCKETS;
+use super::{cap_label, MAX_HOLDER_LABEL_BYTES};
+
+/// Index of a cause in [`Detail::term_ends`].
+pub(super) fn cause_index(cause: EndCause) -> usize {
+    match cause {
+        EndCause::Resigned => 0,
+        EndCause::Expired => 1,
+        EndCause::Deleted => 2,
+        EndCause::Superseded => 3,
+        EndCause::Unknown => 4,
+    }
+}
+
+/// Index of a reason in [`Series::refusals`].
+pub(super) fn fence_reason_index(reason: FenceReason) -> usize {
+    match reason {
+        FenceReason::StaleToken => 0,
+        FenceReason::TermEnded => 1,
+        FenceReason::NoLeader => 2,
+    }
+}
+
+/// A term-duration histogram's values.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Hist {
+    /// Observations per bucket (not cumulative); above the last bound:
+    /// only in `count`.
+    pub counts: [u64; TERM_DURATION_BUCKETS.len()],
+    pub sum: f64,
+    pub count: u64,
+}
+
+impl Hist {
+    pub fn observe(&mut self, v: f64) {
+        if let Some(i) = TERM_DURATION_BUCKETS.iter().position(|b| v <= *b) {
+            self.counts[i] += 1;
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+}
+
+/// The values of one election's always-present series (created, at zero,
+/// when the election is first seen).
+#[derive(Debug, Default, Clone)]
+pub(super) struct Series {
+    pub has_leader: i64,
+    pub leader_changes: u64,
+    pub fencing_token: i64,
+    pub term_start: f64,
+    pub leaderless: f64,
+    pub refusals: [u64; 3],
+    pub accepted: u64,
+    pub refused: u64,
+}
+
+/// The opt-in per-election families: term durations and term ends by cause.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Detail {
+    pub term_duration: Hist,
+    pub term_ends: [u64; EndCause::ALL.len()],
+}
+
+pub(super) struct Term {
+    pub token: i64,
+    pub lease_id: i64,
+    /// The `holder` label of its `leader_info` series (already capped).
+    pub holder_label: String,
+    /// Seen first in a snapshot: its real start is unknown.
+    pub from_snapshot: bool,
+}
+
+pub(super) struct Election {
+    pub series: Series,
+    /// Only with per-election detail.
+    pub detail: Option<Box<Detail>>,
+    /// The current term; its holder is the one `leader_info` series.
+    pub term: Option<Term>,
+    /// `lease_remaining_seconds`, while it has a series.
+    pub lease_remaining: Option<i64>,
+    /// Candidates queued behind the leader (the watcher's count).
+    pub waiting: usize,
+    /// Start (unix ms) of leaderless time not yet added to
+    /// `leaderless_seconds_total`; `None` while someone leads, or before the
+    /// first term end this process saw.
+    leaderless_since_ms: Option<i64>,
+}
+
+/// A term end, as the fleet-wide families count it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ended {
+    pub cause: EndCause,
+    /// Seconds, when the term's start and end were both seen.
+    pub duration: Option<f64>,
+}
+
+impl Election {
+    pub fn new(detail: bool) -> Self {
+        Self {
+            series: Series::default(),
+            detail: detail.then(Box::default),
+            term: None,
+            lease_remaining: None,
+            waiting: 0,
+            leaderless_since_ms: None,
+        }
+    }
+
+    /// A term history holds as open, adopted at start-up.
+    pub fn adopt(&mut self, t: &OpenTerm) {
+        self.series.has_leader = 1;
+        self.series.fencing_token = self.series.fencing_token.max(t.token);
+        self.series.term_start = t.started_at_ms as f64 / 1000.0;
+        self.term = Some(Term {
+            token: t.token,
+            lease_id: t.lease_id,
+            holder_label: cap_label(&t.holder, MAX_HOLDER_LABEL_BYTES).to_owned(),
+            // Its duration was not watched whole by this process.
+            from_snapshot: true,
+        });
+    }
+
+    /// A lease sample; one of an earlier term's lease says nothing about now.
+    pub fn sample_lease(&mut self, lease_id: i64, remaining_seconds: Option<i64>) {
+        if self.term.as_ref().map(|t| t.lease_id) == Some(lease_id) {
+            self.lease_remaining = remaining_seconds;
+        }
+    }
+
+    /// Applies one event of this election; says whether a term ended.
+    pub fn apply(&mut self, event: &Event) -> Option<Ended> {
+        match &event.kind {
+            EventKind::TermStarted {
+                token,
+                holder,
+                lease_id,
+                from_snapshot,
+                ..
+            } => {
+                if let Some(mut old) = self.term.take() {
+                    if old.token == *token {
+                        // The same term again (a resync): nothing started,
+                        // but a proclaim may have been missed.
+                        set_holder(&mut old, holder);
+                        self.term = Some(old);
+                        return None;
+                    }
+                    self.lease_remaining = None;
+                }
+                self.accrue_leaderless(event.at_ms);
+                self.leaderless_since_ms = None;
+                let s = &mut self.series;
+                s.has_leader = 1;
+                s.leader_changes += 1;
+                s.fencing_token = *token;
+                s.term_start = event.at_ms as f64 / 1000.0;
+                self.term = Some(Term {
+                    token: *token,
+                    lease_id: *lease_id,
+                    holder_label: cap_label(holder, MAX_HOLDER_LABEL_BYTES).to_owned(),
+                    from_snapshot: *from_snapshot,
+                });
+                None
+            }
+            EventKind::TermEnded {
+                token,
+                cause,
+                started_at_ms,
+                ..
+            } => {
+                let mut ended = Ended {
+                    cause: *cause,
+                    duration: None,
+                };
+                // The last term's token stays, even for a term this process
+                // never saw start.
+                self.series.fencing_token = self.series.fencing_token.max(*token);
+                match self.term.take() {
+                    Some(t) if t.token != *token => {
+                        // The end of an older term, after a newer one began.
+                        self.term = Some(t);
+                    }
+                    current => {
+                        if let Some(t) = &current {
+                            if !t.from_snapshot && *cause != EndCause::Unknown {
+                                let ms = event.at_ms.saturating_sub(*started_at_ms).max(0);
+                                ended.duration = Some(ms as f64 / 1000.0);
+                            }
+                        }
+                        self.lease_remaining = None;
+                        self.series.has_leader = 0;
+                        if self.leaderless_since_ms.is_none() {
+                            self.leaderless_since_ms = Some(event.at_ms);
+                        }
+                    }
+                }
+                if let Some(d) = self.detail.as_deref_mut() {
+                    d.term_ends[cause_index(*cause)] += 1;
+                    if let Some(secs) = ended.duration {
+                        d.term_duration.observe(secs);
+                    }
+                }
+                Some(ended)
+            }
+            EventKind::LeaderValueChanged { token, holder, .. } => {
+                if let Some(t) = self.term.as_mut().filter(|t| t.token == *token) {
+                    set_holder(t, holder);
+                }
+                None
+            }
+            EventKind::FenceAccepted { .. } => {
+                self.series.accepted += 1;
+                None
+            }
+            EventKind::FenceRefused { reason, .. } => {
+                self.series.refused += 1;
+                self.series.refusals[fence_reason_index(*reason)] += 1;
+                None
+            }
+            EventKind::Gap { .. }
+            | EventKind::Reset { .. }
+            | EventKind::Unobserved { .. }
+            | EventKind::CandidateQueued { .. }
+            | EventKind::CandidateLeft { .. } => None,
+        }
+    }
+
+    /// Adds the leaderless time up to `until_ms` to the counter.
+    pub fn accrue_leaderless(&mut self, until_ms: i64) {
+        if let Some(since) = self.leaderless_since_ms {
+            if until_ms > since {
+                let ms = until_ms.saturating_sub(since);
+                self.series.leaderless += ms as f64 / 1000.0;
+                self.leaderless_since_ms = Some(until_ms);
+            }
+        }
+    }
+}
+
+/// Moves the term's `leader_info` series to `holder` (capped).
+fn set_holder(t: &mut Term, holder: &str) {
+    let label = cap_label(holder, MAX_HOLDER_LABEL_BYTES);
+    if label != t.holder_label {
+        t.holder_label.clear();
+        t.holder_label.push_str(label);
+    }
+}

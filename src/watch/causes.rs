@@ -1,0 +1,190 @@
+//! Why a term ended when its key went without tenure's end marker: asks
+//! etcd about the lease, then judges from the lease's last sample.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::leases::Sample;
+use super::Watcher;
+use crate::events::EndCause;
+
+/// How long after the latest possible expiry a sample predicts a deletion
+/// may still be etcd's expiry (its ~0.5 s expiry check, scheduling).
+const EXPIRY_CHECK_SLACK: Duration = Duration::from_millis(1500);
+
+/// For `resigned`, the deletion must arrive at least this long before the
+/// earliest expiry the last sample allows.
+const RESIGNED_MARGIN: Duration = Duration::from_millis(500);
+
+/// For `expired`, the last sample of a lapsing lease must be this recent
+/// when its deletion arrives.
+const RECENT_SAMPLE: Duration = Duration::from_millis(1000);
+
+impl Watcher {
+    /// A leader key went without tenure's end marker; its deletion arrived
+    /// at `deleted_by` (it happened before). If its lease still lives, the
+    /// key was deleted. If not, the lease was revoked or ran out, and the
+    /// last sample (`remaining` r, rounded down, between `sent` and `at`)
+    /// decides only where it is certain (see [`judge`]); else `unknown`.
+    pub(super) async fn cause_of_lease_end(&self, lease: i64, deleted_by: Instant) -> EndCause {
+        let (ttl, raft_term) = match self
+            .client
+            .op(self.client.etcd().lease_time_to_live(lease, None))
+            .await
+        {
+            Ok(resp) => (resp.ttl(), resp.header().map(|h| h.raft_term())),
+            Err(e) if e.is_lease_not_found() => (-1, None),
+            Err(e) => {
+                tracing::warn!(error = %e, lease, "cannot ask etcd about an ended term's lease");
+                return EndCause::Unknown;
+            }
+        };
+        if ttl > 0 {
+            return EndCause::Deleted;
+        }
+        let sample = self
+            .leases
+            .lock()
+            .ok()
+            .and_then(|l| l.samples.get(&lease).copied());
+        let Some(s) = sample else {
+            // Never sampled: the term ended before the sampler looked at its
+            // lease, or while tenure was down (a restart replays it). etcd
+            // no longer knows the lease, so nothing tells expiry from
+            // revocation: say so instead of guessing.
+            return EndCause::Unknown;
+        };
+        // A leader change since the sample voids its prediction either way:
+        // the new leader extends every lease, and the old one, resuming, can
+        // still revoke a lease that ran out by its own clock (seen: a 5 s
+        // lease deleted 7.1 s after its grant, 2.4 s before the extended
+        // expiry the sample predicted).
+        let term = match raft_term {
+            Some(t) => Some(t),
+            None => self.raft_term().await,
+        };
+        verdict(&s, term, deleted_by)
+    }
+
+    /// etcd's current raft term (it changes with every leader election).
+    async fn raft_term(&self) -> Option<u64> {
+        let status = self.client.op(self.client.etcd().status()).await.ok()?;
+        status.header().map(|h| h.raft_term())
+    }
+}
+
+/// Revoked or expired, from the lease's samples and the time its deletion
+/// arrived (`deleted_by`: the deletion happened at or before it).
+///
+/// - Every sample was answered while the lease lived, with at least
+///   `remaining` whole seconds left, so it cannot expire before `lower`.
+///   Gone before that → revoked (`resigned`). Certain.
+/// - Expired only when the last sample shows the lease *lapsing* — less than
+///   half its granted TTL left, which a client renewing every TTL/3 (Go's,
+///   tenure's) never shows — taken at most [`RECENT_SAMPLE`] before the
+///   deletion arrived (so no renewal fits in between, bar one in those few
+///   hundred ms), and the deletion arrived after the latest expiry the
+///   samples allow (`upper`) but within etcd's expiry check after it.
+/// - Everything else → `unknown`: a kept-alive lease gone after its last
+///   sample's horizon may have been revoked or have stopped being renewed.
+fn judge(s: &Sample, deleted_by: Instant) -> EndCause {
+    if deleted_by + RESIGNED_MARGIN < s.lower {
+        return EndCause::Resigned;
+    }
+    if s.lapsing()
+        && deleted_by >= s.upper
+        && deleted_by <= s.upper + EXPIRY_CHECK_SLACK
+        && deleted_by <= s.at + RECENT_SAMPLE
+    {
+        return EndCause::Expired;
+    }
+    EndCause::Unknown
+}
+
+/// The cause of a lease's end from its last sample, etcd's raft term when
+/// the end was looked up, and when the deletion arrived. A leader change
+/// since the sample voids its prediction; a leader change during the
+/// lease's life (since its first sample) voids a `resigned`: the old
+/// leader, resuming, can revoke a lease early (etcd issue 15247), which no
+/// client did. Certain or `unknown`.
+fn verdict(s: &Sample, term: Option<u64>, deleted_by: Instant) -> EndCause {
+    if term != Some(s.raft_term) {
+        return EndCause::Unknown;
+    }
+    match judge(s, deleted_by) {
+        EndCause::Resigned if s.first_term != s.raft_term => EndCause::Unknown,
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{judge, EndCause, Instant, Sample};
+    use std::time::Duration;
+
+    fn sample(t0: Instant, at_ms: u64, remaining: i64, granted: i64) -> Sample {
+        let sent = t0 + Duration::from_millis(at_ms);
+        let at = sent + Duration::from_millis(2);
+        let secs = Duration::from_secs(remaining as u64);
+        Sample {
+            sent,
+            at,
+            remaining,
+            granted,
+            raft_term: 1,
+            first_term: 1,
+            lower: sent + secs,
+            upper: at + secs + Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn an_early_end_of_a_lease_that_lived_through_a_leader_change_is_unknown() {
+        use super::verdict;
+        let t0 = Instant::now();
+        // A 10 s lease sampled with 8 s left, gone 1 s later: revoked.
+        let s = sample(t0, 0, 8, 10);
+        let gone = t0 + Duration::from_secs(1);
+        assert_eq!(verdict(&s, Some(1), gone), EndCause::Resigned);
+        // The same, but the lease was first sampled under another etcd
+        // leader: the old one may have revoked it on resuming.
+        let across = Sample { first_term: 0, ..s };
+        assert_eq!(verdict(&across, Some(1), gone), EndCause::Unknown);
+        // A leader change since the sample: unknown either way.
+        assert_eq!(verdict(&s, Some(2), gone), EndCause::Unknown);
+        assert_eq!(verdict(&s, None, gone), EndCause::Unknown);
+    }
+
+    #[test]
+    fn causes_are_certain_or_unknown() {
+        let t0 = Instant::now();
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        // Kept alive (2 of 2 s left), revoked 1.2 s later: before the
+        // earliest expiry → resigned; later → unknown, never expired.
+        let kept = sample(t0, 0, 1, 2);
+        assert_eq!(judge(&kept, ms(400)), EndCause::Resigned);
+        assert_eq!(
+            judge(&kept, ms(900)),
+            EndCause::Unknown,
+            "within the margin"
+        );
+        assert_eq!(judge(&kept, ms(1200)), EndCause::Unknown);
+        assert_eq!(judge(&kept, ms(2100)), EndCause::Unknown, "not lapsing");
+        // Lapsing samples 100 ms apart (1 s, then 0 s left) narrow the
+        // expiry to [1000, 1102) ms; later samples keep the bounds: a
+        // deletion after that is expired.
+        let a = sample(t0, 0, 1, 5);
+        let b = sample(t0, 100, 0, 5).narrowed(Some(&a));
+        assert!(b.upper <= ms(1102), "{b:?}");
+        let c = sample(t0, 1000, 0, 5).narrowed(Some(&b));
+        assert_eq!(c.upper, b.upper);
+        assert_eq!(judge(&c, ms(1150)), EndCause::Expired);
+        assert_eq!(judge(&c, ms(1050)), EndCause::Unknown, "maybe revoked");
+        assert_eq!(judge(&c, ms(5000)), EndCause::Unknown, "too late");
+        assert_eq!(judge(&b, ms(1150)), EndCause::Unknown, "no recent sample");
+        // A renewal between two samples: the later one is not narrowed.
+        let renewed = sample(t0, 900, 4, 5).narrowed(Some(&a));
+        assert_eq!(renewed.lower, sample(t0, 900, 4, 5).lower);
+    }
+}

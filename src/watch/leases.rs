@@ -1,0 +1,335 @@
+//! Lease sampling: current leaders' leases asked about at a bounded rate,
+//! lapsing ones near their expiry every 100 ms; what the cause lookup
+//! judges from.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{State, WatchConfig, Watcher};
+use crate::election::Client;
+use crate::events::{Event, EventKind, Update};
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sample {
+    /// When the request was sent and its answer received: etcd computed
+    /// `remaining` in between.
+    pub(super) sent: Instant,
+    pub(super) at: Instant,
+    /// Whole seconds, rounded down by etcd: the lease has at least this
+    /// long left, and less than one second more.
+    pub(super) remaining: i64,
+    pub(super) granted: i64,
+    /// Bounds on the lease's expiry: at or after `lower` (this sample's
+    /// own), and, if not renewed since, before `upper` (the tightest of the
+    /// samples since the last renewal: successive samples of a lapsing lease
+    /// narrow it to the sampling cadence, finer than etcd's whole seconds).
+    pub(super) lower: Instant,
+    pub(super) upper: Instant,
+    /// etcd's raft term when sampled: a leader change since then makes
+    /// the prediction unreliable (see `cause_of_lease_end`).
+    pub(super) raft_term: u64,
+    /// etcd's raft term at the lease's first sample. A lease that lived
+    /// through a leader change can be revoked early by the old leader when
+    /// it resumes (etcd issue 15247, in 3.4.23 and 3.5.1): an end before its
+    /// expiry then tells nothing of who revoked it.
+    pub(super) first_term: u64,
+}
+
+/// What the lease sampler and the cause lookup share.
+#[derive(Default)]
+pub(super) struct Leases {
+    /// election → lease of its current leader.
+    current: HashMap<String, i64>,
+    pub(super) samples: HashMap<i64, Sample>,
+    /// Leases whose last sample shows them near their expiry (lapsing:
+    /// less than half their TTL left, or less than 2 s): re-sampled every
+    /// 100 ms, so the moment etcd's whole seconds tick down is caught.
+    lapsing: HashMap<i64, String>,
+    /// Elections whose lease changed: sampled first, each once (`in_fresh`).
+    fresh: VecDeque<String>,
+    in_fresh: std::collections::HashSet<String>,
+    /// Round-robin order of leading elections, each once (`queued`).
+    queue: VecDeque<String>,
+    queued: std::collections::HashSet<String>,
+}
+
+impl Leases {
+    fn leads(&mut self, election: &str, lease: i64) {
+        self.current.insert(election.to_owned(), lease);
+        if self.in_fresh.insert(election.to_owned()) {
+            self.fresh.push_back(election.to_owned());
+        }
+        if self.queued.insert(election.to_owned()) {
+            self.queue.push_back(election.to_owned());
+        }
+    }
+
+    fn ended(&mut self, election: &str) {
+        if let Some(lease) = self.current.remove(election) {
+            self.samples.remove(&lease);
+            self.lapsing.remove(&lease);
+        }
+    }
+
+    /// Up to `budget` (election, lease) pairs: changed leases first, then
+    /// round-robin; each election at most once.
+    fn pick(&mut self, budget: usize) -> Vec<(String, i64)> {
+        let mut picked: Vec<(String, i64)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        while picked.len() < budget {
+            let Some(name) = self.fresh.pop_front() else {
+                break;
+            };
+            self.in_fresh.remove(&name);
+            if let Some(&lease) = self.current.get(&name) {
+                if seen.insert(name.clone()) {
+                    picked.push((name, lease));
+                }
+            }
+        }
+        let mut turns = self.queue.len();
+        while picked.len() < budget && turns > 0 {
+            turns -= 1;
+            let Some(name) = self.queue.pop_front() else {
+                break;
+            };
+            match self.current.get(&name) {
+                Some(&lease) => {
+                    if seen.insert(name.clone()) {
+                        picked.push((name.clone(), lease));
+                    }
+                    self.queue.push_back(name);
+                }
+                None => {
+                    self.queued.remove(&name);
+                }
+            }
+        }
+        picked
+    }
+}
+
+/// How often lapsing leases near their expiry are re-sampled.
+const LAPSING_SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// Most leases near expiry re-sampled per [`LAPSING_SAMPLE_EVERY`] (at
+/// most 500 requests per second to etcd, whatever the number of leases).
+const LAPSING_SAMPLES_PER_TICK: usize = 50;
+/// A lapsing lease is re-sampled from this long before its latest expiry.
+const LAPSING_WINDOW: Duration = Duration::from_millis(2500);
+
+impl Sample {
+    pub(super) fn lapsing(&self) -> bool {
+        (self.remaining.max(0) + 1) * 2 <= self.granted
+    }
+
+    /// This sample, narrowed by the previous one of the same lease when no
+    /// renewal can lie between them: a renewal after `prev` was sent puts
+    /// the expiry at or after `prev.sent + granted`, so a new window
+    /// entirely below that proves none happened.
+    pub(super) fn narrowed(self, prev: Option<&Sample>) -> Sample {
+        match prev {
+            Some(p)
+                if self.granted > 0
+                    && self.upper <= p.sent + Duration::from_secs(self.granted as u64) =>
+            {
+                // Only the latest expiry bound narrows. The earliest stays
+                // the latest sample's own: in fault runs a lease went 0.7 s
+                // after an earlier sample said at least 1 s was left, so an
+                // older sample's lower bound is not trusted.
+                Sample {
+                    upper: self.upper.min(p.upper),
+                    ..self
+                }
+            }
+            _ => self,
+        }
+    }
+}
+
+/// Samples current leaders' leases, at most `lease_samples_per_interval`
+/// per interval, oldest first; and lapsing leases near their expiry every
+/// 100 ms, so an expiry is bounded to the cadence rather than to etcd's
+/// whole seconds.
+pub(super) async fn sample_leases(
+    client: Client,
+    cfg: WatchConfig,
+    leases: Arc<Mutex<Leases>>,
+    tx: mpsc::Sender<Update>,
+) {
+    let every = cfg.lease_sample_interval.min(LAPSING_SAMPLE_EVERY);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_round = Instant::now() - cfg.lease_sample_interval;
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let batch = match leases.lock() {
+            Ok(mut l) => {
+                // The soonest to expire first.
+                let mut near: Vec<(Instant, i64, &String)> = l
+                    .lapsing
+                    .iter()
+                    .filter_map(|(lease, e)| {
+                        let s = l.samples.get(lease)?;
+                        (s.upper <= now + LAPSING_WINDOW).then_some((s.upper, *lease, e))
+                    })
+                    .collect();
+                if near.len() > LAPSING_SAMPLES_PER_TICK {
+                    near.select_nth_unstable_by_key(LAPSING_SAMPLES_PER_TICK, |n| n.0);
+                    near.truncate(LAPSING_SAMPLES_PER_TICK);
+                }
+                let mut batch: Vec<(String, i64)> = near
+                    .into_iter()
+                    .map(|(_, lease, e)| (e.clone(), lease))
+                    .collect();
+                if now >= last_round + cfg.lease_sample_interval {
+                    last_round = now;
+                    for p in l.pick(cfg.lease_samples_per_interval) {
+                        if !batch.iter().any(|b| b.1 == p.1) {
+                            batch.push(p);
+                        }
+                    }
+                }
+                batch
+            }
+            Err(_) => return,
+        };
+        for (election, lease) in batch {
+            let sent = Instant::now();
+            let (remaining, granted, raft_term) = match client
+                .op(client.etcd().lease_time_to_live(lease, None))
+                .await
+            {
+                Ok(r) if r.ttl() >= 0 => (
+                    Some(r.ttl()),
+                    r.granted_ttl(),
+                    r.header().map(|h| h.raft_term()),
+                ),
+                Ok(_) => (None, 0, None),
+                Err(e) if e.is_lease_not_found() => (None, 0, None),
+                Err(_) => continue,
+            };
+            if let (Some(r), Ok(mut l)) = (remaining, leases.lock()) {
+                // Only while it still leads: a sample of a lease whose term
+                // ended meanwhile must not outlive it.
+                if l.current.get(&election) == Some(&lease) {
+                    let at = Instant::now();
+                    let secs = Duration::from_secs(r.max(0) as u64);
+                    let sample = Sample {
+                        sent,
+                        at,
+                        remaining: r,
+                        granted,
+                        raft_term: raft_term.unwrap_or(0),
+                        first_term: l
+                            .samples
+                            .get(&lease)
+                            .map(|p| p.first_term)
+                            .unwrap_or(raft_term.unwrap_or(0)),
+                        lower: sent + secs,
+                        upper: at + secs + Duration::from_secs(1),
+                    };
+                    let prev = l
+                        .samples
+                        .get(&lease)
+                        .filter(|p| p.raft_term == sample.raft_term);
+                    let sample = sample.narrowed(prev);
+                    if sample.lapsing() || sample.remaining <= 1 {
+                        l.lapsing.insert(lease, election.clone());
+                    } else {
+                        l.lapsing.remove(&lease);
+                    }
+                    l.samples.insert(lease, sample);
+                }
+            }
+            let update = Update::LeaseSampled {
+                election,
+                lease_id: lease,
+                remaining_seconds: remaining,
+            };
+            if tx.send(update).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl Watcher {
+    /// Tells the sampler which leases lead now: all of them after a load,
+    /// incrementally from a batch's term events otherwise (no work per
+    /// election on the hot path).
+    pub(super) fn track_all_leases(&self, state: &State) {
+        let Ok(mut l) = self.leases.lock() else {
+            return;
+        };
+        *l = Leases::default();
+        for (name, t) in state.leaders() {
+            if t.lease_id != 0 {
+                l.leads(name, t.lease_id);
+            }
+        }
+    }
+
+    pub(super) fn track_leases(&self, events: &[Event]) {
+        let Ok(mut l) = self.leases.lock() else {
+            return;
+        };
+        for e in events {
+            match &e.kind {
+                EventKind::TermStarted { lease_id, .. } if *lease_id != 0 => {
+                    l.leads(&e.election, *lease_id)
+                }
+                EventKind::TermStarted { .. } | EventKind::TermEnded { .. } => l.ended(&e.election),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Leases;
+
+    #[test]
+    fn churn_neither_grows_the_queue_nor_starves_other_elections() {
+        let mut l = Leases::default();
+        for i in 0..3 {
+            l.leads(&format!("steady-{i}"), 100 + i);
+        }
+        // One election changes leader a thousand times between samples.
+        for lease in 0..1000 {
+            l.ended("churny");
+            l.leads("churny", 1000 + lease);
+        }
+        assert_eq!(
+            l.queue.len(),
+            4,
+            "each leading election once in the round robin"
+        );
+        assert_eq!(
+            l.fresh.len(),
+            4,
+            "each changed election once in the fresh queue"
+        );
+        // Two rounds of two samples reach every election, churny once.
+        let mut picked = l.pick(2);
+        picked.extend(l.pick(2));
+        let names: std::collections::HashSet<&str> =
+            picked.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names.len(), 4, "{picked:?}");
+        assert!(
+            picked.contains(&("churny".to_owned(), 1999)),
+            "the current lease is sampled: {picked:?}"
+        );
+        // An election that no longer leads leaves the round robin.
+        l.ended("steady-0");
+        for _ in 0..4 {
+            l.pick(10);
+        }
+        assert!(!l.queued.contains("steady-0"));
+    }
+}

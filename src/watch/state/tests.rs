@@ -1,0 +1,307 @@
+use super::*;
+
+fn put(key: &str, value: &str, create: i64, rev: i64, lease: i64) -> Change {
+    Change::Put(Kv {
+        key: key.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec(),
+        create_revision: create,
+        mod_revision: rev,
+        lease,
+    })
+}
+
+fn del(key: &str, rev: i64, lease: i64) -> Change {
+    Change::Delete {
+        key: key.as_bytes().to_vec(),
+        revision: rev,
+        lease,
+    }
+}
+
+fn kinds(p: &[Pending]) -> Vec<&'static str> {
+    p.iter().map(|p| p.event.kind.name()).collect()
+}
+
+#[test]
+fn single_key_terms_markers_and_proclaim() {
+    let mut s = State::new(Keys::new(""), 10);
+    let (p, _) = s.apply(5, &[put("election/db", "a", 5, 5, 100)], 1000);
+    assert_eq!(kinds(&p), ["term_started"]);
+    let (p, _) = s.apply(6, &[put("election/db", "a2", 5, 6, 100)], 1100);
+    assert!(
+        matches!(&p[0].event.kind, EventKind::LeaderValueChanged { previous, holder, .. } if previous == "a" && holder == "a2")
+    );
+    // tenure resign: deletion and marker in one revision.
+    let (p, _) = s.apply(
+        7,
+        &[
+            del("election/db", 7, 100),
+            put(
+                "election/~end/db",
+                r#"{"token":5,"cause":"resigned"}"#,
+                7,
+                7,
+                100,
+            ),
+        ],
+        1200,
+    );
+    match &p[0].event.kind {
+        EventKind::TermEnded {
+            cause,
+            token,
+            started_revision,
+            started_at_ms,
+            ..
+        } => {
+            assert_eq!(
+                (*cause, *token, *started_revision, *started_at_ms),
+                (EndCause::Resigned, 5, 5, 1000)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p[0].cause_lookup, None);
+    // A deletion without a marker needs the lease looked up.
+    s.apply(9, &[put("election/db", "b", 9, 9, 200)], 1300);
+    let (p, _) = s.apply(10, &[del("election/db", 10, 200)], 1400);
+    assert_eq!(p[0].cause_lookup, Some(200));
+    // A marker of another term does not count (here a legacy marker,
+    // inside the candidates' prefix, as tenure wrote them before).
+    s.apply(11, &[put("election/db", "c", 11, 11, 300)], 1500);
+    let (p, _) = s.apply(
+        12,
+        &[
+            del("election/db", 12, 300),
+            put(
+                "election/db/~end",
+                r#"{"token":9,"cause":"deleted"}"#,
+                12,
+                12,
+                0,
+            ),
+        ],
+        1600,
+    );
+    assert_eq!(p[0].cause_lookup, Some(300));
+    // A legacy marker of the ended term still counts.
+    s.apply(13, &[put("election/db", "d", 13, 13, 400)], 1700);
+    let (p, _) = s.apply(
+        14,
+        &[
+            del("election/db", 14, 400),
+            put(
+                "election/db/~end",
+                r#"{"token":13,"cause":"deleted"}"#,
+                14,
+                14,
+                400,
+            ),
+        ],
+        1800,
+    );
+    assert!(matches!(
+        &p[0].event.kind,
+        EventKind::TermEnded {
+            cause: EndCause::Deleted,
+            ..
+        }
+    ));
+    assert_eq!(p[0].cause_lookup, None);
+}
+
+#[test]
+fn queue_layout_next_lowest_takes_over_in_the_same_revision() {
+    let mut s = State::new(Keys::new(""), 10);
+    s.apply(3, &[put("election/q/a", "alice", 3, 3, 0xa)], 0);
+    let (p, _) = s.apply(4, &[put("election/q/b", "bob", 4, 4, 0xb)], 0);
+    assert_eq!(kinds(&p), ["candidate_queued"], "bob queues behind alice");
+    assert!(
+        matches!(&p[0].event.kind, EventKind::CandidateQueued { holder, token: 4, lease_id: 0xb } if holder == "bob")
+    );
+    let (p, _) = s.apply(5, &[del("election/q/a", 5, 0xa)], 0);
+    assert_eq!(
+        kinds(&p),
+        ["term_ended", "term_started"],
+        "no candidate_left: bob leads"
+    );
+    assert!(
+        matches!(&p[1].event.kind, EventKind::TermStarted { holder, token: 4, layout: Layout::Queue, previous_holder: Some(prev), .. } if holder == "bob" && prev == "alice")
+    );
+}
+
+#[test]
+fn waiting_counts_are_reported_once_per_change_and_after_a_reload() {
+    let mut s = State::new(Keys::new(""), 10);
+    s.apply(3, &[put("election/q/a", "alice", 3, 3, 0xa)], 0);
+    assert!(
+        s.waiting_changes().is_empty(),
+        "a leader alone: nobody waits"
+    );
+    s.apply(4, &[put("election/q/b", "bob", 4, 4, 0xb)], 0);
+    s.apply(5, &[put("election/q/c", "carol", 5, 5, 0xc)], 0);
+    assert_eq!(s.waiting_changes(), vec![("q".to_owned(), 2)]);
+    assert!(s.waiting_changes().is_empty(), "once");
+    // The leader goes: bob leads, carol waits.
+    s.apply(6, &[del("election/q/a", 6, 0xa)], 0);
+    assert_eq!(s.waiting_changes(), vec![("q".to_owned(), 1)]);
+    // A reload (a gap) where the queue emptied meanwhile: 0 is reported.
+    let only_carol = [Kv {
+        key: b"election/q/c".to_vec(),
+        value: b"carol".to_vec(),
+        create_revision: 5,
+        mod_revision: 5,
+        lease: 0xc,
+    }];
+    s.load(9, &only_carol, &[], 0);
+    assert_eq!(s.waiting_changes(), vec![("q".to_owned(), 0)]);
+}
+
+#[test]
+fn queue_arrivals_and_departures_are_events_the_leaders_are_not() {
+    let mut s = State::new(Keys::new(""), 10);
+    let (p, _) = s.apply(3, &[put("election/q/a", "alice", 3, 3, 0xa)], 0);
+    assert_eq!(kinds(&p), ["term_started"], "the first key leads at once");
+    let (p, _) = s.apply(
+        4,
+        &[
+            put("election/q/b", "bob", 4, 4, 0xb),
+            put("election/q/c", "carol", 4, 4, 0xc),
+        ],
+        0,
+    );
+    assert_eq!(kinds(&p), ["candidate_queued", "candidate_queued"]);
+    // A waiter's proclaim is no arrival.
+    let (p, _) = s.apply(5, &[put("election/q/b", "bob2", 4, 5, 0xb)], 0);
+    assert!(p.is_empty(), "{p:?}");
+    // bob gives up; carol stays.
+    let (p, _) = s.apply(6, &[del("election/q/b", 6, 0xb)], 0);
+    assert_eq!(kinds(&p), ["candidate_left"]);
+    assert!(
+        matches!(&p[0].event.kind, EventKind::CandidateLeft { holder, token: 4, lease_id: 0xb } if holder == "bob2")
+    );
+    // The leader and the waiter go in one revision: a term end, no leave
+    // for the leader, a leave for carol.
+    let (p, _) = s.apply(
+        7,
+        &[del("election/q/a", 7, 0xa), del("election/q/c", 7, 0xc)],
+        0,
+    );
+    assert_eq!(kinds(&p), ["term_ended", "candidate_left"]);
+    // Single-key layout: nobody queues in etcd.
+    s.apply(8, &[put("election/s", "x", 8, 8, 1)], 0);
+    assert!(s
+        .apply(9, &[del("election/s", 9, 1)], 0)
+        .0
+        .iter()
+        .all(|p| p.event.kind.name() == "term_ended"));
+}
+
+#[test]
+fn fence_events_carry_the_current_term() {
+    let mut s = State::new(Keys::new(""), 10);
+    s.apply(3, &[put("election/db", "a", 3, 3, 7)], 0);
+    let (p, _) = s.apply(
+        4,
+        &[put(
+            "fence/db/orders/~refusal",
+            r#"{"token":2,"reason":"stale_token"}"#,
+            4,
+            4,
+            0,
+        )],
+        0,
+    );
+    assert!(matches!(
+        &p[0].event.kind,
+        EventKind::FenceRefused {
+            token: 2,
+            current_token: Some(3),
+            ..
+        }
+    ));
+    let (p, _) = s.apply(
+        5,
+        &[put("fence/db/orders", "00000000000000000003", 4, 5, 0)],
+        0,
+    );
+    assert!(
+        matches!(&p[0].event.kind, EventKind::FenceAccepted { token: 3, resource } if resource == "orders")
+    );
+}
+
+#[test]
+fn load_adopts_open_terms_and_reports_what_changed_while_away() {
+    let mut s = State::new(Keys::new(""), 10);
+    let kv = |k: &str, v: &str, c: i64| Kv {
+        key: k.as_bytes().to_vec(),
+        value: v.as_bytes().to_vec(),
+        create_revision: c,
+        mod_revision: c,
+        lease: 1,
+    };
+    let open = |e: &str, token: i64| OpenTerm {
+        election: e.into(),
+        token,
+        holder: "old".into(),
+        lease_id: 1,
+        layout: Layout::Single,
+        started_revision: token,
+        started_at_ms: 42,
+    };
+    let (ev, _) = s.load(
+        20,
+        &[kv("election/same", "x", 3), kv("election/changed", "y", 15)],
+        &[open("same", 3), open("changed", 4), open("gone", 5)],
+        1000,
+    );
+    let names: Vec<(String, &str)> = ev
+        .iter()
+        .map(|e| (e.election.clone(), e.kind.name()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("changed".to_string(), "term_ended"),
+            ("changed".to_string(), "term_started"),
+            ("gone".to_string(), "term_ended"),
+        ]
+    );
+    assert_eq!(s.leader("same").map(|t| t.started_at_ms), Some(42));
+}
+
+#[test]
+fn hostile_input_is_bounded() {
+    let mut s = State::new(Keys::new(""), 2);
+    let huge = "<script>".repeat(100_000);
+    let (p, _) = s.apply(3, &[put("election/a", &huge, 3, 3, 1)], 0);
+    match &p[0].event.kind {
+        EventKind::TermStarted { holder, .. } => assert!(holder.len() <= MAX_CANDIDATE_LEN + 3),
+        other => panic!("{other:?}"),
+    }
+    let (_, st) = s.apply(
+        4,
+        &[
+            Change::Put(Kv {
+                key: b"election/\xff".to_vec(),
+                value: vec![],
+                create_revision: 4,
+                mod_revision: 4,
+                lease: 0,
+            }),
+            put("election/b", "x", 4, 4, 0),
+            put("election/c", "x", 4, 4, 0),
+        ],
+        0,
+    );
+    assert_eq!(
+        st,
+        [
+            WatchStatus::IgnoredKey,
+            WatchStatus::Overflow {
+                election: "c".into()
+            }
+        ]
+    );
+    assert_eq!(s.len(), 2);
+}

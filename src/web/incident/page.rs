@@ -1,0 +1,258 @@
+//! `GET /timeline`: every election of a window, one lane each, paged.
+
+use std::sync::Arc;
+
+use askama::Template;
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+
+use super::drawing::{layout, render_svg};
+use super::window::{load, select, SelectError};
+use super::{DEFAULT_LANES, MAX_LANES_PER_PAGE};
+use crate::events::now_ms;
+use crate::history::{format_duration_ms, format_ms, short_time};
+use crate::web::pages::{decode_component, encode_component, error_page, render, Head};
+use crate::web::timeline;
+use crate::web::AppState;
+
+struct Preset {
+    label: &'static str,
+    href: String,
+    active: bool,
+}
+
+struct EventRow {
+    time: String,
+    kind: &'static str,
+    details: String,
+    certain: bool,
+}
+
+#[derive(Template)]
+#[template(path = "incident.html")]
+struct TimelineAllPage {
+    head: Head,
+    live: &'static str,
+    from_value: String,
+    to_value: String,
+    match_value: String,
+    presets: Vec<Preset>,
+    window_label: String,
+    span_label: String,
+    earlier_href: String,
+    later_href: Option<String>,
+    svg: String,
+    total: usize,
+    first: usize,
+    last: usize,
+    prev_href: Option<String>,
+    next_href: Option<String>,
+    report_md: String,
+    report_json: String,
+    events: Vec<EventRow>,
+    cluster_count: usize,
+}
+
+#[derive(Debug, Default)]
+struct PageParams {
+    from: Option<String>,
+    to: Option<String>,
+    glob: Option<String>,
+    page: Option<String>,
+    per_page: Option<String>,
+}
+
+fn page_params(raw: Option<&str>) -> PageParams {
+    let mut p = PageParams::default();
+    for pair in raw.unwrap_or("").split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = decode_component(v).trim().to_owned();
+        if v.is_empty() {
+            continue;
+        }
+        match k {
+            "from" => p.from = Some(v),
+            "to" => p.to = Some(v),
+            "match" => p.glob = Some(v),
+            "page" => p.page = Some(v),
+            "per_page" => p.per_page = Some(v),
+            _ => {}
+        }
+    }
+    p
+}
+
+fn query_string(from: Option<&str>, to: Option<&str>, glob: Option<&str>) -> String {
+    let mut parts = Vec::new();
+    for (k, v) in [("from", from), ("to", to), ("match", glob)] {
+        if let Some(v) = v {
+            parts.push(format!("{k}={}", encode_component(v)));
+        }
+    }
+    parts.join("&")
+}
+
+pub(super) async fn timeline_page(
+    State(s): State<Arc<AppState>>,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let p = page_params(raw.as_deref());
+    let now = now_ms();
+    let bad = |m: String| error_page(&s, StatusCode::BAD_REQUEST, "Invalid request", m);
+    let sel = match select(p.from.as_deref(), p.to.as_deref(), p.glob.as_deref(), now) {
+        Ok(sel) => sel,
+        Err(SelectError::Bad(m)) => return bad(m),
+    };
+    let number = |what: &str, v: &Option<String>, default: usize| match v {
+        None => Ok(default),
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| format!("{what}: {v:?} is not a positive number")),
+    };
+    let page = match number("page", &p.page, 1) {
+        Ok(n) => n,
+        Err(m) => return bad(m),
+    };
+    let per_page = match number("per_page", &p.per_page, DEFAULT_LANES) {
+        Ok(n) => n.min(MAX_LANES_PER_PAGE),
+        Err(m) => return bad(m),
+    };
+    let skip = (page - 1).saturating_mul(per_page);
+    let reader = s.history.clone();
+    let sel2 = sel.clone();
+    let w = match tokio::task::spawn_blocking(move || load(&reader, &sel2, skip, per_page)).await {
+        Ok(Ok(w)) => w,
+        Ok(Err(e)) => {
+            return error_page(
+                &s,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "History unavailable",
+                e.to_string(),
+            )
+        }
+        Err(e) => {
+            return error_page(
+                &s,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "History unavailable",
+                e.to_string(),
+            )
+        }
+    };
+    let d = layout(&w, now, timeline::WIDTH);
+    let title = format!(
+        "Every election from {} to {} UTC",
+        short_time(sel.from_ms),
+        short_time(sel.to_ms)
+    );
+    let svg = render_svg(&d, &title);
+    let qs = query_string(p.from.as_deref(), p.to.as_deref(), p.glob.as_deref());
+    let page_href = |n: usize| {
+        let mut h = format!("/timeline?{qs}");
+        if !qs.is_empty() {
+            h.push('&');
+        }
+        h.push_str(&format!("page={n}"));
+        if p.per_page.is_some() {
+            h.push_str(&format!("&per_page={per_page}"));
+        }
+        h
+    };
+    let report = |format: &str| {
+        format!(
+            "/api/v1/report?{}&format={format}",
+            query_string(
+                Some(&format_ms(sel.from_ms)),
+                Some(&format_ms(sel.to_ms)),
+                sel.glob.as_deref()
+            )
+        )
+    };
+    let presets = ["15m", "1h", "6h", "24h", "7d"]
+        .into_iter()
+        .map(|l| Preset {
+            label: l,
+            href: format!(
+                "/timeline?{}",
+                query_string(Some(l), None, p.glob.as_deref())
+            ),
+            active: p.to.is_none() && p.from.as_deref() == Some(l),
+        })
+        .collect();
+    let events = w
+        .cluster
+        .iter()
+        .rev()
+        .take(200)
+        .map(|e| EventRow {
+            time: short_time(e.at_ms),
+            kind: e.kind.name(),
+            details: match e.not_before_ms {
+                Some(nb) if nb < e.at_ms => format!(
+                    "{} (between {} and {})",
+                    e.kind.describe(),
+                    &short_time(nb)[11..],
+                    &short_time(e.at_ms)[11..]
+                ),
+                Some(_) => e.kind.describe(),
+                None => format!("{} (when it happened: unknown)", e.kind.describe()),
+            },
+            certain: e.not_before_ms.is_some(),
+        })
+        .collect();
+    let live = if p.to.is_none() || sel.to_ms >= now - 1000 {
+        "swap"
+    } else {
+        "off"
+    };
+    let span = sel.to_ms - sel.from_ms;
+    let earlier_href = format!(
+        "/timeline?{}",
+        query_string(
+            Some(&format_ms(sel.from_ms - span)),
+            Some(&format_ms(sel.from_ms)),
+            p.glob.as_deref()
+        )
+    );
+    let later_href = (sel.to_ms < now - 1000).then(|| {
+        let to = (sel.to_ms + span).min(now);
+        format!(
+            "/timeline?{}",
+            query_string(
+                Some(&format_ms(to - span)),
+                Some(&format_ms(to)),
+                p.glob.as_deref()
+            )
+        )
+    });
+    let page_view = TimelineAllPage {
+        earlier_href,
+        later_href,
+        head: Head::new(&s, "every election · tenure".to_owned(), now),
+        live,
+        from_value: p.from.clone().unwrap_or_default(),
+        to_value: p.to.clone().unwrap_or_default(),
+        match_value: p.glob.clone().unwrap_or_default(),
+        presets,
+        window_label: format!(
+            "{} → {} UTC",
+            &short_time(sel.from_ms)[..19],
+            &short_time(sel.to_ms)[..19]
+        ),
+        span_label: format_duration_ms(sel.to_ms - sel.from_ms),
+        svg,
+        total: w.total,
+        first: if w.lanes.is_empty() { 0 } else { skip + 1 },
+        last: skip + w.lanes.len(),
+        prev_href: (page > 1).then(|| page_href(page - 1)),
+        next_href: (skip + w.lanes.len() < w.total).then(|| page_href(page + 1)),
+        report_md: report("md"),
+        report_json: report("json"),
+        cluster_count: w.cluster.len(),
+        events,
+    };
+    render(StatusCode::OK, &page_view)
+}

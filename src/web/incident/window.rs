@@ -1,0 +1,289 @@
+//! The window of the incident view: the filter (`from`, `to`, a name
+//! glob) and what the history holds of it, busiest elections first.
+
+use super::MAX_WINDOW_MS;
+use crate::events::cluster::ClusterEvent;
+use crate::events::EventKind;
+use crate::history::window::Activity;
+use crate::history::{
+    self, format_duration_ms, format_ms, parse_time, HistoryError, Query, Reader, RefusalRow,
+    TermRow,
+};
+use crate::web::timeline::GapMark;
+
+/// The default window: the last hour.
+const DEFAULT_WINDOW_MS: i64 = 3_600_000;
+
+// ---------------------------------------------------------------------------
+// Globs.
+// ---------------------------------------------------------------------------
+
+/// `*` matches any run of bytes (slashes included), `?` one character;
+/// everything else itself. Linear-time (no backtracking blow-up).
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+// ---------------------------------------------------------------------------
+// Loading a window.
+// ---------------------------------------------------------------------------
+
+/// The window and the filter, parsed.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub glob: Option<String>,
+}
+
+#[derive(Debug)]
+pub enum SelectError {
+    Bad(String),
+}
+
+pub(super) fn select(
+    from: Option<&str>,
+    to: Option<&str>,
+    glob: Option<&str>,
+    now: i64,
+) -> Result<Selection, SelectError> {
+    let parse = |what: &str, v: Option<&str>| {
+        v.filter(|s| !s.trim().is_empty())
+            .map(|s| parse_time(s.trim()))
+            .transpose()
+            .map_err(|e| SelectError::Bad(format!("{what}: {e}")))
+    };
+    let to_ms = parse("to", to)?.unwrap_or(now);
+    let from_ms = parse("from", from)?.unwrap_or(to_ms - DEFAULT_WINDOW_MS);
+    if from_ms >= to_ms {
+        return Err(SelectError::Bad(format!(
+            "from ({}) must be before to ({})",
+            format_ms(from_ms),
+            format_ms(to_ms)
+        )));
+    }
+    if to_ms - from_ms > MAX_WINDOW_MS {
+        return Err(SelectError::Bad(format!(
+            "the window is {}; at most {} per request: narrow from/to",
+            format_duration_ms(to_ms - from_ms),
+            format_duration_ms(MAX_WINDOW_MS)
+        )));
+    }
+    let glob = glob
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+        .map(|g| g.chars().take(256).collect());
+    Ok(Selection {
+        from_ms,
+        to_ms,
+        glob,
+    })
+}
+
+/// One election's share of the window.
+#[derive(Debug, Clone)]
+pub struct Lane {
+    pub activity: Activity,
+    pub terms: Vec<TermRow>,
+    pub refusals: Vec<RefusalRow>,
+    pub known_since_ms: Option<i64>,
+    /// The row budget ran out: `terms` or `refusals` are not all of the
+    /// window's (leaderless time is then unknown).
+    pub truncated: bool,
+}
+
+/// Everything one view of the window needs.
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub sel: Selection,
+    /// Elections selected in all (before paging).
+    pub total: usize,
+    pub lanes: Vec<Lane>,
+    pub gaps: Vec<GapMark>,
+    /// Revisions whose changes were replayed, not seen as they happened.
+    pub replays: Vec<ReplayMark>,
+    pub cluster: Vec<ClusterEvent>,
+}
+
+/// Changes of `from_revision..=to_revision` recorded at `at_ms` were
+/// replayed: they happened after `since_ms` (`None`: unknown when).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayMark {
+    pub at_ms: i64,
+    pub from_revision: i64,
+    pub to_revision: i64,
+    pub since_ms: Option<i64>,
+}
+
+impl Window {
+    /// When a term boundary recorded at (`revision`, `at_ms`) may really
+    /// have happened: `None` if it was seen as it happened; else the
+    /// earliest moment (`Some(None)`: unknown). A replay's changes carry the
+    /// replay's arrival time, so both must match.
+    pub fn replayed_since(&self, revision: i64, at_ms: i64) -> Option<Option<i64>> {
+        self.replays
+            .iter()
+            .find(|r| r.at_ms == at_ms && (r.from_revision..=r.to_revision).contains(&revision))
+            .map(|r| r.since_ms)
+    }
+}
+
+/// Elections selected, busiest first, then by name.
+fn selected(reader: &Reader, sel: &Selection) -> Result<Vec<Activity>, HistoryError> {
+    let q = Query {
+        from_ms: Some(sel.from_ms),
+        to_ms: Some(sel.to_ms),
+        limit: None,
+    };
+    let mut active = reader.activity(&q)?;
+    if let Some(g) = &sel.glob {
+        active.retain(|a| glob_match(g, &a.election));
+        // Matching elections that were quiet in the window get a lane too.
+        let known: std::collections::HashSet<String> =
+            active.iter().map(|a| a.election.clone()).collect();
+        for e in reader.elections()? {
+            if !known.contains(&e.election) && glob_match(g, &e.election) {
+                active.push(Activity {
+                    election: e.election,
+                    ..Activity::default()
+                });
+            }
+        }
+    }
+    active.sort_by(|a, b| {
+        b.busyness()
+            .cmp(&a.busyness())
+            .then_with(|| a.election.cmp(&b.election))
+    });
+    Ok(active)
+}
+
+/// The most terms and refusals one load reads, over all its lanes.
+pub const LOAD_BUDGET: usize = 200_000;
+
+/// Loads `sel`, keeping the elections `skip..skip+take` of the order.
+pub fn load(
+    reader: &Reader,
+    sel: &Selection,
+    skip: usize,
+    take: usize,
+) -> Result<Window, HistoryError> {
+    let all = selected(reader, sel)?;
+    let total = all.len();
+    let q = Query {
+        from_ms: Some(sel.from_ms),
+        to_ms: Some(sel.to_ms),
+        limit: Some(history::MAX_LIMIT),
+    };
+    let mut lanes = Vec::new();
+    let mut budget = LOAD_BUDGET;
+    for a in all.into_iter().skip(skip).take(take) {
+        let limit = budget.clamp(1, history::MAX_LIMIT);
+        let lq = Query {
+            limit: Some(limit),
+            ..q
+        };
+        let first = reader.terms(
+            &a.election,
+            &Query {
+                limit: Some(1),
+                ..Query::default()
+            },
+        )?;
+        let terms = reader.terms(&a.election, &lq)?;
+        let refusals = reader.refusals(Some(&a.election), &lq)?;
+        let truncated = terms.len() >= limit || refusals.len() >= limit;
+        budget = budget.saturating_sub(terms.len() + refusals.len());
+        lanes.push(Lane {
+            known_since_ms: first.first().map(|t| t.started_at_ms),
+            terms,
+            refusals,
+            truncated,
+            activity: a,
+        });
+    }
+    let (mut gaps, mut replays) = (Vec::new(), Vec::new());
+    for e in reader.events(Some(""), &q)? {
+        match e.kind {
+            // What a gap's or a reset's reload recorded happened at some
+            // unknown point before it.
+            EventKind::Gap {
+                from_revision,
+                to_revision,
+            } => {
+                gaps.push(GapMark {
+                    at_ms: e.at_ms,
+                    from_revision,
+                    to_revision,
+                });
+                replays.push(ReplayMark {
+                    at_ms: e.at_ms,
+                    from_revision,
+                    to_revision,
+                    since_ms: None,
+                });
+            }
+            EventKind::Reset { from_revision, .. } => replays.push(ReplayMark {
+                at_ms: e.at_ms,
+                from_revision,
+                to_revision: from_revision,
+                since_ms: None,
+            }),
+            EventKind::Unobserved {
+                from_revision,
+                to_revision,
+                since_ms,
+            } => replays.push(ReplayMark {
+                at_ms: e.at_ms,
+                from_revision,
+                to_revision,
+                since_ms,
+            }),
+            _ => {}
+        }
+    }
+    let cluster = reader.cluster_events(&q)?;
+    Ok(Window {
+        sel: sel.clone(),
+        total,
+        lanes,
+        gaps,
+        replays,
+        cluster,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*", "a/b"));
+        assert!(glob_match("svc-*", "svc-1"));
+        assert!(!glob_match("svc-*", "db-1"));
+        assert!(glob_match("a?c", "abc"));
+        assert!(glob_match("*/leader", "x/y/leader"));
+        assert!(!glob_match("a*b", "acbd"));
+        assert!(glob_match("a*b*", "acbd"));
+    }
+}

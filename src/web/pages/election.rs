@@ -1,0 +1,353 @@
+//! One election's timeline page (`/elections/{name}`): its query, the
+//! window it shows, and what the history and etcd say about it. What the
+//! page shows is built from that in [`super::election_view`].
+//!
+//! - History queries run on blocking threads. The current leader is read
+//!   from etcd at the same time, bounded by [`ETCD_WAIT`]: when etcd does not
+//!   answer, the page shows the history's view and says so; it never fails
+//!   because etcd is down.
+//! - The timeline's window comes from `from` and `to` (anything
+//!   [`parse_time`] accepts: RFC 3339, unix seconds, `2h` for two hours
+//!   ago). Without them: the last hour, except
+//!   - when nothing happened in it: the hour that ends [`STALE_PAD`] after
+//!     the election's last event (so an election that went quiet still
+//!     shows its last changes), with a note and a link to the last hour;
+//!   - when the election's history is younger than an hour: from a little
+//!     before its first term (10 % of the age, at least
+//!     [`MIN_DEFAULT_WINDOW_MS`] in all), so a new election is not a sliver
+//!     at the right edge.
+//! - Tables show the newest rows first, at most `limit` (default
+//!   [`DEFAULT_ROWS`], at most [`MAX_ROWS`]), with "showing N of M".
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+
+use super::election_view::{EtcdAnswer, PageInput};
+use super::error::error_page;
+use super::render;
+use super::urls::query_pairs;
+use crate::election::ElectionName;
+use crate::events::cluster::ClusterEvent;
+use crate::events::{now_ms, Event, EventKind};
+use crate::history::{
+    self, format_ms, parse_time, ElectionSummary, Query, Reader, RefusalRow, TermRow,
+};
+use crate::web::timeline::GapMark;
+use crate::web::AppState;
+
+/// How long a page waits for etcd's view of the current leader.
+pub const ETCD_WAIT: Duration = Duration::from_millis(1500);
+/// Default window of the timeline.
+pub const DEFAULT_WINDOW_MS: i64 = 3_600_000;
+/// A quiet election's default window ends this long after its last event.
+pub const STALE_PAD: i64 = 5 * 60_000;
+/// The shortest default window (for an election younger than an hour).
+pub const MIN_DEFAULT_WINDOW_MS: i64 = 2 * 60_000;
+/// Rows per table unless `limit` says otherwise.
+pub const DEFAULT_ROWS: usize = 100;
+/// The most rows a table shows.
+pub const MAX_ROWS: usize = 5000;
+
+/// The query parameters of the timeline page, as given.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Params {
+    pub(super) from: Option<String>,
+    pub(super) to: Option<String>,
+    pub(super) limit: Option<String>,
+}
+
+impl Params {
+    fn parse(raw: Option<&str>) -> Params {
+        let mut p = Params::default();
+        for (k, v) in query_pairs(raw) {
+            match k {
+                "from" => p.from = Some(v),
+                "to" => p.to = Some(v),
+                "limit" => p.limit = Some(v),
+                _ => {}
+            }
+        }
+        p
+    }
+}
+
+/// The window shown and how it was chosen.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Window {
+    pub(super) from_ms: i64,
+    pub(super) to_ms: i64,
+    /// No `from`/`to` given and the election was quiet for the last hour.
+    pub(super) quiet: bool,
+    /// No `from`/`to` given and the election's history is younger than an
+    /// hour: the window starts shortly before its first term.
+    pub(super) young: bool,
+}
+
+/// What the history says about one election in one window.
+pub(super) struct History {
+    pub(super) summary: Option<ElectionSummary>,
+    pub(super) window: Window,
+    pub(super) terms: Vec<TermRow>,
+    /// The newest events of the window (at least `limit` when there are
+    /// that many), oldest first.
+    pub(super) events: Vec<Event>,
+    /// `events` is every event of the window.
+    pub(super) events_complete: bool,
+    /// The watcher gaps of the whole window.
+    pub(super) gaps: Vec<GapMark>,
+    pub(super) refusals: Vec<RefusalRow>,
+    pub(super) known_since_ms: Option<i64>,
+    /// etcd's own events in the window (issue 14).
+    pub(super) cluster: Vec<ClusterEvent>,
+}
+
+enum PageError {
+    BadRequest(String),
+    History(String),
+}
+
+fn load_history(
+    reader: &Reader,
+    name: &str,
+    from: Option<i64>,
+    to: Option<i64>,
+    limit: usize,
+    now: i64,
+) -> Result<History, history::HistoryError> {
+    let summary = reader.elections()?.into_iter().find(|e| e.election == name);
+    let first = reader.terms(
+        name,
+        &Query {
+            limit: Some(1),
+            ..Query::default()
+        },
+    )?;
+    let known_since_ms = first.first().map(|t| t.started_at_ms);
+    let mut window = Window {
+        to_ms: to.unwrap_or(now),
+        from_ms: 0,
+        quiet: false,
+        young: false,
+    };
+    window.from_ms = from.unwrap_or(window.to_ms - DEFAULT_WINDOW_MS);
+    if from.is_none() && to.is_none() {
+        let last = summary.as_ref().and_then(|s| {
+            let open = s.current.as_ref().map(|c| c.started_at_ms);
+            s.last_event_ms.max(open)
+        });
+        if let Some(last) = last.filter(|&l| l < now - DEFAULT_WINDOW_MS) {
+            window.to_ms = (last + STALE_PAD).min(now);
+            window.from_ms = window.to_ms - DEFAULT_WINDOW_MS;
+            window.quiet = true;
+        } else if let Some(first) = known_since_ms.filter(|&k| k > now - DEFAULT_WINDOW_MS) {
+            // A young election: from a little before its first term.
+            let span = ((now - first) * 11 / 10).max(MIN_DEFAULT_WINDOW_MS);
+            window.from_ms = now - span.min(DEFAULT_WINDOW_MS);
+            window.young = true;
+        }
+    }
+    let q = Query {
+        from_ms: Some(window.from_ms),
+        to_ms: Some(window.to_ms),
+        limit: Some(history::MAX_LIMIT),
+    };
+    let (events, events_complete) = newest_events(reader, name, &window, limit)?;
+    // Gaps have an empty election name, so asking for the election "" gives
+    // the gaps alone (the events query adds them to any election's).
+    let gaps = reader
+        .events(Some(""), &q)?
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            // A reset (etcd restored or replaced) is a gap too: what
+            // happened between the two timelines is not known one by one.
+            EventKind::Gap {
+                from_revision,
+                to_revision,
+            }
+            | EventKind::Reset {
+                from_revision,
+                to_revision,
+                ..
+            } => Some(GapMark {
+                at_ms: e.at_ms,
+                from_revision,
+                to_revision,
+            }),
+            _ => None,
+        })
+        .collect();
+    Ok(History {
+        known_since_ms,
+        terms: reader.terms(name, &q)?,
+        events,
+        events_complete,
+        gaps,
+        refusals: reader.refusals(Some(name), &q)?,
+        cluster: reader.cluster_events(&q)?,
+        summary,
+        window,
+    })
+}
+
+/// The newest `limit` (or more) events of the window, oldest first, and
+/// whether that is all of them. The events query returns the oldest rows
+/// first, so instead of reading (and parsing) every event of a busy
+/// window, this reads a slice at the window's end and widens it fourfold
+/// until it holds more than `limit` events or covers the whole window.
+fn newest_events(
+    reader: &Reader,
+    name: &str,
+    w: &Window,
+    limit: usize,
+) -> Result<(Vec<Event>, bool), history::HistoryError> {
+    let span = (w.to_ms - w.from_ms).max(1);
+    let mut slice = (span / 64).max(1000);
+    loop {
+        let from = (w.to_ms - slice).max(w.from_ms);
+        let q = Query {
+            from_ms: Some(from),
+            to_ms: Some(w.to_ms),
+            limit: Some(history::MAX_LIMIT),
+        };
+        let events = reader.events(Some(name), &q)?;
+        if from == w.from_ms {
+            let complete = events.len() < history::MAX_LIMIT;
+            return Ok((events, complete));
+        }
+        if events.len() > limit {
+            return Ok((events, false));
+        }
+        slice = slice.saturating_mul(4);
+    }
+}
+
+pub(super) async fn election_page(
+    State(s): State<Arc<AppState>>,
+    Path(raw): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let name = match ElectionName::new(&raw) {
+        Ok(n) => n,
+        Err(e) => {
+            return error_page(
+                &s,
+                StatusCode::BAD_REQUEST,
+                "Not a valid election name",
+                e.to_string(),
+            );
+        }
+    };
+    let params = Params::parse(query.as_deref());
+    let now = now_ms();
+    match timeline_page(&s, &name, &params, now).await {
+        Ok(resp) => resp,
+        Err(PageError::BadRequest(m)) => {
+            error_page(&s, StatusCode::BAD_REQUEST, "Invalid time range", m)
+        }
+        Err(PageError::History(m)) => error_page(
+            &s,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "History unavailable",
+            m,
+        ),
+    }
+}
+
+async fn timeline_page(
+    s: &Arc<AppState>,
+    name: &ElectionName,
+    params: &Params,
+    now: i64,
+) -> Result<Response, PageError> {
+    let parse = |what: &str, v: &Option<String>| {
+        v.as_deref()
+            .map(parse_time)
+            .transpose()
+            .map_err(|e| PageError::BadRequest(format!("{what}: {e}")))
+    };
+    let from = parse("from", &params.from)?;
+    let to = parse("to", &params.to)?;
+    if let (Some(f), Some(t)) = (from, to.or(Some(now))) {
+        if f >= t {
+            return Err(PageError::BadRequest(format!(
+                "from ({}) must be before to ({})",
+                format_ms(f),
+                format_ms(t)
+            )));
+        }
+    }
+    let limit = match &params.limit {
+        None => DEFAULT_ROWS,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| PageError::BadRequest(format!("limit: {l:?} is not a positive number")))?
+            .min(MAX_ROWS),
+    };
+
+    let reader = s.history.clone();
+    let n = name.to_string();
+    let history =
+        tokio::task::spawn_blocking(move || load_history(&reader, &n, from, to, limit, now));
+    let etcd = tokio::time::timeout(ETCD_WAIT, s.client.leader(name));
+    let (history, etcd) = tokio::join!(history, etcd);
+    let h = match history {
+        Ok(Ok(h)) => h,
+        Ok(Err(e)) => return Err(PageError::History(e.to_string())),
+        Err(e) => return Err(PageError::History(e.to_string())),
+    };
+    let etcd = match etcd {
+        Ok(Ok(leader)) => EtcdAnswer { leader, note: None },
+        Ok(Err(e)) if e.is_unavailable() => {
+            EtcdAnswer::missing("etcd unreachable: showing what the history knows.".to_owned())
+        }
+        Ok(Err(e)) => EtcdAnswer::missing(format!("etcd: {e}. Showing what the history knows.")),
+        Err(_) => EtcdAnswer::missing(format!(
+            "etcd unreachable: no answer within {} ms. Showing what the history knows.",
+            ETCD_WAIT.as_millis()
+        )),
+    };
+    if h.summary.is_none() && etcd.leader.is_none() {
+        let msg = if etcd.answered() {
+            format!("Nobody leads {name} and tenure has no history of it.")
+        } else {
+            format!("tenure has no history of {name}, and etcd could not be asked.")
+        };
+        return Ok(error_page(
+            s,
+            StatusCode::NOT_FOUND,
+            "Unknown election",
+            msg,
+        ));
+    }
+
+    let page = PageInput {
+        state: s,
+        name,
+        params,
+        limit,
+        now,
+        history: h,
+        etcd,
+    }
+    .build();
+    Ok(render(StatusCode::OK, &page))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_skip_empty_values() {
+        let p = Params::parse(Some("from=2h&to=&limit=5&x=1"));
+        assert_eq!(p.from.as_deref(), Some("2h"));
+        assert_eq!(p.to, None);
+        assert_eq!(p.limit.as_deref(), Some("5"));
+    }
+}

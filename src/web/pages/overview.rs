@@ -1,0 +1,341 @@
+//! The overview (`/`): one row per election the history knows, filtered by
+//! a glob (`match`), sorted by any column (`sort`, `order`), paged (`page`,
+//! `per_page`), with counts over every matching election.
+
+use std::sync::Arc;
+
+use askama::Template;
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+
+use super::urls::{election_href, encode_component, query_pairs};
+use super::{ago, render, Head};
+use crate::events::now_ms;
+use crate::history::{self, format_duration_ms, short_time, ElectionSummary, Query, Reader};
+use crate::web::{incident, timeline, AppState};
+
+const DAY_MS: i64 = 86_400_000;
+
+struct OverviewRow {
+    name: String,
+    href: String,
+    holder: Option<String>,
+    hue: u16,
+    token: Option<i64>,
+    since_ms: i64,
+    since: String,
+    leading_for: String,
+    changes_24h: usize,
+    refusals_24h: usize,
+    refusals_total: u64,
+    /// For a leaderless election: when the last term ended, if it is known.
+    leaderless_since: Option<String>,
+    last_event: String,
+}
+
+#[derive(Template)]
+#[template(path = "overview.html")]
+struct OverviewPage {
+    head: Head,
+    rows: Vec<OverviewRow>,
+    /// Elections the history knows, and those the filter keeps.
+    known: usize,
+    matching: usize,
+    leaderless: usize,
+    refusing: usize,
+    error: Option<String>,
+    match_value: String,
+    /// Column headers: label, link that sorts by it, current direction.
+    columns: Vec<SortLink>,
+    first: usize,
+    last: usize,
+    prev_href: Option<String>,
+    next_href: Option<String>,
+}
+
+/// Overview rows per page unless `per_page` says otherwise (issue 14).
+pub const OVERVIEW_PAGE: usize = 200;
+/// The most rows one overview page shows.
+pub const OVERVIEW_MAX_PAGE: usize = 2000;
+
+struct SortLink {
+    label: &'static str,
+    title: &'static str,
+    href: String,
+    /// "asc", "desc" or "" when not sorted by it.
+    dir: &'static str,
+    right: bool,
+}
+
+/// The overview's query: `match` (glob), `sort`, `order`, `page`, `per_page`.
+#[derive(Debug, Default, Clone)]
+struct OverviewParams {
+    glob: Option<String>,
+    sort: Option<String>,
+    order: Option<String>,
+    page: usize,
+    per_page: usize,
+}
+
+impl OverviewParams {
+    fn parse(raw: Option<&str>) -> OverviewParams {
+        let mut p = OverviewParams {
+            page: 1,
+            per_page: OVERVIEW_PAGE,
+            ..Default::default()
+        };
+        for (k, v) in query_pairs(raw) {
+            match k {
+                "match" => p.glob = Some(v.chars().take(256).collect()),
+                "sort" => p.sort = Some(v),
+                "order" => p.order = Some(v),
+                "page" => p.page = v.parse().ok().filter(|&n| n > 0).unwrap_or(1),
+                "per_page" => {
+                    p.per_page = v
+                        .parse()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .unwrap_or(OVERVIEW_PAGE)
+                        .min(OVERVIEW_MAX_PAGE)
+                }
+                _ => {}
+            }
+        }
+        p
+    }
+
+    /// Rows before this page.
+    fn skip(&self) -> usize {
+        (self.page - 1).saturating_mul(self.per_page)
+    }
+
+    fn href(&self, sort: Option<&str>, order: Option<&str>, page: usize) -> String {
+        let mut q = Vec::new();
+        if let Some(g) = &self.glob {
+            q.push(format!("match={}", encode_component(g)));
+        }
+        if let Some(s) = sort {
+            q.push(format!("sort={s}"));
+        }
+        if let Some(o) = order {
+            q.push(format!("order={o}"));
+        }
+        if page > 1 {
+            q.push(format!("page={page}"));
+        }
+        if self.per_page != OVERVIEW_PAGE {
+            q.push(format!("per_page={}", self.per_page));
+        }
+        if q.is_empty() {
+            "/".to_owned()
+        } else {
+            format!("/?{}", q.join("&"))
+        }
+    }
+}
+
+const SORTS: [(&str, &str, &str, bool); 7] = [
+    ("name", "Election", "", false),
+    ("leader", "Leader", "", false),
+    ("token", "Token", "", true),
+    ("leading", "Leading for", "", false),
+    (
+        "changes",
+        "Changes 24 h",
+        "terms started in the last 24 hours",
+        true,
+    ),
+    (
+        "refusals",
+        "Refusals 24 h",
+        "fence refusals in the last 24 hours (all time in the tooltip)",
+        true,
+    ),
+    ("last", "Last event", "", false),
+];
+
+pub(super) async fn overview(State(s): State<Arc<AppState>>, RawQuery(raw): RawQuery) -> Response {
+    let now = now_ms();
+    let p = OverviewParams::parse(raw.as_deref());
+    let reader = s.history.clone();
+    let p2 = p.clone();
+    let data = tokio::task::spawn_blocking(move || overview_rows(&reader, now, &p2)).await;
+    let (listing, error) = match data {
+        Ok(Ok(l)) => (l, None),
+        Ok(Err(e)) => (
+            Listing::default(),
+            Some(format!("history unavailable: {e}")),
+        ),
+        Err(e) => (
+            Listing::default(),
+            Some(format!("history query failed: {e}")),
+        ),
+    };
+    let sort = p.sort.as_deref().unwrap_or("name");
+    let desc = p.order.as_deref() == Some("desc");
+    let columns = SORTS
+        .iter()
+        .map(|&(key, label, title, right)| {
+            let current = key == sort;
+            let next = if current && !desc { "desc" } else { "asc" };
+            SortLink {
+                label,
+                title,
+                href: p.href(Some(key), Some(next), 1),
+                dir: match (current, desc) {
+                    (false, _) => "",
+                    (true, false) => "asc",
+                    (true, true) => "desc",
+                },
+                right,
+            }
+        })
+        .collect();
+    let skip = p.skip();
+    let shown = listing.rows.len();
+    let page = OverviewPage {
+        head: Head::new(&s, "tenure · elections".to_owned(), now),
+        known: listing.known,
+        matching: listing.matching,
+        leaderless: listing.leaderless,
+        refusing: listing.refusing,
+        rows: listing.rows,
+        error,
+        match_value: p.glob.clone().unwrap_or_default(),
+        columns,
+        first: if shown == 0 { 0 } else { skip + 1 },
+        last: skip + shown,
+        prev_href: (p.page > 1).then(|| p.href(p.sort.as_deref(), p.order.as_deref(), p.page - 1)),
+        next_href: (skip + shown < listing.matching)
+            .then(|| p.href(p.sort.as_deref(), p.order.as_deref(), p.page + 1)),
+    };
+    let status = if page.error.is_some() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    render(status, &page)
+}
+
+/// One page of the overview, and the counts over every matching election.
+#[derive(Default)]
+struct Listing {
+    rows: Vec<OverviewRow>,
+    known: usize,
+    matching: usize,
+    leaderless: usize,
+    refusing: usize,
+}
+
+/// One row per election the history knows (filtered, sorted, paged).
+/// Leader changes are terms started in the last 24 h (the same count the
+/// API's `changes_last_hour` makes for one hour). Cost: three grouped
+/// queries for all elections, plus one terms query per leaderless election
+/// of the page (for "last term ended").
+fn overview_rows(
+    reader: &Reader,
+    now: i64,
+    p: &OverviewParams,
+) -> Result<Listing, history::HistoryError> {
+    let day_ago = now - DAY_MS;
+    let window = Query {
+        from_ms: Some(day_ago),
+        to_ms: None,
+        limit: Some(history::MAX_LIMIT),
+    };
+    let mut refusals_by_election: std::collections::HashMap<String, usize> = Default::default();
+    for r in reader.refusals(None, &window)? {
+        *refusals_by_election.entry(r.election).or_default() += 1;
+    }
+    let changes = reader.started_since(day_ago)?;
+    let summaries = reader.elections()?;
+    let known = summaries.len();
+    let mut rows: Vec<(OverviewRow, Option<i64>)> = summaries
+        .iter()
+        .filter(|e| {
+            p.glob
+                .as_deref()
+                .is_none_or(|g| incident::glob_match(g, &e.election))
+        })
+        .map(|e| {
+            let row = overview_row(
+                e,
+                now,
+                changes.get(&e.election).copied().unwrap_or(0) as usize,
+                refusals_by_election.get(&e.election).copied().unwrap_or(0),
+                None,
+            );
+            (row, e.last_event_ms)
+        })
+        .collect();
+    let matching = rows.len();
+    let leaderless = rows.iter().filter(|(r, _)| r.holder.is_none()).count();
+    let refusing = rows.iter().filter(|(r, _)| r.refusals_24h > 0).count();
+    let desc = p.order.as_deref() == Some("desc");
+    match p.sort.as_deref().unwrap_or("name") {
+        "leader" => rows.sort_by(|a, b| a.0.holder.cmp(&b.0.holder)),
+        "token" => rows.sort_by_key(|r| r.0.token),
+        // Ascending: the shortest leading first (the latest start), leaderless last.
+        "leading" => {
+            rows.sort_by_key(|r| std::cmp::Reverse(r.0.holder.as_ref().map(|_| r.0.since_ms)))
+        }
+        "changes" => rows.sort_by_key(|r| r.0.changes_24h),
+        "refusals" => rows.sort_by_key(|r| r.0.refusals_24h),
+        "last" => rows.sort_by_key(|r| r.1),
+        _ => {} // by name, as the history lists them
+    }
+    if desc {
+        rows.reverse();
+    }
+    let skip = p.skip();
+    let mut page: Vec<OverviewRow> = rows
+        .into_iter()
+        .skip(skip)
+        .take(p.per_page)
+        .map(|(r, _)| r)
+        .collect();
+    for r in page.iter_mut().filter(|r| r.holder.is_none()) {
+        r.leaderless_since = reader
+            .terms(&r.name, &window)?
+            .iter()
+            .filter_map(|t| t.ended_at_ms)
+            .max()
+            .map(|end| ago(now, end));
+    }
+    Ok(Listing {
+        rows: page,
+        known,
+        matching,
+        leaderless,
+        refusing,
+    })
+}
+
+fn overview_row(
+    e: &ElectionSummary,
+    now: i64,
+    changes_24h: usize,
+    refusals_24h: usize,
+    leaderless_since: Option<String>,
+) -> OverviewRow {
+    let cur = e.current.as_ref();
+    let since_ms = cur.map_or(0, |c| c.started_at_ms);
+    OverviewRow {
+        name: e.election.clone(),
+        href: election_href(&e.election),
+        holder: cur.map(|c| c.holder.clone()),
+        hue: cur.map_or(0, |c| timeline::hue_of(&c.holder)),
+        token: cur.map(|c| c.token),
+        since_ms,
+        since: cur.map_or_else(String::new, |c| short_time(c.started_at_ms)),
+        leading_for: cur.map_or_else(String::new, |c| format_duration_ms(now - c.started_at_ms)),
+        changes_24h,
+        refusals_24h,
+        refusals_total: e.refusals,
+        leaderless_since,
+        last_event: e
+            .last_event_ms
+            .map_or_else(|| "—".to_owned(), |t| ago(now, t)),
+    }
+}

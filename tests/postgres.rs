@@ -1,0 +1,802 @@
+//! The shared PostgreSQL history (issue 15), against a real PostgreSQL
+//! server and real etcd started by the harness:
+//!
+//! - one `tenure serve --db postgres://…` records what a SQLite `serve`
+//!   records, and its API, pages and `tenure history` read it back the same;
+//! - three replicas against one database: exactly one writes (the holder of
+//!   `tenure/history-writer`), every commit fenced in the database
+//!   transaction; the writer SIGKILLed, or SIGSTOPped past its TTL and then
+//!   resumed, during ingest: a standby takes over, the history equals what
+//!   etcd did (each transition once), and the stale writer's commit is
+//!   refused (its log line and its counter).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use support::fixtures::{lead, name, ttl};
+use support::postgres::Postgres;
+use support::{Etcd, Serve};
+use tenure::election::{CampaignOptions, Campaigned, Client};
+
+/// Terms by (election, token): holder, and whether it ended.
+type Terms = BTreeMap<(String, i64), (String, bool)>;
+
+async fn revision(etcd: &Etcd) -> i64 {
+    let mut raw = etcd.client().await;
+    raw.get("any", None)
+        .await
+        .expect("get")
+        .header()
+        .expect("header")
+        .revision()
+}
+
+async fn get_json(serve: &Serve, path: &str) -> Value {
+    let r = reqwest::get(serve.url(path)).await.expect("GET");
+    assert!(r.status().is_success(), "GET {path}: {}", r.status());
+    r.json().await.expect("JSON")
+}
+
+/// Drops what depends on when a process saw an event (arrival times,
+/// durations computed from them): two watchers agree on everything else.
+fn timeless(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| {
+                    !(k.ends_with("_ms")
+                        || k.ends_with("_at")
+                        || k.starts_with("duration")
+                        || k.as_str() == "since"
+                        || k.as_str() == "at")
+                })
+                .map(|(k, v)| (k.clone(), timeless(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(timeless).collect()),
+        v => v.clone(),
+    }
+}
+
+fn tenure_history(name: &str, db: &str) -> Value {
+    let out = std::process::Command::new(support::tenure_bin())
+        .args(["history", name, "--json", "--db", db])
+        .env_remove("TENURE_DB")
+        .output()
+        .expect("run tenure history");
+    assert!(
+        out.status.success(),
+        "tenure history --db {db}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("tenure history --json")
+}
+
+/// Polls `f` until it returns `Some`, for at most `within`.
+async fn eventually<T>(within: Duration, what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_history_reads_back_like_sqlite() {
+    let etcd = Etcd::start().await;
+    let pg = Postgres::start();
+    let url = pg.create_database("single");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("history.db");
+    let lite = Serve::start(&[etcd.endpoint()], &file, &[], &[]).await;
+    let shared = Serve::start(&[etcd.endpoint()], Path::new(&url), &[], &[]).await;
+    lite.ready().await;
+    shared.ready().await;
+    eventually(
+        Duration::from_secs(20),
+        "the only replica to write",
+        async || (shared.metric("tenure_history_writer").await == Some(1.0)).then_some(()),
+    )
+    .await;
+
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let a = lead(&c, "orders", "a", 30).await;
+    let t_a = a.token();
+    assert!(a.fence("db").await.expect("fence").accepted);
+    a.resign().await.expect("resign");
+    let b = lead(&c, "orders", "b", 30).await;
+    assert!(b.fence("db").await.expect("fence").accepted);
+    assert!(
+        !c.fence(&name("orders"), "db", t_a)
+            .await
+            .expect("fence")
+            .accepted
+    );
+    let j = lead(&c, "jobs", "j,\"1\"", 30).await;
+    c.depose(&name("jobs")).await.expect("depose");
+    drop(j);
+    let _k = lead(&c, "jobs", "k", 30).await;
+    let rev = revision(&etcd).await;
+    lite.caught_up(rev).await;
+    shared.caught_up(rev).await;
+
+    for path in [
+        "/api/v1/elections/orders/terms",
+        "/api/v1/elections/jobs/terms",
+        "/api/v1/elections/orders/events",
+        "/api/v1/elections/jobs/events",
+        "/api/v1/elections/orders",
+    ] {
+        let want = timeless(&get_json(&lite, path).await);
+        let got = eventually(Duration::from_secs(20), path, async || {
+            let got = timeless(&get_json(&shared, path).await);
+            (got == want).then_some(got)
+        })
+        .await;
+        assert_eq!(got, want, "{path}");
+    }
+    // The election list: the same (the writer election is an election like
+    // any other, seen by both).
+    let names = |v: &Value| -> Vec<String> {
+        v["elections"]
+            .as_array()
+            .expect("elections")
+            .iter()
+            .map(|e| e["name"].as_str().expect("name").to_owned())
+            .collect()
+    };
+    let listed = names(&get_json(&shared, "/api/v1/elections").await);
+    assert_eq!(listed, ["jobs", "orders", "tenure/history-writer"]);
+    assert_eq!(names(&get_json(&lite, "/api/v1/elections").await), listed);
+    // Pages render from PostgreSQL.
+    for path in ["/", "/elections/orders", "/timeline"] {
+        let r = reqwest::get(shared.url(path)).await.expect("GET page");
+        assert_eq!(r.status(), 200, "{path}");
+        let body = r.text().await.expect("page");
+        assert!(body.contains("orders"), "{path} names the election");
+    }
+    // CSV export: byte for byte the same rows but for times.
+    let csv = |s: &Serve| {
+        let url = s.url("/api/v1/elections/orders/export?format=csv");
+        async move {
+            reqwest::get(url)
+                .await
+                .expect("GET")
+                .text()
+                .await
+                .expect("csv")
+        }
+    };
+    let (lite_csv, pg_csv) = (csv(&lite).await, csv(&shared).await);
+    assert_eq!(
+        lite_csv.lines().count(),
+        pg_csv.lines().count(),
+        "{lite_csv}\n{pg_csv}"
+    );
+    // `tenure history` reads PostgreSQL like a file.
+    for election in ["orders", "jobs"] {
+        let from_file = tenure_history(election, file.to_str().expect("utf-8 path"));
+        let from_pg = tenure_history(election, &url);
+        assert_eq!(timeless(&from_pg), timeless(&from_file), "{election}");
+        assert!(!from_pg.as_array().expect("terms").is_empty());
+    }
+    // TENURE_DB names it as well as --db does.
+    let out = std::process::Command::new(support::tenure_bin())
+        .args(["history", "orders", "--csv"])
+        .env("TENURE_DB", &url)
+        .output()
+        .expect("run tenure history");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        lite_csv.lines().count()
+    );
+    // A database without tenure's schema says how to create it.
+    let out = std::process::Command::new(support::tenure_bin())
+        .args(["history", "orders", "--db", &pg.url("postgres")])
+        .output()
+        .expect("run tenure history");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("tenure serve --db"), "{err}");
+    // Migrations are versioned in the database.
+    assert_eq!(pg.psql("single", "SELECT version FROM tenure_schema"), "1");
+    let fence = pg.psql("single", "SELECT token FROM history_writer");
+    assert!(fence.parse::<i64>().expect("token") > 0, "fence {fence}");
+    assert_eq!(shared.stop().await, Some(0));
+    assert_eq!(lite.stop().await, Some(0));
+}
+
+/// One `tenure serve` replica of the shared history.
+async fn replica(etcd: &Etcd, url: &str) -> Serve {
+    Serve::start(
+        &[etcd.endpoint()],
+        Path::new(url),
+        &["--writer-ttl", "2s", "--cluster-poll", "0"],
+        &[],
+    )
+    .await
+}
+
+/// Which replica writes, waiting until exactly one says so.
+async fn the_writer(replicas: &[Option<Serve>]) -> usize {
+    eventually(Duration::from_secs(30), "exactly one writer", async || {
+        let mut writers = Vec::new();
+        for (i, r) in replicas.iter().enumerate() {
+            if let Some(r) = r {
+                if r.metric("tenure_history_writer").await == Some(1.0) {
+                    writers.push(i);
+                }
+            }
+        }
+        (writers.len() == 1).then(|| writers[0])
+    })
+    .await
+}
+
+/// What etcd did to the elections of the workload, replayed from its own
+/// log (a watch from revision 1, prev_kv): each term (election, token) with
+/// its holder and whether it ended.
+async fn etcd_terms(etcd: &Etcd, upto: i64) -> Terms {
+    use etcd_client::{EventType, WatchOptions};
+    let mut raw = etcd.client().await;
+    let mut stream = raw
+        .watch(
+            "election/",
+            Some(
+                WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(1)
+                    .with_prev_key(),
+            ),
+        )
+        .await
+        .expect("watch");
+    let mut terms = BTreeMap::new();
+    let mut last = 0;
+    while last < upto {
+        let resp = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("etcd replays its log")
+            .expect("watch")
+            .expect("stream");
+        for e in resp.events() {
+            let kv = e.kv().expect("kv");
+            last = last.max(kv.mod_revision());
+            let key = kv.key_str().expect("utf-8").trim_start_matches("election/");
+            if !key.starts_with("load-") {
+                continue;
+            }
+            match e.event_type() {
+                EventType::Put if kv.version() == 1 => {
+                    terms.insert(
+                        (key.to_owned(), kv.create_revision()),
+                        (kv.value_str().expect("utf-8").to_owned(), false),
+                    );
+                }
+                EventType::Delete => {
+                    let prev = e.prev_kv().expect("prev_kv");
+                    if let Some(t) = terms.get_mut(&(key.to_owned(), prev.create_revision())) {
+                        t.1 = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    terms
+}
+
+/// The recorded terms of the workload's elections, from the database: each
+/// (election, token) with its holder and whether it ended; and how many
+/// rows each has (must be one).
+fn recorded_terms(pg: &Postgres, db: &str) -> (Terms, i64) {
+    let rows = pg.psql(
+        db,
+        "SELECT election, token, holder, ended_at_ms IS NOT NULL FROM terms \
+         WHERE election LIKE 'load-%' ORDER BY election, token",
+    );
+    let mut out = BTreeMap::new();
+    for line in rows.lines().filter(|l| !l.is_empty()) {
+        let f: Vec<&str> = line.split('|').collect();
+        out.insert(
+            (f[0].to_owned(), f[1].parse().expect("token")),
+            (f[2].to_owned(), f[3] == "t"),
+        );
+    }
+    let doubled: i64 = pg
+        .psql(
+            db,
+            "SELECT COUNT(*) FROM (SELECT 1 FROM events WHERE election LIKE 'load-%' \
+             AND type IN ('term_started', 'term_ended') \
+             GROUP BY election, type, token HAVING COUNT(*) > 1) d",
+        )
+        .parse()
+        .expect("count");
+    (out, doubled)
+}
+
+/// Heavy ingest: `elections` elections, each a term started and resigned
+/// over and over, until `stop` is set.
+fn workload(
+    c: Client,
+    elections: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let mut n = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut set = tokio::task::JoinSet::new();
+            for e in 0..elections {
+                let c = c.clone();
+                let id = format!("w{n}-{e}");
+                set.spawn(async move {
+                    // Errors only once the test tears etcd down.
+                    let opts = CampaignOptions::new(ttl(10));
+                    let n = name(&format!("load-{e}"));
+                    if let Ok(Campaigned::Leader(l)) = c.campaign(&n, &id, &opts).await {
+                        let _ = l.resign().await;
+                    }
+                });
+            }
+            while set.join_next().await.is_some() {}
+            n += 1;
+        }
+        n
+    })
+}
+
+enum Fault {
+    Kill,
+    Stop,
+}
+
+async fn replicas_survive(fault: Fault, db: &str) {
+    let etcd = Etcd::start().await;
+    let pg = Postgres::start();
+    let url = pg.create_database(db);
+    let mut replicas: Vec<Option<Serve>> = Vec::new();
+    for _ in 0..3 {
+        replicas.push(Some(replica(&etcd, &url).await));
+    }
+    for r in replicas.iter().flatten() {
+        r.ready().await;
+    }
+    let old = the_writer(&replicas).await;
+    let old_token: i64 = pg
+        .psql(db, "SELECT token FROM history_writer")
+        .parse()
+        .expect("token");
+
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = workload(c.clone(), 8, stop.clone());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let pid = Pid::from_raw(replicas[old].as_ref().expect("writer").pid());
+    let faulted = Instant::now();
+    match fault {
+        Fault::Kill => {
+            let killed = replicas[old].take().expect("writer");
+            killed.crash().await;
+        }
+        Fault::Stop => kill(pid, Signal::SIGSTOP).expect("SIGSTOP the writer"),
+    }
+    // A standby takes over: the fence row moves to a newer token.
+    let new_token: i64 = eventually(Duration::from_secs(20), "a new writer", async || {
+        let t: i64 = pg
+            .psql(db, "SELECT token FROM history_writer")
+            .parse()
+            .ok()?;
+        (t > old_token).then_some(t)
+    })
+    .await;
+    let takeover = faulted.elapsed();
+    let kind = match fault {
+        Fault::Kill => "SIGKILL",
+        Fault::Stop => "SIGSTOP",
+    };
+    println!(
+        "[figure] history writer takeover after {kind} of the writer (writer TTL 2 s): {} ms \
+         (fence token {old_token} -> {new_token})",
+        takeover.as_millis()
+    );
+    assert!(
+        takeover < Duration::from_secs(10),
+        "takeover took {takeover:?}"
+    );
+
+    if let Fault::Stop = fault {
+        // Past the TTL and the takeover, the old writer resumes: whatever
+        // it tries to commit is refused by the fence in the database.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        kill(pid, Signal::SIGCONT).expect("SIGCONT the old writer");
+        let stale = replicas[old].as_ref().expect("old writer");
+        eventually(
+            Duration::from_secs(20),
+            "the stale commit refused",
+            async || {
+                let refused = stale
+                    .metric("tenure_history_commits_refused_total")
+                    .await
+                    .unwrap_or(0.0);
+                (refused >= 1.0).then_some(())
+            },
+        )
+        .await;
+        // It says so, and that its term is over (the two lines follow the
+        // counter, so they are waited for).
+        eventually(
+            Duration::from_secs(10),
+            "the stale writer says its commit was refused and its term lost",
+            async || {
+                let logs = stale.log_text();
+                (logs.contains("commit(s) refused by the writer fence")
+                    && logs.contains("lost the writer term"))
+                .then_some(())
+            },
+        )
+        .await;
+        println!(
+            "[figure] stale writer after SIGCONT: {} commit(s) refused by the fence",
+            stale
+                .metric("tenure_history_commits_refused_total")
+                .await
+                .unwrap_or(0.0)
+        );
+    }
+    let new = the_writer(&replicas).await;
+    assert_ne!(new, old, "a standby took over");
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rounds = load.await.expect("workload");
+    let upto = revision(&etcd).await;
+    let want = etcd_terms(&etcd, upto).await;
+    assert!(want.len() as u64 >= rounds * 8, "{} terms", want.len());
+    // The writer catches up to etcd's revision.
+    eventually(
+        Duration::from_secs(30),
+        "history at etcd's revision",
+        async || {
+            let r: i64 = pg
+                .psql(
+                    db,
+                    "SELECT value FROM watcher_state WHERE key = 'resume_revision'",
+                )
+                .parse()
+                .ok()?;
+            (r >= upto).then_some(())
+        },
+    )
+    .await;
+    let (got, doubled) = recorded_terms(&pg, db);
+    assert_eq!(doubled, 0, "no transition recorded twice");
+    let missing: Vec<_> = want.keys().filter(|k| !got.contains_key(*k)).collect();
+    let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).collect();
+    assert!(
+        missing.is_empty(),
+        "terms etcd had and history lacks: {missing:?}"
+    );
+    assert!(
+        extra.is_empty(),
+        "terms history has and etcd never had: {extra:?}"
+    );
+    assert_eq!(got, want, "history equals etcd's log");
+    println!(
+        "[figure] {kind}: {} terms in {rounds} rounds over 8 elections recorded exactly once",
+        want.len()
+    );
+    // Every replica serves the same history.
+    for r in replicas.iter().flatten() {
+        let listed = get_json(r, "/api/v1/elections/load-0/terms").await;
+        assert_eq!(
+            listed["terms"].as_array().expect("terms").len(),
+            got.keys().filter(|(e, _)| e == "load-0").count()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_writer_sigkilled() {
+    replicas_survive(Fault::Kill, "killed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_writer_sigstopped_past_its_ttl() {
+    replicas_survive(Fault::Stop, "stopped").await;
+}
+
+/// Replays `upto` revisions of the election range: a bare etcd-client watch
+/// (drained), or tenure's watcher into a history store (until the last
+/// batch is committed). Seconds taken.
+async fn replay(etcd: &Etcd, upto: i64, store: Option<&tenure::history::Store>) -> f64 {
+    use tenure::events::{ResumePoint, Update};
+    use tenure::watch::{WatchConfig, Watcher};
+    let started = Instant::now();
+    match store {
+        None => {
+            let mut raw = etcd.client().await;
+            let mut stream = raw
+                .watch(
+                    "election/",
+                    Some(
+                        etcd_client::WatchOptions::new()
+                            .with_range("fence0")
+                            .with_start_revision(2)
+                            .with_prev_key(),
+                    ),
+                )
+                .await
+                .expect("watch");
+            let mut last = 0;
+            while last < upto {
+                let resp = stream.message().await.expect("watch").expect("stream");
+                if let Some(kv) = resp.events().last().and_then(|e| e.kv()) {
+                    last = kv.mod_revision();
+                }
+            }
+        }
+        Some(store) => {
+            let client = Client::connect(&[etcd.endpoint()], "")
+                .await
+                .expect("connect");
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<Update>(4096);
+            let resume = ResumePoint {
+                revision: 1,
+                open_terms: vec![],
+                cluster_id: None,
+                live_at_ms: None,
+            };
+            let watcher =
+                tokio::spawn(Watcher::new(client, WatchConfig::default()).run(Some(resume), tx));
+            while let Some(u) = rx.recv().await {
+                if let Update::Batch(b) = u {
+                    let r = b.revision;
+                    store.write(b).await.expect("queued");
+                    if r >= upto {
+                        break;
+                    }
+                }
+            }
+            assert!(store.flush().await.expect("flushed") >= upto);
+            watcher.abort();
+        }
+    }
+    started.elapsed().as_secs_f64()
+}
+
+/// Ingestion with the PostgreSQL backend against a bare watch (BENCHMARKS.md):
+/// the same recorded load replayed by each, alternating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_ratio_postgres_against_a_bare_watch() {
+    let etcd = Etcd::start().await;
+    let pg = Postgres::start();
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    // 2,000 terms over 100 elections: 4,000 revisions, 6,000 etcd events.
+    let mut set = tokio::task::JoinSet::new();
+    for e in 0..100 {
+        let c = c.clone();
+        set.spawn(async move {
+            for t in 0..20 {
+                let l = lead(&c, &format!("load-{e}"), &format!("h{t}"), 10).await;
+                l.resign().await.expect("resign");
+            }
+        });
+    }
+    while set.join_next().await.is_some() {}
+    let upto = revision(&etcd).await;
+    let events = 3.0 * 2000.0;
+    let (mut bare, mut pgs, mut lite) = (Vec::new(), Vec::new(), Vec::new());
+    let dir = tempfile::tempdir().expect("tempdir");
+    for run in 0..3 {
+        bare.push(replay(&etcd, upto, None).await);
+        let url = pg.create_database(&format!("ingest{run}"));
+        let store = tokio::task::spawn_blocking(move || {
+            tenure::history::Store::open_postgres(&url, Duration::ZERO, 1, "bench")
+        })
+        .await
+        .expect("join")
+        .expect("open postgres");
+        pgs.push(replay(&etcd, upto, Some(&store)).await);
+        store.close().await.expect("close");
+        let store =
+            tenure::history::Store::open(&dir.path().join(format!("h{run}.db")), Duration::ZERO)
+                .expect("open sqlite");
+        lite.push(replay(&etcd, upto, Some(&store)).await);
+        store.close().await.expect("close");
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (b, p, l) = (median(&mut bare), median(&mut pgs), median(&mut lite));
+    println!(
+        "[figure] ingest replay of {upto} revisions ({events} etcd events): bare watch {:.0} events/s, \
+         tenure → PostgreSQL {:.0} events/s (ratio {:.2}), tenure → SQLite {:.0} events/s (ratio {:.2})",
+        events / b,
+        events / p,
+        b / p,
+        events / l,
+        b / l
+    );
+}
+
+/// The fence itself, without etcd: a lower token cannot claim, nor commit
+/// once a higher one has written; the schema's version is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_refuses_a_lower_token_in_the_transaction() {
+    use tenure::election::Layout;
+    use tenure::events::{Batch, Event, EventKind};
+    use tenure::history::{HistoryError, Reader, Store};
+    let pg = Postgres::start();
+    let url = pg.create_database("fence");
+    let open = |token: i64| {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            Store::open_postgres(&url, Duration::ZERO, token, &format!("w{token}"))
+        })
+    };
+    let batch = |revision: i64, token: i64| Batch {
+        revision,
+        events: vec![Event {
+            revision,
+            at_ms: tenure::events::now_ms(),
+            election: "e".into(),
+            kind: EventKind::TermStarted {
+                token,
+                holder: format!("h{token}"),
+                lease_id: 1,
+                layout: Layout::Single,
+                previous_holder: None,
+                from_snapshot: false,
+            },
+        }],
+    };
+    let old = open(3).await.expect("join").expect("token 3 claims");
+    old.write(batch(10, 10)).await.expect("queued");
+    assert_eq!(old.flush().await.expect("token 3 commits"), 10);
+    let new = open(5).await.expect("join").expect("token 5 claims");
+    assert_eq!(
+        pg.psql("fence", "SELECT token, holder FROM history_writer"),
+        "5|w5"
+    );
+    // The old writer's next commit is refused inside its transaction.
+    old.write(batch(11, 11)).await.expect("queued");
+    let err = old.flush().await.expect_err("token 3 is fenced off");
+    assert!(err.to_string().contains("refused"), "{err}");
+    assert_eq!(old.refused_commits(), 1);
+    drop(old);
+    // Nothing of it was stored; the new writer continues from revision 10.
+    assert_eq!(pg.psql("fence", "SELECT COUNT(*) FROM events"), "1");
+    new.write(batch(11, 11)).await.expect("queued");
+    assert_eq!(new.flush().await.expect("token 5 commits"), 11);
+    // A writer with a lower token cannot even claim.
+    match open(4).await.expect("join") {
+        Err(e @ HistoryError::Fenced { .. }) => assert!(e.is_fenced()),
+        other => panic!("token 4 claimed after 5: {other:?}"),
+    }
+    new.close().await.expect("close");
+    let reader = {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || Reader::open_postgres(&url))
+            .await
+            .expect("join")
+            .expect("reader")
+    };
+    let terms =
+        tokio::task::spawn_blocking(move || reader.terms("e", &tenure::history::Query::default()))
+            .await
+            .expect("join")
+            .expect("terms");
+    assert_eq!(
+        terms.iter().map(|t| t.token).collect::<Vec<_>>(),
+        [10, 11],
+        "each term once, none from the stale writer"
+    );
+    // A schema newer than this build is refused with the versions named.
+    pg.psql("fence", "UPDATE tenure_schema SET version = 99");
+    let err = tokio::task::spawn_blocking(move || Reader::open_postgres(&url))
+        .await
+        .expect("join")
+        .expect_err("schema 99 refused");
+    assert!(err.to_string().contains("newer tenure"), "{err}");
+}
+
+/// A writer stopped cleanly (SIGTERM) resigns: a standby takes over at once,
+/// not after the TTL, and nothing is lost across the handover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_writer_hands_over_at_once() {
+    let etcd = Etcd::start().await;
+    let pg = Postgres::start();
+    let url = pg.create_database("handover");
+    let mut replicas: Vec<Option<Serve>> = Vec::new();
+    for _ in 0..2 {
+        let r = Serve::start(
+            &[etcd.endpoint()],
+            Path::new(&url),
+            &["--writer-ttl", "10s", "--cluster-poll", "0"],
+            &[],
+        )
+        .await;
+        r.ready().await;
+        replicas.push(Some(r));
+    }
+    let old = the_writer(&replicas).await;
+    let old_token: i64 = pg
+        .psql("handover", "SELECT token FROM history_writer")
+        .parse()
+        .expect("token");
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let a = lead(&c, "before", "a", 30).await;
+    let stopping = Instant::now();
+    let writer = replicas[old].take().expect("writer");
+    assert_eq!(writer.stop().await, Some(0));
+    let new_token: i64 = eventually(Duration::from_secs(20), "a new writer", async || {
+        let t: i64 = pg
+            .psql("handover", "SELECT token FROM history_writer")
+            .parse()
+            .ok()?;
+        (t > old_token).then_some(t)
+    })
+    .await;
+    let took = stopping.elapsed();
+    println!(
+        "[figure] history writer handover after SIGTERM (writer TTL 10 s): {} ms from the \
+         signal, graceful stop included (fence token {old_token} -> {new_token})",
+        took.as_millis()
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "handover took {took:?}, not at once"
+    );
+    let t_a = a.token();
+    a.resign().await.expect("resign");
+    let b = lead(&c, "before", "b", 30).await;
+    let upto = revision(&etcd).await;
+    eventually(
+        Duration::from_secs(20),
+        "the new writer at etcd's revision",
+        async || {
+            let r: i64 = pg
+                .psql(
+                    "handover",
+                    "SELECT value FROM watcher_state WHERE key = 'resume_revision'",
+                )
+                .parse()
+                .ok()?;
+            (r >= upto).then_some(())
+        },
+    )
+    .await;
+    let terms = pg.psql(
+        "handover",
+        "SELECT token, holder, COALESCE(end_cause, '-') FROM terms WHERE election = 'before' ORDER BY token",
+    );
+    assert_eq!(
+        terms,
+        format!("{t_a}|a|resigned\n{}|b|-", b.token()),
+        "both terms, once each"
+    );
+}

@@ -11,6 +11,7 @@ pub mod incident;
 pub mod live;
 pub mod pages;
 pub mod queue;
+pub mod replays;
 mod text;
 pub mod timeline;
 

@@ -37,9 +37,11 @@ pub struct Wait {
     pub holder: String,
     /// Its key's CreateRevision: its place in the queue.
     pub token: i64,
+    /// When it queued: the revision and the recorded time.
+    pub queued_revision: i64,
     pub queued_at_ms: i64,
-    /// When the wait ended (`None` while waiting).
-    pub until_ms: Option<i64>,
+    /// When the wait ended, revision and time (`None` while waiting).
+    pub until: Option<(i64, i64)>,
     pub outcome: Outcome,
 }
 
@@ -48,8 +50,8 @@ pub fn waits(events: &[Event]) -> Vec<Wait> {
     let mut out: Vec<Wait> = Vec::new();
     // token → index into `out`, for waits still open.
     let mut open: BTreeMap<i64, usize> = BTreeMap::new();
-    let close = |out: &mut Vec<Wait>, i: usize, at: i64, how: Outcome| {
-        out[i].until_ms = Some(at);
+    let close = |out: &mut Vec<Wait>, i: usize, e: &Event, how: Outcome| {
+        out[i].until = Some((e.revision, e.at_ms));
         out[i].outcome = how;
     };
     for e in events {
@@ -59,24 +61,25 @@ pub fn waits(events: &[Event]) -> Vec<Wait> {
                 out.push(Wait {
                     holder: holder.clone(),
                     token: *token,
+                    queued_revision: e.revision,
                     queued_at_ms: e.at_ms,
-                    until_ms: None,
+                    until: None,
                     outcome: Outcome::Waiting,
                 });
             }
             EventKind::CandidateLeft { token, .. } => {
                 if let Some(i) = open.remove(token) {
-                    close(&mut out, i, e.at_ms, Outcome::Left);
+                    close(&mut out, i, e, Outcome::Left);
                 }
             }
             EventKind::TermStarted { token, .. } => {
                 if let Some(i) = open.remove(token) {
-                    close(&mut out, i, e.at_ms, Outcome::Led);
+                    close(&mut out, i, e, Outcome::Led);
                 }
             }
             EventKind::Gap { .. } | EventKind::Reset { .. } => {
                 for (_, i) in std::mem::take(&mut open) {
-                    close(&mut out, i, e.at_ms, Outcome::Unknown);
+                    close(&mut out, i, e, Outcome::Unknown);
                 }
             }
             _ => {}
@@ -149,7 +152,14 @@ mod tests {
         let w = waits(&events);
         let got: Vec<(&str, i64, Option<i64>, Outcome)> = w
             .iter()
-            .map(|w| (w.holder.as_str(), w.queued_at_ms, w.until_ms, w.outcome))
+            .map(|w| {
+                (
+                    w.holder.as_str(),
+                    w.queued_at_ms,
+                    w.until.map(|u| u.1),
+                    w.outcome,
+                )
+            })
             .collect();
         assert_eq!(
             got,
@@ -171,7 +181,7 @@ mod tests {
         ));
         let w = waits(&cut);
         assert_eq!(w[2].outcome, Outcome::Unknown);
-        assert_eq!(w[2].until_ms, Some(50));
+        assert_eq!(w[2].until, Some((50, 50)));
         assert_eq!(w[3].outcome, Outcome::Unknown);
     }
 }

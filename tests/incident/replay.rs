@@ -34,6 +34,7 @@ async fn a_handover_replayed_after_a_partition_is_a_range_holding_the_truth_not_
         Campaigned::Held(h) => panic!("held by {h:?}"),
     };
     serve.caught_up(a.token()).await;
+    let a_token = a.token();
 
     // The watcher is cut off; the handover happens; then the link heals.
     proxy.partition();
@@ -123,6 +124,37 @@ async fn a_handover_replayed_after_a_partition_is_a_range_holding_the_truth_not_
     );
     let page = get_text(&serve.url(&format!("/timeline?{window}"))).await;
     assert!(page.contains("data-type=\"replayed\""), "no replay marker");
+
+    // The election's own page: the replayed end and start are shown as
+    // bounds (a `≤` with the range), the seen start as a plain time, and
+    // the old term's duration as a range, not one confident figure.
+    let from_to = format!(
+        "from={}&to={}",
+        enc(&format_ms(started)),
+        enc(&format_ms(to))
+    );
+    let page =
+        get_text(&serve.url(&format!("/elections/{}?{from_to}", enc("replayed/orders")))).await;
+    let row = |token: i64| -> String {
+        let at = page
+            .find(&format!("id=\"term-{token}\""))
+            .unwrap_or_else(|| panic!("no row of term {token}"));
+        let end = page[at..].find("</tr>").expect("row end") + at;
+        page[at..end].to_owned()
+    };
+    let cells =
+        |row: &str| -> Vec<String> { row.split("<td").skip(1).map(|c| c.to_owned()).collect() };
+    let (a_row, b_row) = (row(a_token), row(b.token()));
+    let (a_cells, b_cells) = (cells(&a_row), cells(&b_row));
+    let marked = |c: &str| c.contains("class=\"muted replayed\"") && c.contains("between ");
+    assert!(!marked(&a_cells[0]), "a's start was seen live: {a_row}");
+    assert!(marked(&a_cells[1]), "a's end was replayed: {a_row}");
+    assert!(marked(&b_cells[0]), "b's start was replayed: {b_row}");
+    assert!(
+        a_cells[2].contains('–'),
+        "a's duration is a range: {}",
+        a_cells[2]
+    );
     drop(b);
     serve.stop().await;
 }

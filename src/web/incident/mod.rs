@@ -37,12 +37,13 @@ mod page;
 pub mod report;
 pub mod window;
 
+pub use crate::web::replays::ReplayMark;
 pub use drawing::{cluster_markers, cluster_title, layout, render_svg, ClusterMark, Drawing, Row};
 pub use report::{
     build_report, leaderless_stretches, report_markdown, Report, ReportClusterEvent,
     ReportElection, ReportRefusal, ReportTerm,
 };
-pub use window::{glob_match, load, Lane, ReplayMark, SelectError, Selection, Window, LOAD_BUDGET};
+pub use window::{glob_match, load, Lane, SelectError, Selection, Window, LOAD_BUDGET};
 
 /// Lanes per page unless `per_page` says otherwise.
 pub const DEFAULT_LANES: usize = 100;

@@ -477,7 +477,8 @@ pub(super) async fn report(
 mod tests {
     use super::*;
     use crate::history::window::Activity;
-    use crate::web::incident::window::{Lane, ReplayMark, Selection};
+    use crate::web::incident::window::{Lane, Selection};
+    use crate::web::replays::ReplayMark;
 
     fn term(token: i64, start: i64, end: Option<i64>) -> TermRow {
         TermRow {

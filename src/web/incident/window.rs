@@ -9,6 +9,7 @@ use crate::history::{
     self, format_duration_ms, format_ms, parse_time, HistoryError, Query, Reader, RefusalRow,
     TermRow,
 };
+use crate::web::replays::{self, ReplayMark};
 use crate::web::timeline::GapMark;
 
 /// The default window: the last hour.
@@ -124,26 +125,12 @@ pub struct Window {
     pub cluster: Vec<ClusterEvent>,
 }
 
-/// Changes of `from_revision..=to_revision` recorded at `at_ms` were
-/// replayed: they happened after `since_ms` (`None`: unknown when).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReplayMark {
-    pub at_ms: i64,
-    pub from_revision: i64,
-    pub to_revision: i64,
-    pub since_ms: Option<i64>,
-}
-
 impl Window {
     /// When a term boundary recorded at (`revision`, `at_ms`) may really
     /// have happened: `None` if it was seen as it happened; else the
-    /// earliest moment (`Some(None)`: unknown). A replay's changes carry the
-    /// replay's arrival time, so both must match.
+    /// earliest moment (`Some(None)`: unknown).
     pub fn replayed_since(&self, revision: i64, at_ms: i64) -> Option<Option<i64>> {
-        self.replays
-            .iter()
-            .find(|r| r.at_ms == at_ms && (r.from_revision..=r.to_revision).contains(&revision))
-            .map(|r| r.since_ms)
+        replays::replayed_since(&self.replays, revision, at_ms)
     }
 }
 
@@ -221,46 +208,22 @@ pub fn load(
             activity: a,
         });
     }
-    let (mut gaps, mut replays) = (Vec::new(), Vec::new());
-    for e in reader.events(Some(""), &q)? {
-        match e.kind {
-            // What a gap's or a reset's reload recorded happened at some
-            // unknown point before it.
+    let fleet = reader.events(Some(""), &q)?;
+    let replays = replays::marks(&fleet);
+    let gaps = fleet
+        .iter()
+        .filter_map(|e| match e.kind {
             EventKind::Gap {
                 from_revision,
                 to_revision,
-            } => {
-                gaps.push(GapMark {
-                    at_ms: e.at_ms,
-                    from_revision,
-                    to_revision,
-                });
-                replays.push(ReplayMark {
-                    at_ms: e.at_ms,
-                    from_revision,
-                    to_revision,
-                    since_ms: None,
-                });
-            }
-            EventKind::Reset { from_revision, .. } => replays.push(ReplayMark {
-                at_ms: e.at_ms,
-                from_revision,
-                to_revision: from_revision,
-                since_ms: None,
-            }),
-            EventKind::Unobserved {
-                from_revision,
-                to_revision,
-                since_ms,
-            } => replays.push(ReplayMark {
+            } => Some(GapMark {
                 at_ms: e.at_ms,
                 from_revision,
                 to_revision,
-                since_ms,
             }),
-            _ => {}
-        }
-    }
+            _ => None,
+        })
+        .collect();
     let cluster = reader.cluster_events(&q)?;
     Ok(Window {
         sel: sel.clone(),

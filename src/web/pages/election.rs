@@ -36,6 +36,7 @@ use crate::events::{now_ms, Event, EventKind};
 use crate::history::{
     self, format_ms, parse_time, ElectionSummary, Query, Reader, RefusalRow, TermRow,
 };
+use crate::web::replays::{self, ReplayMark};
 use crate::web::timeline::GapMark;
 use crate::web::AppState;
 
@@ -99,6 +100,8 @@ pub(super) struct History {
     pub(super) events_complete: bool,
     /// The watcher gaps of the whole window.
     pub(super) gaps: Vec<GapMark>,
+    /// What was replayed in the window: those changes' times are bounds.
+    pub(super) replays: Vec<ReplayMark>,
     pub(super) refusals: Vec<RefusalRow>,
     pub(super) known_since_ms: Option<i64>,
     /// etcd's own events in the window (issue 14).
@@ -156,10 +159,12 @@ fn load_history(
         limit: Some(history::MAX_LIMIT),
     };
     let (events, events_complete) = newest_events(reader, name, &window, limit)?;
-    // Gaps have an empty election name, so asking for the election "" gives
-    // the gaps alone (the events query adds them to any election's).
-    let gaps = reader
-        .events(Some(""), &q)?
+    // Fleet-wide events (gaps, resets, replay marks) have an empty election
+    // name, so asking for the election "" gives them alone (the events
+    // query adds them to any election's).
+    let fleet = reader.events(Some(""), &q)?;
+    let replays = replays::marks(&fleet);
+    let gaps = fleet
         .into_iter()
         .filter_map(|e| match e.kind {
             // A reset (etcd restored or replaced) is a gap too: what
@@ -186,6 +191,7 @@ fn load_history(
         events,
         events_complete,
         gaps,
+        replays,
         refusals: reader.refusals(Some(name), &q)?,
         cluster: reader.cluster_events(&q)?,
         summary,

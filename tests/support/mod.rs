@@ -37,6 +37,7 @@
 
 mod etcd;
 pub mod fixtures;
+pub mod go;
 pub mod holder;
 mod member;
 pub mod netns;

@@ -225,25 +225,27 @@ impl RestartReason {
 pub enum WatchStatus {
     /// Whether etcd answered the watcher's last request.
     EtcdUp(bool),
+    /// The watch stream broke (or its revision was compacted) and is being
+    /// reopened.
     Restarted(RestartReason),
+    /// After a `Restarted`, a new stream was created: etcd member
+    /// `member_id` serves it (the `created` response's header; 0 when the
+    /// header was missing).
+    Reconnected {
+        reason: RestartReason,
+        member_id: u64,
+    },
     /// Everything up to `revision` (etcd's current revision when the
     /// watcher last asked) has been processed.
-    CaughtUp {
-        revision: i64,
-    },
+    CaughtUp { revision: i64 },
     /// A new election was ignored because `--max-elections` are tracked.
-    Overflow {
-        election: String,
-    },
+    Overflow { election: String },
     /// A key under the prefix that is not a valid election or fence key.
     IgnoredKey,
     /// The watch stream broke this many times in a row at the same next
     /// revision without delivering anything: recording is stalled (until an
     /// event or a progress notification arrives).
-    Stuck {
-        next_revision: i64,
-        attempts: u32,
-    },
+    Stuck { next_revision: i64, attempts: u32 },
 }
 
 /// Everything the watcher reports, in order.

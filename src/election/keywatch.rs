@@ -42,6 +42,9 @@ pub enum WatchItem {
     Compacted { compact_revision: i64 },
     /// The stream broke and is being reopened from the next revision.
     Reopening(Reopened),
+    /// A stream was created (the first, or one reopened): etcd member
+    /// `member_id` serves it (0: its header did not say).
+    Opened { member_id: u64 },
     /// Opening the stream failed (etcd unreachable); retrying with backoff.
     Unavailable(String),
 }
@@ -216,6 +219,11 @@ impl RangeWatch {
                     }
                     if resp.created() {
                         self.opened_at = resp.header().map(|h| h.revision());
+                        if resp.events().is_empty() {
+                            return WatchItem::Opened {
+                                member_id: resp.header().map_or(0, |h| h.member_id()),
+                            };
+                        }
                     }
                     let next_rev = self.next_rev;
                     let events: Vec<Event> = resp
@@ -256,7 +264,7 @@ impl RangeWatch {
                 WatchItem::Compacted { .. } => return Watched::Compacted,
                 WatchItem::Reopening(why) => tracing::debug!(?why, "watch reopening"),
                 WatchItem::Unavailable(why) => tracing::debug!(%why, "watch unavailable; retrying"),
-                WatchItem::Progress { .. } => {}
+                WatchItem::Progress { .. } | WatchItem::Opened { .. } => {}
             }
         }
     }

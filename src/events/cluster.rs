@@ -70,12 +70,19 @@ pub enum ClusterEventKind {
     },
     /// The watch's start revision had been compacted.
     CompactionSeen,
-    /// The watcher re-established its watch. The endpoint is the one etcd
-    /// gave the new stream; `None`: not known (the client balances across
-    /// the configured endpoints).
+    /// The watcher re-established its watch (recorded when the new stream
+    /// was created, not when the old one broke).
     WatchReconnected {
         reason: RestartReason,
+        /// Not known to the watcher: the client balances across the
+        /// configured endpoints (kept for history recorded before
+        /// `member_id`).
         endpoint: Option<String>,
+        /// The etcd member serving the new stream, hex (as `etcdctl member
+        /// list` prints it), from the stream's `created` response; `None`:
+        /// not known.
+        #[serde(default)]
+        member_id: Option<String>,
     },
     /// Revisions compacted before the watcher saw them (see `events`).
     Gap {
@@ -214,11 +221,21 @@ impl ClusterEventKind {
             ClusterEventKind::CompactionSeen => {
                 "etcd had compacted the revisions the watch needed".to_owned()
             }
-            ClusterEventKind::WatchReconnected { reason, endpoint } => format!(
-                "watch reconnected ({}) via {}",
-                reason.as_str(),
-                endpoint.as_deref().unwrap_or("an unknown endpoint")
-            ),
+            ClusterEventKind::WatchReconnected {
+                reason,
+                endpoint,
+                member_id,
+            } => match (member_id, endpoint) {
+                (Some(m), _) => format!(
+                    "watch reconnected ({}) via etcd member {m}",
+                    reason.as_str()
+                ),
+                (None, Some(e)) => format!("watch reconnected ({}) via {e}", reason.as_str()),
+                (None, None) => format!(
+                    "watch reconnected ({}) via an unknown member",
+                    reason.as_str()
+                ),
+            },
             ClusterEventKind::Gap {
                 from_revision,
                 to_revision,
@@ -234,7 +251,7 @@ impl ClusterEventKind {
                 from_revision,
                 to_revision,
             } => format!(
-                "changes of revisions {from_revision}..={to_revision} replayed, not seen as they                  happened: their times are bounds"
+                "changes of revisions {from_revision}..={to_revision} replayed, not seen as they happened: their times are bounds"
             ),
             ClusterEventKind::ServeStarted { version, pid } => {
                 format!("tenure serve {version} started (pid {pid})")
@@ -298,16 +315,15 @@ pub fn from_update(u: &Update, now: i64) -> Vec<ClusterEvent> {
         kind,
     };
     match u {
-        Update::Watch(WatchStatus::Restarted(reason)) => {
-            let mut out = Vec::new();
-            if *reason == RestartReason::Compacted {
-                out.push(ev(ClusterEventKind::CompactionSeen));
-            }
-            out.push(ev(ClusterEventKind::WatchReconnected {
+        Update::Watch(WatchStatus::Restarted(RestartReason::Compacted)) => {
+            vec![ev(ClusterEventKind::CompactionSeen)]
+        }
+        Update::Watch(WatchStatus::Reconnected { reason, member_id }) => {
+            vec![ev(ClusterEventKind::WatchReconnected {
                 reason: *reason,
                 endpoint: None,
-            }));
-            out
+                member_id: (*member_id != 0).then(|| format!("{member_id:x}")),
+            })]
         }
         Update::Batch(b) => b.events.iter().filter_map(from_event).collect(),
         _ => Vec::new(),
@@ -380,6 +396,7 @@ mod tests {
         let re = ClusterEventKind::WatchReconnected {
             reason: RestartReason::StreamError,
             endpoint: None,
+            member_id: Some("8e9e05c52164694d".into()),
         };
         assert_eq!(re.dedupe_key_at(60_000), re.dedupe_key_at(119_999));
         assert_ne!(re.dedupe_key_at(60_000), re.dedupe_key_at(120_000));
@@ -388,5 +405,37 @@ mod tests {
             pid: 1,
         };
         assert_eq!(up.dedupe_key_at(5), None);
+    }
+
+    #[test]
+    fn descriptions_are_one_clean_line() {
+        for k in [
+            ClusterEventKind::Replayed {
+                from_revision: 3,
+                to_revision: 9,
+            },
+            ClusterEventKind::WatchReconnected {
+                reason: RestartReason::Stalled,
+                endpoint: None,
+                member_id: Some("8e9e05c52164694d".into()),
+            },
+            ClusterEventKind::WatchReconnected {
+                reason: RestartReason::StreamError,
+                endpoint: None,
+                member_id: None,
+            },
+        ] {
+            let d = k.describe();
+            assert!(!d.contains("  ") && !d.contains('\n'), "{d:?}");
+        }
+        let named = ClusterEventKind::WatchReconnected {
+            reason: RestartReason::Stalled,
+            endpoint: None,
+            member_id: Some("8e9e05c52164694d".into()),
+        };
+        assert_eq!(
+            named.describe(),
+            "watch reconnected (stalled) via etcd member 8e9e05c52164694d"
+        );
     }
 }

@@ -172,6 +172,9 @@ impl Watcher {
         // progress notification (a probe interval later) arrived with no
         // event in between.
         let mut unconfirmed: Option<i64> = None;
+        // Why the stream is being reopened, until a new one is created (the
+        // reconnect is recorded then, with the member that serves it).
+        let mut reconnecting: Option<RestartReason> = None;
         let mut last_forget = Instant::now();
         loop {
             let item = watch.next_item().await;
@@ -256,6 +259,7 @@ impl Watcher {
                         Update::Watch(WatchStatus::Restarted(RestartReason::Compacted)),
                     )
                     .await?;
+                    reconnecting.get_or_insert(RestartReason::Compacted);
                     let open = open_terms(&state);
                     (applied, cluster) = self
                         .load(
@@ -315,6 +319,7 @@ impl Watcher {
                         }
                     }
                     send(tx, Update::Watch(WatchStatus::Restarted(reason))).await?;
+                    reconnecting.get_or_insert(reason);
                     // Until the new stream is past what etcd had when it was
                     // created, what it delivers happened while nobody
                     // watched: after the last thing the old stream said.
@@ -337,6 +342,20 @@ impl Watcher {
                 }
                 WatchItem::Unavailable(why) => {
                     tracing::debug!(%why, "etcd unavailable for the watch; retrying")
+                }
+                WatchItem::Opened { member_id } => {
+                    if let Some(reason) = reconnecting.take() {
+                        tracing::info!(
+                            reason = reason.as_str(),
+                            member_id = format_args!("{member_id:x}"),
+                            "watch stream reopened"
+                        );
+                        send(
+                            tx,
+                            Update::Watch(WatchStatus::Reconnected { reason, member_id }),
+                        )
+                        .await?;
+                    }
                 }
             }
             if last_forget.elapsed() >= Duration::from_secs(60) {

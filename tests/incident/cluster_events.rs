@@ -138,3 +138,65 @@ async fn alarms_and_members_recorded_once_across_a_serve_restart() {
     }
     serve.stop().await;
 }
+
+/// A watch reconnect is recorded once the new stream exists, naming the
+/// etcd member that serves it: after the member the watcher used is
+/// killed, that is one of the others, never the dead one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_reconnect_names_the_member_that_serves_the_new_stream() {
+    let mut cluster = support::EtcdCluster::start().await;
+    let ids: Vec<String> = (0..cluster.len())
+        .map(|i| format!("{:x}", cluster.member_id(i)))
+        .collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("h.db");
+    let serve = Serve::start(&cluster.endpoints(), &db, &[], &[]).await;
+    serve.ready().await;
+    let url = serve.url("/api/v1/cluster/events?from=1h");
+    let reconnects = || async {
+        let v = get_json(&url).await;
+        v["events"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e["type"] == "watch_reconnected")
+            .collect::<Vec<Value>>()
+    };
+    assert!(reconnects().await.is_empty(), "no reconnect yet");
+    // The watcher's stream is on one member; kill each in turn until the
+    // stream breaks (the others' kills change nothing for it).
+    for i in 0..cluster.len() {
+        let killed_at = tenure::events::now_ms();
+        cluster.kill(i).await;
+        let deadline = Instant::now() + Duration::from_secs(12);
+        let mut seen = Vec::new();
+        while Instant::now() < deadline {
+            seen = reconnects().await;
+            if !seen.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if let Some(e) = seen.first() {
+            println!("[figure] member {} killed: {e}", ids[i]);
+            assert_eq!(seen.len(), 1, "recorded once: {seen:#?}");
+            let member = e["member_id"]
+                .as_str()
+                .expect("the serving member is named");
+            assert_ne!(member, ids[i], "not the dead member: {e}");
+            assert!(
+                ids.iter().any(|m| m == member),
+                "a member of the cluster: {e}"
+            );
+            assert!(
+                e["at_ms"].as_i64().expect("at") >= killed_at,
+                "recorded after the break, when the new stream exists: {e}"
+            );
+            serve.stop().await;
+            return;
+        }
+        cluster.restart(i).await;
+    }
+    panic!("no member's death broke the watch: it was on none of them");
+}

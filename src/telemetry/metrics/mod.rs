@@ -257,7 +257,7 @@ impl Metrics {
                 WatchStatus::Overflow { .. } => self.p.overflow.inc(),
                 WatchStatus::IgnoredKey => self.p.ignored_keys.inc(),
                 // Readiness reports it; restarts are counted already.
-                WatchStatus::Stuck { .. } => {}
+                WatchStatus::Stuck { .. } | WatchStatus::Reconnected { .. } => {}
             },
             Update::Cluster { .. } => {}
         }

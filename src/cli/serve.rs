@@ -30,7 +30,8 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
 
     /// History: a SQLite file (created if missing), or a postgres://user@host/db URL
-    /// shared by several replicas (one writes, elected; all serve it).
+    /// shared by several replicas (one writes, elected; all serve it). TLS as libpq:
+    /// ?sslmode=verify-full&sslrootcert=CA.pem (also sslcert=, sslkey=).
     #[arg(long, env = "TENURE_DB", default_value = "tenure.db")]
     pub db: PathBuf,
 

@@ -67,6 +67,13 @@ const MAX_IDLE_READERS: usize = 4;
 pub enum HistoryError {
     #[error("history database: {0}")]
     Sqlite(Box<rusqlite::Error>),
+    #[error("history database {db}: {problem}")]
+    PostgresSetup {
+        /// The URL, password redacted.
+        db: String,
+        /// What is wrong with the URL's TLS parameters or files, and what to do.
+        problem: String,
+    },
     #[error("history database {db}: {}{}", postgres_text(.error), postgres_detail(.error))]
     Postgres {
         /// The URL, password redacted.
@@ -140,11 +147,13 @@ fn postgres_text(e: &postgres::Error) -> String {
 }
 
 /// What to do about a PostgreSQL error, when it is one the user can fix.
-fn postgres_detail(e: &postgres::Error) -> &'static str {
-    if e.as_db_error().is_some() {
-        ""
+fn postgres_detail(e: &postgres::Error) -> String {
+    if let Some(hint) = pg::tls::hint(&postgres_text(e)) {
+        format!(" ({hint})")
+    } else if e.as_db_error().is_some() {
+        String::new()
     } else {
-        " (check --db / TENURE_DB, and that PostgreSQL runs there and accepts this user)"
+        " (check --db / TENURE_DB, and that PostgreSQL runs there and accepts this user)".to_owned()
     }
 }
 

@@ -27,6 +27,19 @@ const UNPRIVILEGED_GID: u32 = 65534;
 /// Superuser created by initdb (trust authentication, loopback only).
 pub const PG_USER: &str = "tenure";
 
+/// A server that speaks TLS (`ssl = on`) with these PEM files, and the
+/// `pg_hba.conf` lines for TCP connections (the unix socket, which the
+/// harness's own psql uses, stays `trust`).
+pub struct PgTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// CA for client certificates (`ssl_ca_file`).
+    pub ca: PathBuf,
+    pub hba: String,
+    /// `pg_ident.conf` lines (for `cert map=…`).
+    pub ident: String,
+}
+
 pub struct Postgres {
     child: Child,
     pub port: u16,
@@ -83,6 +96,10 @@ fn command(program: &Path, pdeathsig: bool) -> Command {
 
 impl Postgres {
     pub fn start() -> Postgres {
+        Postgres::start_with(None)
+    }
+
+    pub fn start_with(tls: Option<PgTls>) -> Postgres {
         let bin = pg_bin_dir();
         let dir = tempfile::Builder::new()
             .prefix("tenure-pg-")
@@ -113,6 +130,41 @@ impl Postgres {
             "initdb failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let mut ssl_args: Vec<String> = Vec::new();
+        if let Some(tls) = &tls {
+            // The server reads its key only if the server's user owns it
+            // and nobody else can read it.
+            for (from, to) in [
+                (&tls.cert, "server.crt"),
+                (&tls.key, "server.key"),
+                (&tls.ca, "ca.crt"),
+            ] {
+                let dest = data.join(to);
+                std::fs::copy(from, &dest).expect("copy a TLS file into the data dir");
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o600))
+                    .expect("chmod");
+                if is_root() {
+                    std::os::unix::fs::chown(&dest, Some(UNPRIVILEGED_UID), Some(UNPRIVILEGED_GID))
+                        .expect("chown a TLS file");
+                }
+            }
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                format!("local all all trust\n{}\n", tls.hba),
+            )
+            .expect("write pg_hba.conf");
+            std::fs::write(data.join("pg_ident.conf"), format!("{}\n", tls.ident))
+                .expect("write pg_ident.conf");
+            for arg in [
+                "ssl=on",
+                "ssl_cert_file=server.crt",
+                "ssl_key_file=server.key",
+                "ssl_ca_file=ca.crt",
+            ] {
+                ssl_args.extend(["-c".to_owned(), arg.to_owned()]);
+            }
+        }
         let port = super::free_port();
         let mut child = command(&bin.join("postgres"), true)
             .arg("-D")
@@ -131,6 +183,7 @@ impl Postgres {
                 "-c",
                 "log_min_messages=warning",
             ])
+            .args(&ssl_args)
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -188,7 +241,10 @@ impl Postgres {
     /// Runs `sql` in `db` with psql; the unaligned, tuples-only output.
     pub fn psql(&self, db: &str, sql: &str) -> String {
         let out = Command::new("psql")
-            .args(["-X", "-At", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
+            // Over the unix socket (always `trust`), so a TLS-only server's
+            // TCP rules do not apply to the harness's own statements.
+            .args(["-X", "-At", "-v", "ON_ERROR_STOP=1", "-h"])
+            .arg(self.dir.path())
             .args([
                 "-p",
                 &self.port.to_string(),

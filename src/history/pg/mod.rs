@@ -21,12 +21,14 @@
 //! together migrate once.
 //!
 //! By job: this file connects (sessions, their settings, the redacted URL);
+//! `tls.rs` is TLS as libpq's URL parameters mean it (`sslmode`, …);
 //! `schema.rs` creates, migrates and checks the schema; `write.rs` is the
 //! fenced writer (its transaction, the fence, the event inserts); `read.rs`
 //! is the read pool and every query.
 
 mod read;
 mod schema;
+pub mod tls;
 mod write;
 
 use std::str::FromStr;
@@ -99,16 +101,26 @@ impl Drop for Conn {
 }
 
 fn connect(url: &str, settings: &str) -> Result<Conn, HistoryError> {
-    let mut config = Config::from_str(url).map_err(|e| HistoryError::Postgres {
+    let setup = |problem: String| HistoryError::PostgresSetup {
+        db: redact(url),
+        problem,
+    };
+    let (driver_url, tls) = tls::split(url).map_err(setup)?;
+    let mut config = Config::from_str(&driver_url).map_err(|e| HistoryError::Postgres {
         db: redact(url),
         error: Box::new(e),
     })?;
+    config.ssl_mode(tls.mode.driver_mode());
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
     config.keepalives(true);
     config.application_name("tenure");
-    let mut client = config.connect(NoTls).map_err(|e| HistoryError::Postgres {
+    let connected = match tls::connector(&tls).map_err(setup)? {
+        Some(tls) => config.connect(tls),
+        None => config.connect(NoTls),
+    };
+    let mut client = connected.map_err(|e| HistoryError::Postgres {
         db: redact(url),
         error: Box::new(e),
     })?;

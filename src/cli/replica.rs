@@ -229,6 +229,34 @@ async fn write_term(
 ) -> Ended {
     let token = leadership.token();
     let won = Instant::now();
+    // etcd restored from a snapshot or replaced: its revisions (and so this
+    // writer's token) started over below the token the fence holds, and
+    // every writer would be refused; the fence starts a new generation.
+    // Only when the stored token is above etcd's current revision, which
+    // no token of this etcd timeline can be.
+    let current = client
+        .op(client.etcd().get(leadership.key(), None))
+        .await
+        .ok()
+        .and_then(|r| r.header().map(|h| h.revision()));
+    if let Some(revision) = current {
+        let (url, id) = (cfg.url.clone(), cfg.id.clone());
+        let reset = tokio::task::spawn_blocking(move || {
+            Store::reset_writer_fence_after_restore(&url, token, &id, revision)
+        })
+        .await;
+        match reset {
+            Ok(Ok(Some((stored, generation)))) => eprintln!(
+                "tenure: history writer: etcd's revision {revision} is below the writer token \
+                 {stored} stored in the database: etcd was restored from a snapshot or replaced. \
+                 The writer fence starts over (generation {generation}, token {token}); writers \
+                 of the old timeline stay refused"
+            ),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => return Ended::Failed(e.to_string()),
+            Err(e) => return Ended::Failed(e.to_string()),
+        }
+    }
     let (url, retention, id) = (cfg.url.clone(), cfg.retention, cfg.id.clone());
     let opened =
         tokio::task::spawn_blocking(move || Store::open_postgres(&url, retention, token, &id))

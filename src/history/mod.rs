@@ -85,10 +85,8 @@ pub enum HistoryError {
     /// written: this one's commit is refused inside the transaction.
     #[error(
         "history commit refused: this replica's writer token {token} is older than token \
-         {stored}, which has already written (a newer writer took over; this one stops writing). \
-         If no other replica writes because etcd was restored from a snapshot or replaced (its \
-         revisions, and so the writer tokens, started over), reset the fence once: \
-         UPDATE history_writer SET token = 0"
+         {stored}, which has already written, or the writer fence was reset since this replica \
+         claimed it (a newer writer took over; this one stops writing)"
     )]
     Fenced { token: i64, stored: i64 },
     #[error("history database {}: {source}", .path.display())]
@@ -244,6 +242,20 @@ impl Store {
         let store = Store::start(conn, reader, retention, refused)?;
         tracing::info!(db = %redact(url), token, ?retention, "history: opened as the writer");
         Ok(store)
+    }
+
+    /// Resets the shared history's writer fence when etcd was restored from
+    /// a snapshot or replaced, which shows as a stored writer token above
+    /// `etcd_revision` (etcd's current revision, read after winning the
+    /// writer term with `token`). `Some((stored token, new generation))`
+    /// when it reset; `None` when nothing needed it. Blocking.
+    pub fn reset_writer_fence_after_restore(
+        url: &str,
+        token: i64,
+        holder: &str,
+        etcd_revision: i64,
+    ) -> Result<Option<(i64, i64)>> {
+        pg::PgWriter::reset_after_restore(url, token, holder, etcd_revision)
     }
 
     fn start<C: writer::WriteConn>(

@@ -80,8 +80,16 @@ CREATE TABLE history_writer (
 INSERT INTO history_writer (id, token, holder, since_ms) VALUES (1, 0, '', 0);
 "#;
 
+/// Version 2: the writer fence gets a generation. A commit must carry the
+/// generation its writer claimed: resetting the fence after etcd was
+/// restored (tokens started over) starts a new one, which every writer of
+/// the old timeline fails, whatever its token.
+const V2: &str = r#"
+ALTER TABLE history_writer ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;
+"#;
+
 /// Every migration, in order; `tenure_schema.version` counts those applied.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// The PostgreSQL schema version this build writes and reads.
 pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

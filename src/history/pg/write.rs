@@ -42,6 +42,9 @@ pub(in crate::history) struct PgWriter {
     conn: Conn,
     url: String,
     token: i64,
+    /// The fence's generation this writer claimed under (`None` until its
+    /// first transaction, which claims).
+    generation: Option<i64>,
     holder: String,
     stmts: Stmts,
     refused: Arc<AtomicU64>,
@@ -62,13 +65,54 @@ impl PgWriter {
             conn,
             url: url.to_owned(),
             token,
+            generation: None,
             holder: holder.to_owned(),
             stmts,
             refused,
         };
         writer.transact(&mut |_| Ok(0))?;
-        tracing::info!(db = %redact(url), token, "history: writer fence claimed");
+        tracing::info!(db = %redact(url), token, generation = ?writer.generation, "history: writer fence claimed");
         Ok(writer)
+    }
+
+    /// After etcd was restored from a snapshot or replaced, its revisions,
+    /// and so the writer tokens, start over below the token stored in the
+    /// fence, and every new writer would be refused. That is the case, and
+    /// only then, when the stored token is above etcd's current revision
+    /// (`etcd_revision`, read after this writer won its term): in one etcd
+    /// timeline a token is a CreateRevision, never above the current
+    /// revision. The fence then starts a new generation with `token`: a
+    /// writer of the old timeline, whatever its token, is refused from now
+    /// on. Returns the stored token and the new generation when it reset.
+    pub(in crate::history) fn reset_after_restore(
+        url: &str,
+        token: i64,
+        holder: &str,
+        etcd_revision: i64,
+    ) -> Result<Option<(i64, i64)>, HistoryError> {
+        let (mut conn, _) = Self::open(url, true)?;
+        let client = conn.get()?;
+        let mut tx = client.transaction()?;
+        let row = tx.query_one(
+            "SELECT token, generation FROM history_writer WHERE id = 1 FOR UPDATE",
+            &[],
+        )?;
+        let (stored, generation): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+        if stored <= token || stored <= etcd_revision {
+            return Ok(None);
+        }
+        let next = generation + 1;
+        tx.execute(
+            "UPDATE history_writer SET token = $1, holder = $2, since_ms = $3, generation = $4
+             WHERE id = 1",
+            &[&token, &holder, &crate::events::now_ms(), &next],
+        )?;
+        tx.commit()?;
+        tracing::warn!(
+            db = %redact(url), stored, token, etcd_revision, generation = next,
+            "history: writer fence reset: etcd's revision is below the stored token"
+        );
+        Ok(Some((stored, next)))
     }
 
     /// A writer's session: its settings, the schema up to date (`migrate`),
@@ -142,21 +186,24 @@ impl PgWriter {
         Ok(())
     }
 
-    /// Locks the fence row; refuses when a newer writer has written, else
-    /// stores this writer's token (a no-op when it is already there).
+    /// Locks the fence row; refuses when a newer writer has written (a
+    /// higher token) or the fence was reset since this writer claimed it
+    /// (another `generation`; `None`: claiming now), else stores this
+    /// writer's token (a no-op when it is already there). Returns the
+    /// fence's generation.
     fn fence(
         tx: &mut Transaction<'_>,
         token: i64,
+        generation: Option<i64>,
         holder: &str,
         refused: &AtomicU64,
-    ) -> Result<(), HistoryError> {
-        let stored: i64 = tx
-            .query_one(
-                "SELECT token FROM history_writer WHERE id = 1 FOR UPDATE",
-                &[],
-            )?
-            .try_get(0)?;
-        if stored > token {
+    ) -> Result<i64, HistoryError> {
+        let row = tx.query_one(
+            "SELECT token, generation FROM history_writer WHERE id = 1 FOR UPDATE",
+            &[],
+        )?;
+        let (stored, current): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+        if stored > token || generation.is_some_and(|g| g != current) {
             refused.fetch_add(1, Ordering::Relaxed);
             return Err(HistoryError::Fenced { token, stored });
         }
@@ -166,7 +213,7 @@ impl PgWriter {
                 &[&token, &holder, &crate::events::now_ms()],
             )?;
         }
-        Ok(())
+        Ok(current)
     }
 }
 
@@ -176,36 +223,41 @@ impl WriteConn for PgWriter {
         f: &mut dyn FnMut(&mut dyn WriteTx) -> Result<i64, HistoryError>,
     ) -> Result<i64, HistoryError> {
         self.reconnect_if_closed()?;
-        let (token, refused) = (self.token, self.refused.clone());
+        let (token, claimed, refused) = (self.token, self.generation, self.refused.clone());
         let holder = self.holder.clone();
         let url = self.url.clone();
         let client = self.conn.get()?;
         let result = (|| {
             let mut tx = client.transaction()?;
-            Self::fence(&mut tx, token, &holder, &refused)?;
+            let generation = Self::fence(&mut tx, token, claimed, &holder, &refused)?;
             let revision = f(&mut PgTx {
                 tx: &mut tx,
                 stmts: &self.stmts,
             })?;
             tx.commit()?;
-            Ok(revision)
+            Ok((revision, generation))
         })();
-        result.map_err(|e| match e {
-            HistoryError::Postgres { error, .. } => HistoryError::Postgres {
-                db: redact(&url),
-                error,
-            },
-            e => e,
-        })
+        result
+            .map(|(revision, generation)| {
+                self.generation = Some(generation);
+                revision
+            })
+            .map_err(|e| match e {
+                HistoryError::Postgres { error, .. } => HistoryError::Postgres {
+                    db: redact(&url),
+                    error,
+                },
+                e => e,
+            })
     }
 
     fn prune(&mut self, cutoff: i64) -> Result<[usize; 3], HistoryError> {
         self.reconnect_if_closed()?;
-        let (token, refused) = (self.token, self.refused.clone());
+        let (token, claimed, refused) = (self.token, self.generation, self.refused.clone());
         let holder = self.holder.clone();
         let client = self.conn.get()?;
         let mut tx = client.transaction()?;
-        Self::fence(&mut tx, token, &holder, &refused)?;
+        Self::fence(&mut tx, token, claimed, &holder, &refused)?;
         let events = tx.execute("DELETE FROM events WHERE at_ms < $1", &[&cutoff])?;
         let refusals = tx.execute("DELETE FROM refusals WHERE at_ms < $1", &[&cutoff])?;
         tx.execute("DELETE FROM cluster_events WHERE at_ms < $1", &[&cutoff])?;

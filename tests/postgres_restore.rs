@@ -1,0 +1,241 @@
+//! The shared history's writer fence across an etcd that starts over (a
+//! restore from a snapshot, or a new cluster on the same endpoints): its
+//! revisions, and so the writer tokens, fall below the token the fence
+//! holds. The next writer resets the fence by itself (it sees etcd's
+//! revision below the stored token, which no token of one etcd timeline can
+//! be), records the new timeline, and a writer of the old timeline stays
+//! refused whatever its token.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use support::fixtures::lead;
+use support::postgres::Postgres;
+use support::{Etcd, Serve};
+use tenure::election::Layout;
+use tenure::events::{Batch, Event, EventKind};
+use tenure::history::Store;
+
+async fn until(what: &str, within: Duration, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn started(revision: i64, election: &str, token: i64) -> Batch {
+    Batch {
+        revision,
+        events: vec![Event {
+            revision,
+            at_ms: tenure::events::now_ms(),
+            election: election.into(),
+            kind: EventKind::TermStarted {
+                token,
+                holder: "stale".into(),
+                lease_id: 1,
+                layout: Layout::Single,
+                previous_holder: None,
+                from_snapshot: false,
+            },
+        }],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_etcd_timeline_resets_the_writer_fence_and_the_old_timeline_stays_refused() {
+    let pg = Postgres::start();
+    let url = pg.create_database("restore");
+    let db = Path::new(&url);
+    let args = ["--writer-ttl", "2s"];
+
+    // The first timeline: revisions well past what the second will reach.
+    let old = Etcd::start().await;
+    {
+        let mut c = old.client().await;
+        for i in 0..200 {
+            c.put(format!("filler/{i}"), "x", None).await.expect("put");
+        }
+    }
+    let first = Serve::start(&[old.endpoint()], db, &args, &[]).await;
+    first.ready().await;
+    until("the first writer", Duration::from_secs(20), async || {
+        first.metric("tenure_history_writer").await == Some(1.0)
+    })
+    .await;
+    let stored: i64 = pg
+        .psql("restore", "SELECT token FROM history_writer")
+        .parse()
+        .expect("token");
+    assert!(stored > 200, "the first writer's token {stored}");
+    first.crash().await;
+
+    // A writer of the old timeline that won after it, still alive
+    // somewhere (paused): it claims with a higher token, and has not
+    // written yet.
+    let stale_url = url.clone();
+    let stale = tokio::task::spawn_blocking(move || {
+        Store::open_postgres(&stale_url, Duration::ZERO, stored + 5, "stale")
+    })
+    .await
+    .expect("join")
+    .expect("the stale writer claims the fence");
+
+    // etcd starts over: a new cluster on new endpoints (a restore looks the
+    // same to the fence: revisions below the stored token).
+    let new = Etcd::start().await;
+    let second = Serve::start(&[new.endpoint()], db, &args, &[]).await;
+    second.ready().await;
+    let took = Instant::now();
+    until(
+        "the second timeline's writer",
+        Duration::from_secs(20),
+        async || second.metric("tenure_history_writer").await == Some(1.0),
+    )
+    .await;
+    println!(
+        "[figure] writer of the new etcd timeline writing {} ms after its serve was ready",
+        took.elapsed().as_millis()
+    );
+    let row = pg.psql("restore", "SELECT token, generation FROM history_writer");
+    let (token, generation) = row.split_once('|').expect("token|generation");
+    let token: i64 = token.parse().expect("token");
+    assert!(
+        token < stored,
+        "the fence holds the new timeline's token: {row}"
+    );
+    assert_eq!(generation, "1", "a new generation: {row}");
+    let logs = second.log_text();
+    assert!(
+        logs.contains("etcd was restored from a snapshot or replaced"),
+        "{logs}"
+    );
+
+    // The new timeline is recorded.
+    let c = tenure::election::Client::connect(&[new.endpoint()], "")
+        .await
+        .expect("connect");
+    let l = lead(&c, "after-restore", "b", 10).await;
+    second.caught_up(l.token()).await;
+    until(
+        "the new term recorded",
+        Duration::from_secs(20),
+        async || {
+            pg.psql(
+                "restore",
+                "SELECT count(*) FROM terms WHERE election = 'after-restore'",
+            ) == "1"
+        },
+    )
+    .await;
+
+    // The old timeline's writer wakes and commits: refused, nothing stored,
+    // although its token is above the one the fence holds now.
+    assert!(stored + 5 > token);
+    stale
+        .write(started(stored + 6, "stale-write", stored + 6))
+        .await
+        .ok();
+    let flushed = stale.flush().await;
+    assert!(flushed.is_err(), "the stale writer's commit is refused");
+    assert_eq!(stale.refused_commits(), 1);
+    assert_eq!(
+        pg.psql(
+            "restore",
+            "SELECT count(*) FROM events WHERE election = 'stale-write'"
+        ),
+        "0",
+        "nothing of the refused commit is stored"
+    );
+    let _ = stale.close().await;
+    let row_after = pg.psql("restore", "SELECT token, generation FROM history_writer");
+    assert_eq!(row_after, row, "the fence is the new writer's");
+    drop(l);
+    second.stop().await;
+}
+
+/// In one etcd timeline a lower token never resets the fence: a writer that
+/// lost its term and comes back finds etcd's revision at or above the
+/// stored token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_writer_of_the_same_timeline_never_resets_the_fence() {
+    let pg = Postgres::start();
+    let url = pg.create_database("same");
+    let u = url.clone();
+    let newer =
+        tokio::task::spawn_blocking(move || Store::open_postgres(&u, Duration::ZERO, 50, "newer"))
+            .await
+            .expect("join")
+            .expect("claim");
+    for (token, etcd_revision) in [(40, 50), (40, 60), (49, 1_000)] {
+        let u = url.clone();
+        let reset = tokio::task::spawn_blocking(move || {
+            Store::reset_writer_fence_after_restore(&u, token, "older", etcd_revision)
+        })
+        .await
+        .expect("join")
+        .expect("read the fence");
+        assert_eq!(
+            reset, None,
+            "token {token} at etcd revision {etcd_revision}"
+        );
+    }
+    assert_eq!(
+        pg.psql("same", "SELECT token, generation FROM history_writer"),
+        "50|0"
+    );
+    // Below the stored token: a new timeline, reset.
+    let u = url.clone();
+    let reset = tokio::task::spawn_blocking(move || {
+        Store::reset_writer_fence_after_restore(&u, 3, "new", 49)
+    })
+    .await
+    .expect("join")
+    .expect("reset");
+    assert_eq!(reset, Some((50, 1)));
+    // The writer of the old generation is refused from now on.
+    newer.write(started(51, "x", 50)).await.ok();
+    assert!(newer.flush().await.is_err());
+    assert_eq!(newer.refused_commits(), 1);
+    let _ = newer.close().await;
+}
+
+/// A history of schema version 1 (before the fence had a generation) is
+/// migrated at the next writer's start: the fence keeps its token, in
+/// generation 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_fence_is_migrated_with_its_token() {
+    let pg = Postgres::start();
+    let url = pg.create_database("v1");
+    let u = url.clone();
+    let w = tokio::task::spawn_blocking(move || Store::open_postgres(&u, Duration::ZERO, 7, "w"))
+        .await
+        .expect("join")
+        .expect("claim");
+    let _ = w.close().await;
+    // Back to what version 1 had.
+    pg.psql(
+        "v1",
+        "ALTER TABLE history_writer DROP COLUMN generation; UPDATE tenure_schema SET version = 1",
+    );
+    let u = url.clone();
+    let w = tokio::task::spawn_blocking(move || Store::open_postgres(&u, Duration::ZERO, 9, "w"))
+        .await
+        .expect("join")
+        .expect("migrate and claim");
+    assert_eq!(pg.psql("v1", "SELECT version FROM tenure_schema"), "2");
+    assert_eq!(
+        pg.psql("v1", "SELECT token, generation FROM history_writer"),
+        "9|0"
+    );
+    // A lower token is still refused after the migration.
+    let u = url.clone();
+    let low = tokio::task::spawn_blocking(move || Store::open_postgres(&u, Duration::ZERO, 8, "x"))
+        .await
+        .expect("join");
+    assert!(low.is_err_and(|e| e.is_fenced()));
+    let _ = w.close().await;
+}

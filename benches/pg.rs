@@ -20,6 +20,7 @@
 //! bare watch's events/s in the same run (1.0 = as fast as a bare watch).
 //! Without `initdb` the measurement says so and is skipped.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
@@ -50,25 +51,27 @@ const ORDERS: [[Sink; 3]; 3] = [
     [Sink::Sqlite, Sink::Bare, Sink::Postgres],
 ];
 
-/// CPU seconds (user + system) of process `pid`, its reaped children and
-/// its live children: for the postmaster, every backend's.
-fn tree_cpu_seconds(pid: i32) -> f64 {
+/// CPU seconds (user + system) of process `pid` and of each of its live
+/// children (for the postmaster: its backends and auxiliary processes), by
+/// PID. Per-process, not the parent's `cutime`: backends of earlier runs
+/// exiting (and being reaped) during a run would blur that.
+fn tree_cpu(pid: i32) -> HashMap<i32, f64> {
     fn fields(pid: i32) -> Option<Vec<String>> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         let rest = stat.get(stat.rfind(')')? + 2..)?;
         Some(rest.split_whitespace().map(str::to_owned).collect())
     }
-    // After the command: index 1 is the parent, 11–14 utime, stime,
-    // cutime, cstime (USER_HZ = 100).
+    // After the command: index 1 is the parent, 11 and 12 utime and stime
+    // (USER_HZ = 100).
     let cpu = |f: &[String]| -> f64 {
-        f.get(11..15)
+        f.get(11..13)
             .map(|t| t.iter().filter_map(|x| x.parse::<f64>().ok()).sum::<f64>() / 100.0)
             .unwrap_or(0.0)
     };
-    let Some(own) = fields(pid) else {
-        return f64::NAN;
-    };
-    let mut total = cpu(&own);
+    let mut out = HashMap::new();
+    if let Some(own) = fields(pid) {
+        out.insert(pid, cpu(&own));
+    }
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.filter_map(|e| e.ok()) {
             let Some(child) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
@@ -76,23 +79,34 @@ fn tree_cpu_seconds(pid: i32) -> f64 {
             };
             if let Some(f) = fields(child) {
                 if f.get(1).and_then(|p| p.parse::<i32>().ok()) == Some(pid) {
-                    total += cpu(&f);
+                    out.insert(child, cpu(&f));
                 }
             }
         }
     }
-    total
+    out
+}
+
+/// CPU seconds the processes alive at `end` used since `start` (those
+/// started in between: all of theirs). Processes that exited in between
+/// are not counted: the run's own backends are still connected at `end`.
+fn cpu_between(start: &HashMap<i32, f64>, end: &HashMap<i32, f64>) -> f64 {
+    end.iter()
+        .map(|(pid, e)| (e - start.get(pid).copied().unwrap_or(0.0)).max(0.0))
+        .sum()
 }
 
 /// tenure's path into `store` (already open): returns the time and the
 /// bench process's CPU from the watcher's start to the last revision
-/// committed, and how many transitions it stored.
-async fn tenure_replay(
+/// committed, how many transitions it stored, and what `at_end` says then
+/// (before the history is closed).
+async fn tenure_replay<T>(
     endpoint: &str,
     store: Store,
     after: i64,
     until: i64,
-) -> Result<(Consumed, usize)> {
+    at_end: impl FnOnce() -> T,
+) -> Result<(Consumed, usize, T)> {
     let prepared = Pipeline::prepare_with(endpoint, store).await?;
     let cpu0 = self_cpu_seconds();
     let t = Instant::now();
@@ -109,6 +123,7 @@ async fn tenure_replay(
     let committed = p.flush().await?;
     let elapsed = t.elapsed();
     let cpu = self_cpu_seconds() - cpu0;
+    let end = at_end();
     if committed < until {
         bail!("history committed up to {committed}, not {until}");
     }
@@ -120,6 +135,7 @@ async fn tenure_replay(
             cpu,
         },
         transitions,
+        end,
     ))
 }
 
@@ -165,9 +181,11 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
                     })
                     .await?
                     .map_err(|e| anyhow!("PostgreSQL history: {e}"))?;
-                    let server0 = tree_cpu_seconds(pg.pid());
-                    let (c, tr) = tenure_replay(&endpoint, store, after, until).await?;
-                    server = tree_cpu_seconds(pg.pid()) - server0;
+                    let server0 = tree_cpu(pg.pid());
+                    let (c, tr, server1) =
+                        tenure_replay(&endpoint, store, after, until, || tree_cpu(pg.pid()))
+                            .await?;
+                    server = cpu_between(&server0, &server1);
                     transitions.0 = tr;
                     p = Some(c);
                 }
@@ -175,7 +193,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
                     let path = dir.path().join(format!("history{run}.db"));
                     let store = Store::open(&path, Duration::ZERO)
                         .map_err(|e| anyhow!("history at {}: {e}", path.display()))?;
-                    let (c, tr) = tenure_replay(&endpoint, store, after, until).await?;
+                    let (c, tr, ()) = tenure_replay(&endpoint, store, after, until, || ()).await?;
                     transitions.1 = tr;
                     s = Some(c);
                 }
@@ -257,7 +275,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
         .baseline_samples("tenure into SQLite (bench process)", &s_cpu)
         .paired_ratio(&p_cpu, &s_cpu)
         .note(format!(
-            "bench process (all threads) plus the PostgreSQL server (postmaster and backends), \
+            "bench process (all threads) plus the PostgreSQL server (postmaster, backends, auxiliary processes), \
              10 ms tick resolution; of it the server: median {:.1} ms; the bare watch: median {:.1} ms",
             Summary::of(&p_server).median,
             Summary::of(&b_cpu).median

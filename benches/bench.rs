@@ -11,7 +11,8 @@
 //! run, on the same etcd, under the same load, with medians and tails over
 //! repeated runs: the machine is shared and timings are noisy, ratios less
 //! so. Each measurement starts its own etcd (loopback, data on /dev/shm)
-//! and, where it needs one, its own `tenure serve` child; every process is
+//! and, where it needs one, its own `tenure serve` child (pg: its own
+//! PostgreSQL server, skipped without `initdb`); every process is
 //! SIGKILLed when its measurement ends (and on the bench's death, through
 //! PR_SET_PDEATHSIG). Results: a Markdown table on stdout, and JSON with
 //! `--json FILE`. See BENCHMARKS.md.

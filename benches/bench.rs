@@ -11,7 +11,8 @@
 //! run, on the same etcd, under the same load, with medians and tails over
 //! repeated runs: the machine is shared and timings are noisy, ratios less
 //! so. Each measurement starts its own etcd (loopback, data on /dev/shm)
-//! and, where it needs one, its own `tenure serve` child; every process is
+//! and, where it needs one, its own `tenure serve` child (pg: its own
+//! PostgreSQL server, skipped without `initdb`); every process is
 //! SIGKILLed when its measurement ends (and on the bench's death, through
 //! PR_SET_PDEATHSIG). Results: a Markdown table on stdout, and JSON with
 //! `--json FILE`. See BENCHMARKS.md.
@@ -25,6 +26,7 @@ mod fence;
 mod incident;
 mod ingest;
 mod load;
+mod pg;
 mod pipeline;
 mod queue;
 mod render;
@@ -47,8 +49,8 @@ use serde::Serialize;
 use crate::stats::Row;
 use crate::support::procfs;
 
-const ALL: [&str; 8] = [
-    "takeover", "queue", "fence", "detect", "ingest", "render", "scale", "incident",
+const ALL: [&str; 9] = [
+    "takeover", "queue", "fence", "detect", "ingest", "pg", "render", "scale", "incident",
 ];
 
 #[derive(Debug, Parser)]
@@ -64,8 +66,8 @@ struct Args {
     /// Repeated runs per measurement (default: 7 full, 1 smoke).
     #[arg(long)]
     runs: Option<usize>,
-    /// Only these measurements (comma-separated): takeover, fence, detect,
-    /// ingest, render, scale.
+    /// Only these measurements (comma-separated): takeover, queue, fence,
+    /// detect, ingest, pg, render, scale, incident.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Elections for the scale measurement (default 10,000 full, 1,000 smoke).
@@ -91,6 +93,9 @@ pub struct Config {
     pub ingest_elections: usize,
     pub ingest_cycles: usize,
     pub live_cycles: usize,
+    /// The PostgreSQL ingestion load (pg): elections × terms each.
+    pub pg_elections: usize,
+    pub pg_cycles: usize,
     pub takeover_trials: usize,
     /// Trials per side of 2q: enough that the p99 is not just the maximum.
     pub queue_trials: usize,
@@ -122,6 +127,8 @@ impl Config {
             ingest_elections: 200,
             ingest_cycles: 50,
             live_cycles: 10,
+            pg_elections: 100,
+            pg_cycles: 20,
             takeover_trials: 40,
             queue_trials: 300,
             poll_trials: 10,
@@ -146,6 +153,8 @@ impl Config {
             ingest_elections: 20,
             ingest_cycles: 10,
             live_cycles: 5,
+            pg_elections: 10,
+            pg_cycles: 5,
             takeover_trials: 4,
             queue_trials: 4,
             poll_trials: 1,
@@ -309,6 +318,7 @@ async fn run_all(args: &Args) -> Result<usize> {
             "fence" => fence::run(&cfg).await,
             "detect" => detect::run(&cfg).await,
             "ingest" => ingest::run(&cfg).await,
+            "pg" => pg::run(&cfg).await,
             "render" => render::run(&cfg).await,
             "scale" => scale::run(&cfg).await,
             "incident" => incident::run(&cfg).await,

@@ -29,13 +29,15 @@ use crate::support::procfs::self_cpu_seconds;
 use crate::support::Etcd as EtcdProcess;
 use crate::Config;
 
-struct Consumed {
-    events: usize,
-    elapsed: Duration,
-    cpu: f64,
+pub struct Consumed {
+    pub events: usize,
+    pub elapsed: Duration,
+    pub cpu: f64,
 }
 
-async fn bare_replay(endpoint: &str, after: i64, until: i64) -> Result<Consumed> {
+/// A bare etcd-client watch drains `(after, until]`: the events, the wall
+/// clock from connected to the last revision, the bench process's CPU.
+pub async fn bare_replay(endpoint: &str, after: i64, until: i64) -> Result<Consumed> {
     let mut etcd = connect(endpoint).await?;
     let cpu0 = self_cpu_seconds();
     let t = Instant::now();

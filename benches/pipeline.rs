@@ -68,9 +68,14 @@ impl Pipeline {
     /// Connects and opens a fresh history at `db` (as serve does before
     /// it starts its watcher).
     pub async fn prepare(endpoint: &str, db: &Path) -> Result<Prepared> {
-        let client = tenure_client(endpoint).await?;
         let store = Store::open(db, Duration::from_secs(30 * 86_400))
             .map_err(|e| anyhow!("history at {}: {e}", db.display()))?;
+        Self::prepare_with(endpoint, store).await
+    }
+
+    /// Connects, with a history already open (SQLite or PostgreSQL).
+    pub async fn prepare_with(endpoint: &str, store: Store) -> Result<Prepared> {
+        let client = tenure_client(endpoint).await?;
         let metrics = Metrics::new().map_err(|e| anyhow!("metrics: {e}"))?;
         Ok(Prepared {
             client,

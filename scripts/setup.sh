@@ -22,7 +22,8 @@ if [ "${1:-}" = "--test" ]; then
   command -v faketime >/dev/null 2>&1 || need+=(faketime)
   # tests/tls.rs makes its certificates with the openssl command.
   command -v openssl >/dev/null 2>&1 || need+=(openssl)
-  # tests/postgres.rs starts its own PostgreSQL server (initdb, postgres) and uses psql.
+  # tests/postgres.rs and the bench's pg measurement start their own PostgreSQL server
+  # (initdb, postgres) and use psql.
   { ls /usr/lib/postgresql/*/bin/postgres && command -v psql; } >/dev/null 2>&1 || need+=(postgresql)
   # tests/go_interop.rs builds a Go service on etcd's own clientv3/concurrency (GOPATH mode).
   { command -v go && [ -d /usr/share/gocode/src/go.etcd.io/etcd/clientv3 ]; } >/dev/null 2>&1 ||

@@ -49,12 +49,20 @@ pub struct Postgres {
 
 /// The directory of `initdb` and `postgres`.
 pub fn pg_bin_dir() -> PathBuf {
+    find_bin_dir().unwrap_or_else(|| {
+        panic!(
+            "PostgreSQL is not installed: run `scripts/setup.sh --test` (apt package postgresql)"
+        )
+    })
+}
+
+fn find_bin_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("TENURE_TEST_PG_BIN") {
-        return PathBuf::from(d);
+        return Some(PathBuf::from(d));
     }
     let debian = Path::new("/usr/lib/postgresql/15/bin");
     if debian.join("postgres").exists() {
-        return debian.to_owned();
+        return Some(debian.to_owned());
     }
     let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .map(|d| {
@@ -64,11 +72,15 @@ pub fn pg_bin_dir() -> PathBuf {
         })
         .unwrap_or_default();
     found.sort();
-    found.pop().unwrap_or_else(|| {
-        panic!(
-            "PostgreSQL is not installed: run `scripts/setup.sh --test` (apt package postgresql)"
-        )
-    })
+    found.pop()
+}
+
+/// `initdb`, when PostgreSQL is installed (the benches skip without it; the
+/// tests fail).
+pub fn initdb() -> Option<PathBuf> {
+    find_bin_dir()
+        .map(|d| d.join("initdb"))
+        .filter(|p| p.exists())
 }
 
 fn is_root() -> bool {

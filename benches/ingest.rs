@@ -17,9 +17,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use etcd_client::Client as Etcd;
 use tenure::events::Update;
+use tenure::history::Store;
 
 use crate::common::{connect, ms};
 use crate::load::Fleet;
@@ -66,10 +67,28 @@ pub async fn bare_replay(endpoint: &str, after: i64, until: i64) -> Result<Consu
     })
 }
 
-/// Returns the etcd events (of the bare count) and tenure's transitions.
+/// tenure's path into a fresh SQLite history (see [`replay_into`]).
 async fn tenure_replay(endpoint: &str, after: i64, until: i64) -> Result<(Consumed, usize)> {
     let dir = tempfile::tempdir()?;
-    let prepared = Pipeline::prepare(endpoint, &dir.path().join("history.db")).await?;
+    let db = dir.path().join("history.db");
+    let store = Store::open(&db, Duration::from_secs(30 * 86_400))
+        .map_err(|e| anyhow!("history at {}: {e}", db.display()))?;
+    let (consumed, transitions, ()) = replay_into(endpoint, store, after, until, || ()).await?;
+    Ok((consumed, transitions))
+}
+
+/// tenure's path into `store` (already open): returns the time and the
+/// bench process's CPU from the watcher's start to the last revision
+/// committed, how many transitions it stored, and what `at_end` says then
+/// (before the history is closed).
+pub(crate) async fn replay_into<T>(
+    endpoint: &str,
+    store: Store,
+    after: i64,
+    until: i64,
+    at_end: impl FnOnce() -> T,
+) -> Result<(Consumed, usize, T)> {
+    let prepared = Pipeline::prepare_with(endpoint, store).await?;
     let cpu0 = self_cpu_seconds();
     let t = Instant::now();
     let mut p = prepared.start(after);
@@ -85,6 +104,7 @@ async fn tenure_replay(endpoint: &str, after: i64, until: i64) -> Result<(Consum
     let committed = p.flush().await?;
     let elapsed = t.elapsed();
     let cpu = self_cpu_seconds() - cpu0;
+    let end = at_end();
     if committed < until {
         bail!("history committed up to {committed}, not {until}");
     }
@@ -96,6 +116,7 @@ async fn tenure_replay(endpoint: &str, after: i64, until: i64) -> Result<(Consum
             cpu,
         },
         transitions,
+        end,
     ))
 }
 

@@ -21,19 +21,16 @@
 //! Without `initdb` the measurement says so and is skipped.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
-use tenure::events::Update;
 use tenure::history::Store;
 
 use crate::common::ms;
-use crate::ingest::{bare_replay, Consumed};
+use crate::ingest::{bare_replay, replay_into, Consumed};
 use crate::load::Fleet;
-use crate::pipeline::Pipeline;
 use crate::stats::{Row, Summary};
 use crate::support::postgres::{self, Postgres};
-use crate::support::procfs::self_cpu_seconds;
 use crate::support::Etcd as EtcdProcess;
 use crate::Config;
 
@@ -96,49 +93,6 @@ fn cpu_between(start: &HashMap<i32, f64>, end: &HashMap<i32, f64>) -> f64 {
         .sum()
 }
 
-/// tenure's path into `store` (already open): returns the time and the
-/// bench process's CPU from the watcher's start to the last revision
-/// committed, how many transitions it stored, and what `at_end` says then
-/// (before the history is closed).
-async fn tenure_replay<T>(
-    endpoint: &str,
-    store: Store,
-    after: i64,
-    until: i64,
-    at_end: impl FnOnce() -> T,
-) -> Result<(Consumed, usize, T)> {
-    let prepared = Pipeline::prepare_with(endpoint, store).await?;
-    let cpu0 = self_cpu_seconds();
-    let t = Instant::now();
-    let mut p = prepared.start(after);
-    let mut transitions = 0;
-    loop {
-        if let Update::Batch(b) = p.next(Duration::from_secs(30)).await? {
-            transitions += b.events.len();
-            if b.revision >= until {
-                break;
-            }
-        }
-    }
-    let committed = p.flush().await?;
-    let elapsed = t.elapsed();
-    let cpu = self_cpu_seconds() - cpu0;
-    let end = at_end();
-    if committed < until {
-        bail!("history committed up to {committed}, not {until}");
-    }
-    p.stop().await;
-    Ok((
-        Consumed {
-            events: 0,
-            elapsed,
-            cpu,
-        },
-        transitions,
-        end,
-    ))
-}
-
 pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
     if postgres::initdb().is_none() {
         eprintln!(
@@ -183,8 +137,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
                     .map_err(|e| anyhow!("PostgreSQL history: {e}"))?;
                     let server0 = tree_cpu(pg.pid());
                     let (c, tr, server1) =
-                        tenure_replay(&endpoint, store, after, until, || tree_cpu(pg.pid()))
-                            .await?;
+                        replay_into(&endpoint, store, after, until, || tree_cpu(pg.pid())).await?;
                     server = cpu_between(&server0, &server1);
                     transitions.0 = tr;
                     p = Some(c);
@@ -193,7 +146,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
                     let path = dir.path().join(format!("history{run}.db"));
                     let store = Store::open(&path, Duration::ZERO)
                         .map_err(|e| anyhow!("history at {}: {e}", path.display()))?;
-                    let (c, tr, ()) = tenure_replay(&endpoint, store, after, until, || ()).await?;
+                    let (c, tr, ()) = replay_into(&endpoint, store, after, until, || ()).await?;
                     transitions.1 = tr;
                     s = Some(c);
                 }

@@ -13,11 +13,11 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use support::fixtures::{tenure_at as tenure, text};
 use support::proxy::Proxy;
 use support::secure::Pki;
 use support::secure::{
-    api, enable_auth, etcdctl, fails_fast, jwt_tokens, recorded, tenure, text, timed,
-    with_token_ttl,
+    api, enable_auth, etcdctl, fails_fast, jwt_tokens, recorded, timed, with_token_ttl,
 };
 use support::{Etcd, EtcdFlags, Serve};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};

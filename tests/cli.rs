@@ -4,32 +4,16 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use support::fixtures::{run, tenure, text};
 use support::{tenure_bin, Etcd};
 use tenure::election::{CampaignOptions, Client, ElectionName, Ttl};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, Command};
-
-fn tenure(etcd: &Etcd) -> Command {
-    let mut cmd = Command::new(tenure_bin());
-    cmd.env("TENURE_ENDPOINTS", etcd.endpoint())
-        .env_remove("TENURE_PREFIX")
-        .env("TENURE_TIMEOUT", "3")
-        .kill_on_drop(true);
-    cmd
-}
-
-async fn run(etcd: &Etcd, args: &[&str]) -> Output {
-    tenure(etcd).args(args).output().await.expect("run tenure")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// Starts `tenure campaign` and waits for its "leads ... with token N" line.
 async fn start_campaign(etcd: &Etcd, args: &[&str]) -> (Child, Lines<BufReader<ChildStderr>>, i64) {

@@ -11,10 +11,10 @@ use std::process::Output;
 use std::time::Duration;
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
+use support::fixtures::{run, tenure, text};
 use support::go::{GoActor, ANSWER};
 use support::wait::{poll, wait_until_async};
-use support::{tenure_bin, Etcd};
-use tokio::process::Command;
+use support::Etcd;
 
 /// Session TTL of the Go actors: a revoked lease would be noticed by Go's
 /// keep-alive (every TTL/3) well within [`QUIET`].
@@ -23,23 +23,6 @@ const TTL: u64 = 4;
 const QUIET: Duration = Duration::from_secs(3);
 /// "Still waiting" checks.
 const STILL: Duration = Duration::from_secs(1);
-
-fn tenure(etcd: &Etcd) -> Command {
-    let mut cmd = Command::new(tenure_bin());
-    cmd.env("TENURE_ENDPOINTS", etcd.endpoint())
-        .env_remove("TENURE_PREFIX")
-        .env("TENURE_TIMEOUT", "3")
-        .kill_on_drop(true);
-    cmd
-}
-
-async fn run(etcd: &Etcd, args: &[&str]) -> Output {
-    tenure(etcd).args(args).output().await.expect("run tenure")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn ok(out: &Output) {
     assert_eq!(

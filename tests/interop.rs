@@ -5,36 +5,19 @@
 
 mod support;
 
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use etcd_client::{GetOptions, PutOptions};
-use support::{tenure_bin, Etcd};
+use support::fixtures::{run, text};
+use support::Etcd;
 use tenure::election::{Client, ElectionName, Keys};
 use tenure::events::{EndCause, EventKind, Update};
 use tenure::watch::{WatchConfig, Watcher};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::mpsc;
 
 const WAIT: Duration = Duration::from_secs(15);
-
-fn tenure(etcd: &Etcd) -> Command {
-    let mut cmd = Command::new(tenure_bin());
-    cmd.env("TENURE_ENDPOINTS", etcd.endpoint())
-        .env_remove("TENURE_PREFIX")
-        .env("TENURE_TIMEOUT", "3")
-        .kill_on_drop(true);
-    cmd
-}
-
-async fn run(etcd: &Etcd, args: &[&str]) -> Output {
-    tenure(etcd).args(args).output().await.expect("run tenure")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn name(s: &str) -> ElectionName {
     ElectionName::new(s).expect("name")

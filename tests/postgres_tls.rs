@@ -11,8 +11,9 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use support::fixtures::lead;
+use support::fixtures::text;
 use support::postgres::{PgTls, Postgres, PG_USER};
-use support::secure::{text, Pki};
+use support::secure::Pki;
 use support::{Etcd, Serve};
 use tenure::election::Client;
 

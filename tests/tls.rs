@@ -10,7 +10,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::secure::{api, fails_fast, recorded, tenure, text, timed, Pki};
+use support::fixtures::{tenure_at as tenure, text};
+use support::secure::{api, fails_fast, recorded, timed, Pki};
 use support::{Etcd, Serve};
 use tokio::io::{AsyncBufReadExt, BufReader};
 

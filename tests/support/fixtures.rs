@@ -26,3 +26,32 @@ pub async fn lead(c: &Client, n: &str, id: &str, ttl_secs: u64) -> Leadership {
         Campaigned::Held(h) => panic!("{id} expected to lead {n}, held by {h:?}"),
     }
 }
+
+/// `tenure` at `endpoint`, with no prefix, TLS or user settings from the
+/// caller's environment, a 3 s request timeout, killed on drop.
+pub fn tenure_at(endpoint: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(super::tenure_bin());
+    cmd.env("TENURE_ENDPOINTS", endpoint)
+        .env("TENURE_TIMEOUT", "3")
+        .env_remove("TENURE_PREFIX")
+        .kill_on_drop(true);
+    for var in ["CACERT", "CERT", "KEY", "USER", "PASSWORD", "PASSWORD_FILE"] {
+        cmd.env_remove(format!("TENURE_{var}"))
+            .env_remove(format!("ETCDCTL_{var}"));
+    }
+    cmd
+}
+
+/// `tenure` at `etcd` (see [`tenure_at`]).
+pub fn tenure(etcd: &super::Etcd) -> tokio::process::Command {
+    tenure_at(&etcd.endpoint())
+}
+
+/// Runs `tenure ARGS` at `etcd` to the end.
+pub async fn run(etcd: &super::Etcd, args: &[&str]) -> std::process::Output {
+    tenure(etcd).args(args).output().await.expect("run tenure")
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use super::{tenure_bin, EtcdFlags, Serve};
+use super::fixtures::text;
+use super::{EtcdFlags, Serve};
 
 pub struct Pki {
     dir: TempDir,
@@ -238,25 +239,6 @@ pub fn enable_auth(endpoint: &str, extra: &[String], users: &[(&str, &str, &str,
 // ---------------------------------------------------------------------------
 // Running `tenure` against a secured etcd.
 // ---------------------------------------------------------------------------
-
-/// `tenure` at `endpoint`, with no TLS or user settings from the caller's
-/// environment.
-pub fn tenure(endpoint: &str) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(tenure_bin());
-    cmd.env("TENURE_ENDPOINTS", endpoint)
-        .env("TENURE_TIMEOUT", "3")
-        .env_remove("TENURE_PREFIX")
-        .kill_on_drop(true);
-    for var in ["CACERT", "CERT", "KEY", "USER", "PASSWORD", "PASSWORD_FILE"] {
-        cmd.env_remove(format!("TENURE_{var}"))
-            .env_remove(format!("ETCDCTL_{var}"));
-    }
-    cmd
-}
-
-pub fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// Runs tenure; returns its output and how long it took.
 pub async fn timed(mut cmd: tokio::process::Command) -> (Output, Duration) {

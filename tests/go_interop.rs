@@ -185,22 +185,8 @@ async fn http_resign_of_a_go_session_leader_touches_nothing_else_of_the_session(
     go.campaign("billing", "svc-billing").await;
     let (_, billing_key) = go.elected("billing", ANSWER).await;
     go.lock("locks/invoice").await;
-    let serve = support::Serve::start(
-        &[etcd.endpoint()],
-        &dir.path().join("history.db"),
-        &["--api-token", "s3cret"],
-        &[],
-    )
-    .await;
-    serve.ready().await;
-    let resp = reqwest::Client::new()
-        .post(serve.url("/api/v1/elections/orders/resign"))
-        .bearer_auth("s3cret")
-        .json(&serde_json::json!({ "token": orders_rev }))
-        .send()
-        .await
-        .expect("resign");
-    assert!(resp.status().is_success(), "{:?}", resp.text().await);
+    let serve = support::fixtures::serve_with_api(&etcd, dir.path()).await;
+    support::fixtures::http_resign(&serve, "orders", orders_rev).await;
     assert!(get(&etcd, &orders_key).await.is_none(), "orders' key went");
     assert!(
         get(&etcd, &billing_key).await.is_some(),

@@ -309,22 +309,8 @@ async fn http_resign_of_a_shared_lease_leader_touches_nothing_else() {
         .first()
         .expect("orders key")
         .create_revision();
-    let serve = support::Serve::start(
-        &[etcd.endpoint()],
-        &dir.path().join("history.db"),
-        &["--api-token", "s3cret"],
-        &[],
-    )
-    .await;
-    serve.ready().await;
-    let resp = reqwest::Client::new()
-        .post(serve.url("/api/v1/elections/orders/resign"))
-        .bearer_auth("s3cret")
-        .json(&serde_json::json!({ "token": token }))
-        .send()
-        .await
-        .expect("resign");
-    assert!(resp.status().is_success(), "{:?}", resp.text().await);
+    let serve = support::fixtures::serve_with_api(&etcd, dir.path()).await;
+    support::fixtures::http_resign(&serve, "orders", token).await;
     let exists = |k: &str| {
         let mut e = etcd_c.clone();
         let k = k.to_owned();

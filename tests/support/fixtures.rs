@@ -55,3 +55,33 @@ pub async fn run(etcd: &super::Etcd, args: &[&str]) -> std::process::Output {
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+/// The API token of [`serve_with_api`].
+pub const API_TOKEN: &str = "s3cret";
+
+/// A `tenure serve` on `etcd`, its mutating API enabled with [`API_TOKEN`],
+/// its history in `dir`; ready.
+pub async fn serve_with_api(etcd: &super::Etcd, dir: &std::path::Path) -> super::Serve {
+    let serve = super::Serve::start(
+        &[etcd.endpoint()],
+        &dir.join("history.db"),
+        &["--api-token", API_TOKEN],
+        &[],
+    )
+    .await;
+    serve.ready().await;
+    serve
+}
+
+/// `POST /api/v1/elections/ELECTION/resign {token}`; panics unless it
+/// succeeds.
+pub async fn http_resign(serve: &super::Serve, election: &str, token: i64) {
+    let resp = reqwest::Client::new()
+        .post(serve.url(&format!("/api/v1/elections/{election}/resign")))
+        .bearer_auth(API_TOKEN)
+        .json(&serde_json::json!({ "token": token }))
+        .send()
+        .await
+        .expect("resign");
+    assert!(resp.status().is_success(), "{:?}", resp.text().await);
+}

@@ -131,7 +131,13 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
                 Sink::Postgres => {
                     let url = pg.create_database(&format!("bench{run}"));
                     let store = tokio::task::spawn_blocking(move || {
-                        Store::open_postgres(&url, Duration::ZERO, 1, "bench")
+                        Store::open_postgres(
+                            &url,
+                            Duration::ZERO,
+                            1,
+                            "bench",
+                            postgres::revision_at(i64::MAX),
+                        )
                     })
                     .await?
                     .map_err(|e| anyhow!("PostgreSQL history: {e}"))?;

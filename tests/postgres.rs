@@ -547,7 +547,13 @@ async fn the_fence_refuses_a_lower_token_in_the_transaction() {
     let open = |token: i64| {
         let url = url.clone();
         tokio::task::spawn_blocking(move || {
-            Store::open_postgres(&url, Duration::ZERO, token, &format!("w{token}"))
+            Store::open_postgres(
+                &url,
+                Duration::ZERO,
+                token,
+                &format!("w{token}"),
+                support::postgres::revision_at(i64::MAX),
+            )
         })
     };
     let batch = |revision: i64, token: i64| Batch {

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use support::fixtures::lead;
-use support::postgres::Postgres;
+use support::postgres::{revision_at, Postgres};
 use support::{Etcd, Serve};
 use tenure::election::Layout;
 use tenure::events::{Batch, Event, EventKind};
@@ -78,7 +78,13 @@ async fn a_new_etcd_timeline_resets_the_writer_fence_and_the_old_timeline_stays_
     // written yet.
     let stale_url = url.clone();
     let stale = tokio::task::spawn_blocking(move || {
-        Store::open_postgres(&stale_url, Duration::ZERO, stored + 5, "stale")
+        Store::open_postgres(
+            &stale_url,
+            Duration::ZERO,
+            stored + 5,
+            "stale",
+            revision_at(stored + 5),
+        )
     })
     .await
     .expect("join")
@@ -151,56 +157,90 @@ async fn a_new_etcd_timeline_resets_the_writer_fence_and_the_old_timeline_stays_
         "nothing of the refused commit is stored"
     );
     let _ = stale.close().await;
+    // A writer of the old timeline that won there but had not claimed yet
+    // (paused before its first transaction) claims now: its token is above
+    // the new etcd's revision, a term of a timeline etcd no longer has.
+    let current = new
+        .client()
+        .await
+        .get("any", None)
+        .await
+        .expect("get")
+        .header()
+        .expect("header")
+        .revision();
+    let late_url = url.clone();
+    let late = tokio::task::spawn_blocking(move || {
+        Store::open_postgres(
+            &late_url,
+            Duration::ZERO,
+            stored + 10,
+            "late",
+            revision_at(current),
+        )
+    })
+    .await
+    .expect("join");
+    assert!(
+        late.as_ref().is_err_and(|e| e.is_fenced()),
+        "an old timeline's term claims nothing"
+    );
     let row_after = pg.psql("restore", "SELECT token, generation FROM history_writer");
     assert_eq!(row_after, row, "the fence is the new writer's");
     drop(l);
     second.stop().await;
 }
 
-/// In one etcd timeline a lower token never resets the fence: a writer that
-/// lost its term and comes back finds etcd's revision at or above the
-/// stored token.
+/// The claim's rules, with etcd's revision as it would be read with the
+/// fence row locked: in one etcd timeline a lower token never resets the
+/// fence (the revision is at or above every stored token); a token above
+/// etcd's revision is a term of a timeline etcd no longer has; a stored
+/// token above the revision means etcd started over: reset.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_writer_of_the_same_timeline_never_resets_the_fence() {
+async fn the_claim_resets_only_for_a_new_timeline_and_refuses_old_terms() {
     let pg = Postgres::start();
     let url = pg.create_database("same");
-    let u = url.clone();
-    let newer =
-        tokio::task::spawn_blocking(move || Store::open_postgres(&u, Duration::ZERO, 50, "newer"))
-            .await
-            .expect("join")
-            .expect("claim");
-    for (token, etcd_revision) in [(40, 50), (40, 60), (49, 1_000)] {
+    let open = |token: i64, revision: i64| {
         let u = url.clone();
-        let reset = tokio::task::spawn_blocking(move || {
-            Store::reset_writer_fence_after_restore(&u, token, "older", etcd_revision)
+        tokio::task::spawn_blocking(move || {
+            Store::open_postgres(&u, Duration::ZERO, token, "w", revision_at(revision))
         })
-        .await
-        .expect("join")
-        .expect("read the fence");
-        assert_eq!(
-            reset, None,
-            "token {token} at etcd revision {etcd_revision}"
+    };
+    let newer = open(50, 60).await.expect("join").expect("claim");
+    assert_eq!(newer.fence_reset(), None);
+    // Stale writers of the same timeline: refused, nothing changed.
+    for (token, revision) in [(40, 50), (40, 60), (49, 1_000)] {
+        let r = open(token, revision).await.expect("join");
+        assert!(
+            r.as_ref().is_err_and(|e| e.is_fenced()),
+            "token {token} at revision {revision}"
         );
     }
     assert_eq!(
         pg.psql("same", "SELECT token, generation FROM history_writer"),
         "50|0"
     );
-    // Below the stored token: a new timeline, reset.
-    let u = url.clone();
-    let reset = tokio::task::spawn_blocking(move || {
-        Store::reset_writer_fence_after_restore(&u, 3, "new", 49)
-    })
-    .await
-    .expect("join")
-    .expect("reset");
-    assert_eq!(reset, Some((50, 1)));
+    // A term of a timeline etcd no longer has (its token above etcd's
+    // revision), even with a token above the stored one: refused.
+    let r = open(70, 60).await.expect("join");
+    assert!(r.as_ref().is_err_and(|e| e.is_fenced()));
+    assert_eq!(
+        pg.psql("same", "SELECT token, generation FROM history_writer"),
+        "50|0"
+    );
+    // etcd started over (revision 49, below the stored 50): reset.
+    let fresh = open(3, 49).await.expect("join").expect("reset and claim");
+    assert_eq!(fresh.fence_reset(), Some((50, 1)));
+    assert_eq!(
+        pg.psql("same", "SELECT token, generation FROM history_writer"),
+        "3|1"
+    );
     // The writer of the old generation is refused from now on.
     newer.write(started(51, "x", 50)).await.ok();
     assert!(newer.flush().await.is_err());
     assert_eq!(newer.refused_commits(), 1);
     let _ = newer.close().await;
+    let _ = fresh.close().await;
 }
 
 /// A history of schema version 1 (before the fence had a generation) is
@@ -211,10 +251,12 @@ async fn a_version_1_fence_is_migrated_with_its_token() {
     let pg = Postgres::start();
     let url = pg.create_database("v1");
     let u = url.clone();
-    let w = tokio::task::spawn_blocking(move || Store::open_postgres(&u, Duration::ZERO, 7, "w"))
-        .await
-        .expect("join")
-        .expect("claim");
+    let w = tokio::task::spawn_blocking(move || {
+        Store::open_postgres(&u, Duration::ZERO, 7, "w", revision_at(i64::MAX))
+    })
+    .await
+    .expect("join")
+    .expect("claim");
     let _ = w.close().await;
     // Back to what version 1 had.
     pg.psql(
@@ -222,10 +264,12 @@ async fn a_version_1_fence_is_migrated_with_its_token() {
         "ALTER TABLE history_writer DROP COLUMN generation; UPDATE tenure_schema SET version = 1",
     );
     let u = url.clone();
-    let w = tokio::task::spawn_blocking(move || Store::open_postgres(&u, Duration::ZERO, 9, "w"))
-        .await
-        .expect("join")
-        .expect("migrate and claim");
+    let w = tokio::task::spawn_blocking(move || {
+        Store::open_postgres(&u, Duration::ZERO, 9, "w", revision_at(i64::MAX))
+    })
+    .await
+    .expect("join")
+    .expect("migrate and claim");
     assert_eq!(pg.psql("v1", "SELECT version FROM tenure_schema"), "2");
     assert_eq!(
         pg.psql("v1", "SELECT token, generation FROM history_writer"),
@@ -233,9 +277,11 @@ async fn a_version_1_fence_is_migrated_with_its_token() {
     );
     // A lower token is still refused after the migration.
     let u = url.clone();
-    let low = tokio::task::spawn_blocking(move || Store::open_postgres(&u, Duration::ZERO, 8, "x"))
-        .await
-        .expect("join");
+    let low = tokio::task::spawn_blocking(move || {
+        Store::open_postgres(&u, Duration::ZERO, 8, "x", revision_at(i64::MAX))
+    })
+    .await
+    .expect("join");
     assert!(low.is_err_and(|e| e.is_fenced()));
     let _ = w.close().await;
 }

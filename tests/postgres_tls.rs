@@ -133,7 +133,7 @@ async fn the_history_over_tls_verified_and_every_misconfiguration_said() {
     // what to do.
     fails_with(
         &url(&pg, "127.0.0.1", "h", "sslmode=disable"),
-        "only over TLS",
+        "if the server requires TLS, use sslmode=require",
     );
     fails_with(
         &url(
@@ -160,6 +160,11 @@ async fn the_history_over_tls_verified_and_every_misconfiguration_said() {
             "sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
         ),
         "sslrootcert=/nonexistent/ca.pem",
+    );
+    // The system's CAs with a weaker mode: refused (any public CA would do).
+    fails_with(
+        &url(&pg, "127.0.0.1", "h", "sslrootcert=system&sslmode=require"),
+        "needs sslmode=verify-full",
     );
     fails_with(
         &url(&pg, "127.0.0.1", "h", "sslmode=strict"),

@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 use crate::election::{CampaignOptions, Client, ElectionName, Leadership, Ttl};
 use crate::events::cluster::ClusterEvent;
 use crate::events::{Batch, Update};
-use crate::history::{HistoryError, Reader, Store};
+use crate::history::{HistoryError, Reader, RevisionSource, Store};
 use crate::telemetry::writer::HistoryWriterMetrics;
 use crate::watch::{WatchConfig, Watcher};
 
@@ -229,40 +229,39 @@ async fn write_term(
 ) -> Ended {
     let token = leadership.token();
     let won = Instant::now();
-    // etcd restored from a snapshot or replaced: its revisions (and so this
-    // writer's token) started over below the token the fence holds, and
-    // every writer would be refused; the fence starts a new generation.
-    // Only when the stored token is above etcd's current revision, which
-    // no token of this etcd timeline can be.
-    let current = client
-        .op(client.etcd().get(leadership.key(), None))
-        .await
-        .ok()
-        .and_then(|r| r.header().map(|h| h.revision()));
-    if let Some(revision) = current {
-        let (url, id) = (cfg.url.clone(), cfg.id.clone());
-        let reset = tokio::task::spawn_blocking(move || {
-            Store::reset_writer_fence_after_restore(&url, token, &id, revision)
+    // etcd's current revision, for the claim: read with the fence row
+    // locked (a reset for a new etcd timeline, or a term of a timeline etcd
+    // no longer has; see `history::pg`).
+    let revision: RevisionSource = {
+        let (c, key) = (client.clone(), leadership.key().to_owned());
+        let runtime = tokio::runtime::Handle::current();
+        Box::new(move || {
+            let answer = runtime
+                .block_on(c.op(c.etcd().get(key.as_str(), None)))
+                .map_err(|e| e.to_string())?;
+            answer
+                .header()
+                .map(|h| h.revision())
+                .ok_or_else(|| "etcd's answer had no header".to_owned())
         })
-        .await;
-        match reset {
-            Ok(Ok(Some((stored, generation)))) => eprintln!(
-                "tenure: history writer: etcd's revision {revision} is below the writer token \
-                 {stored} stored in the database: etcd was restored from a snapshot or replaced. \
-                 The writer fence starts over (generation {generation}, token {token}); writers \
-                 of the old timeline stay refused"
-            ),
-            Ok(Ok(None)) => {}
-            Ok(Err(e)) => return Ended::Failed(e.to_string()),
-            Err(e) => return Ended::Failed(e.to_string()),
-        }
-    }
+    };
     let (url, retention, id) = (cfg.url.clone(), cfg.retention, cfg.id.clone());
-    let opened =
-        tokio::task::spawn_blocking(move || Store::open_postgres(&url, retention, token, &id))
-            .await;
+    let opened = tokio::task::spawn_blocking(move || {
+        Store::open_postgres(&url, retention, token, &id, revision)
+    })
+    .await;
     let store = match opened {
-        Ok(Ok(s)) => s,
+        Ok(Ok(s)) => {
+            if let Some((stored, generation)) = s.fence_reset() {
+                eprintln!(
+                    "tenure: history writer: etcd's revision is below the writer token {stored} \
+                     stored in the database: etcd was restored from a snapshot or replaced. The \
+                     writer fence starts over (generation {generation}, token {token}); writers \
+                     of the old timeline stay refused"
+                );
+            }
+            s
+        }
         Ok(Err(e)) => {
             if e.is_fenced() {
                 cfg.metrics.refused.inc();
@@ -331,7 +330,8 @@ async fn close(store: Store, cfg: &SharedConfig, ended: Ended) -> Ended {
         cfg.metrics.refused.inc_by(refused);
         eprintln!(
             "tenure: history writer: {refused} commit(s) refused by the writer fence: \
-             a newer writer has written; nothing of this term's remainder was stored"
+             a newer writer has written, or etcd started over and the fence was reset; \
+             nothing of this term's remainder was stored"
         );
     }
     let closed = store.close().await;

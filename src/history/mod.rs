@@ -84,9 +84,10 @@ pub enum HistoryError {
     /// A newer history writer (higher `tenure/history-writer` token) has
     /// written: this one's commit is refused inside the transaction.
     #[error(
-        "history commit refused: this replica's writer token {token} is older than token \
-         {stored}, which has already written, or the writer fence was reset since this replica \
-         claimed it (a newer writer took over; this one stops writing)"
+        "history commit refused by the writer fence: this replica's writer term (token {token}) \
+         is not the current one (the fence holds token {stored}: a newer writer has written, or \
+         etcd started over and the fence was reset for its new timeline); this replica stops \
+         writing"
     )]
     Fenced { token: i64, stored: i64 },
     #[error("history database {}: {source}", .path.display())]
@@ -202,7 +203,15 @@ pub struct Store {
     reader: Reader,
     /// Commits refused by the writer fence (PostgreSQL only).
     refused: Arc<AtomicU64>,
+    /// The claim reset the writer fence for a new etcd timeline: the token
+    /// that was stored, and the new generation (PostgreSQL only).
+    fence_reset: Option<(i64, i64)>,
 }
+
+/// etcd's current revision, read when called (linearizable); `Err` with
+/// why when it cannot be read. The PostgreSQL writer's claim calls it once,
+/// with the fence row locked, from a blocking thread.
+pub type RevisionSource = Box<dyn FnMut() -> std::result::Result<i64, String> + Send>;
 
 impl Store {
     /// Opens `path`, creating the file (and its directory) and the schema if
@@ -219,43 +228,34 @@ impl Store {
     /// Opens the shared PostgreSQL history as its writer, with `token` (of
     /// the `tenure/history-writer` election): connects, creates or migrates
     /// the schema, and claims the writer fence, so that from now on no
-    /// writer with a lower token can commit. [`HistoryError::Fenced`] when a
-    /// higher token has already written. Blocking: call it off the async
-    /// runtime (`spawn_blocking`).
+    /// writer with a lower token, or of an older fence generation, can
+    /// commit. `revision` reads etcd's current revision for the claim (a
+    /// fence reset after etcd started over; see ARCHITECTURE.md).
+    /// [`HistoryError::Fenced`] when this writer may not write. Blocking:
+    /// call it off the async runtime (`spawn_blocking`).
     pub fn open_postgres(
         url: &str,
         retention: Duration,
         token: i64,
         holder: &str,
+        revision: RevisionSource,
     ) -> Result<Store> {
         let refused = Arc::new(AtomicU64::new(0));
-        let conn = match pg::PgWriter::connect(url, token, holder, refused.clone()) {
-            Ok(c) => c,
-            Err(e) => {
-                if e.is_fenced() {
-                    tracing::error!(error = %e, "history: commit refused (stale writer)");
+        let (conn, reset) =
+            match pg::PgWriter::connect(url, token, holder, refused.clone(), revision) {
+                Ok(c) => c,
+                Err(e) => {
+                    if e.is_fenced() {
+                        tracing::error!(error = %e, "history: commit refused (stale writer)");
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
-        };
+            };
         let reader = Reader::open_postgres(url)?;
-        let store = Store::start(conn, reader, retention, refused)?;
+        let mut store = Store::start(conn, reader, retention, refused)?;
+        store.fence_reset = reset;
         tracing::info!(db = %redact(url), token, ?retention, "history: opened as the writer");
         Ok(store)
-    }
-
-    /// Resets the shared history's writer fence when etcd was restored from
-    /// a snapshot or replaced, which shows as a stored writer token above
-    /// `etcd_revision` (etcd's current revision, read after winning the
-    /// writer term with `token`). `Some((stored token, new generation))`
-    /// when it reset; `None` when nothing needed it. Blocking.
-    pub fn reset_writer_fence_after_restore(
-        url: &str,
-        token: i64,
-        holder: &str,
-        etcd_revision: i64,
-    ) -> Result<Option<(i64, i64)>> {
-        pg::PgWriter::reset_after_restore(url, token, holder, etcd_revision)
     }
 
     fn start<C: writer::WriteConn>(
@@ -286,7 +286,14 @@ impl Store {
             failure,
             reader,
             refused,
+            fence_reset: None,
         })
+    }
+
+    /// When opening reset the writer fence for a new etcd timeline: the
+    /// token that was stored and the new generation.
+    pub fn fence_reset(&self) -> Option<(i64, i64)> {
+        self.fence_reset
     }
 
     /// How many commits the writer fence refused (a newer writer had

@@ -55,8 +55,30 @@ pub fn is_postgres_url(db: &str) -> bool {
     db.starts_with("postgres://") || db.starts_with("postgresql://")
 }
 
-/// The URL with its password replaced by `***`, for messages and logs.
+/// The URL with its password (in the authority, or a `password=`
+/// parameter) replaced by `***`, for messages and logs.
 pub fn redact(url: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let base = redact_authority(base);
+    match query {
+        None => base,
+        Some(q) => {
+            let q: Vec<String> = q
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some(("password", _)) => "password=***".to_owned(),
+                    _ => p.to_owned(),
+                })
+                .collect();
+            format!("{base}?{}", q.join("&"))
+        }
+    }
+}
+
+fn redact_authority(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();
     };
@@ -136,5 +158,23 @@ fn pg_err(url: &str, e: postgres::Error) -> HistoryError {
     HistoryError::Postgres {
         db: redact(url),
         error: Box::new(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_redacted_wherever_the_url_carries_them() {
+        assert_eq!(
+            redact("postgres://u:secret@db:5432/h?sslmode=require"),
+            "postgres://u:***@db:5432/h?sslmode=require"
+        );
+        assert_eq!(
+            redact("postgres://u@db/h?password=secret&sslmode=verify-full"),
+            "postgres://u@db/h?password=***&sslmode=verify-full"
+        );
+        assert_eq!(redact("postgres://u@db/h"), "postgres://u@db/h");
     }
 }

@@ -5,13 +5,15 @@
 //! |---|---|---|
 //! | `disable` | never | — |
 //! | `allow`, `prefer` (libpq's default) | if the server offers it | as `require` |
-//! | `require` | always | not verified (encryption only), unless `sslrootcert` is given: then as `verify-ca` |
+//! | `require` | always | not verified (encryption only), unless `sslrootcert` is given or `~/.postgresql/root.crt` exists: then as `verify-ca` |
 //! | `verify-ca` | always | signed by a CA in `sslrootcert` |
 //! | `verify-full` | always | signed by a CA in `sslrootcert`, and names the URL's host |
 //!
 //! `sslrootcert=FILE` (PEM, one or more CAs) or `sslrootcert=system` (the
-//! system's CAs); without it the verifying modes use libpq's default
-//! `~/.postgresql/root.crt`, and refuse to start when it is missing.
+//! system's CAs; as libpq 16, it means `verify-full`, and a weaker
+//! `sslmode` with it is refused: any public CA would do otherwise); without
+//! it the verifying modes use libpq's default `~/.postgresql/root.crt`,
+//! and refuse to start when it is missing.
 //! `sslcert=FILE` and `sslkey=FILE` give a client certificate (for `cert`
 //! authentication in `pg_hba.conf`). These parameters are taken out of the
 //! URL here: the driver does not know them.
@@ -89,18 +91,30 @@ pub fn split(url: &str) -> Result<(String, Tls), String> {
     let Some((base, query)) = url.split_once('?') else {
         return Ok((url.to_owned(), tls));
     };
+    let mut mode = None;
     let mut kept = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         let value = || percent_decode(v);
         match k {
-            "sslmode" => tls.mode = Mode::parse(&value())?,
+            "sslmode" => mode = Some(Mode::parse(&value())?),
             "sslrootcert" => tls.root = Some(value()),
             "sslcert" => tls.cert = Some(PathBuf::from(value())),
             "sslkey" => tls.key = Some(PathBuf::from(value())),
             _ => kept.push(pair),
         }
     }
+    tls.mode = match (mode, tls.root.as_deref()) {
+        (None | Some(Mode::VerifyFull), Some("system")) => Mode::VerifyFull,
+        (Some(weaker), Some("system")) => {
+            return Err(format!(
+                "sslrootcert=system trusts every public CA, so it needs sslmode=verify-full \
+                 (as libpq does), not {weaker:?}: use verify-full, or give the CA file"
+            ))
+        }
+        (Some(m), _) => m,
+        (None, _) => Mode::Prefer,
+    };
     if tls.cert.is_some() != tls.key.is_some() {
         return Err("sslcert and sslkey go together: give both, or neither".to_owned());
     }
@@ -138,7 +152,11 @@ pub fn connector(tls: &Tls) -> Result<Option<MakeRustlsConnect>, String> {
         return Ok(None);
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verify_chain = matches!(tls.mode, Mode::VerifyCa | Mode::VerifyFull) || tls.root.is_some();
+    // libpq verifies the chain in every mode once a root is known: given,
+    // or its default file present.
+    let verify_chain = matches!(tls.mode, Mode::VerifyCa | Mode::VerifyFull)
+        || tls.root.is_some()
+        || default_root().is_some();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS setup: {e}"))?;
@@ -331,12 +349,18 @@ pub fn hint(text: &str) -> Option<&'static str> {
             "PostgreSQL's certificate does not name the host of the URL: connect by a name \
              it carries, or use sslmode=verify-ca",
         )
-    } else if t.contains("Expired") || t.contains("expired") {
+    } else if t.contains("invalid peer certificate") && t.contains("Expired") {
         Some("PostgreSQL's certificate has expired: renew it (or check this machine's clock)")
+    } else if t.contains("CertificateExpired") {
+        Some("PostgreSQL refused the client certificate as expired: renew sslcert")
     } else if t.contains("server does not support TLS") {
         Some("the server has TLS off (ssl = off): enable it there, or use sslmode=prefer")
     } else if t.contains("no encryption") {
-        Some("the server accepts this connection only over TLS: use sslmode=require or verify-full")
+        Some(
+            "pg_hba.conf admits no unencrypted connection for this user and database: if the \
+             server requires TLS, use sslmode=require or verify-full; else check the user and \
+             database",
+        )
     } else if t.contains("requires a valid client certificate") || t.contains("CertificateRequired")
     {
         Some("the server requires a client certificate: add sslcert=FILE&sslkey=FILE")
@@ -368,6 +392,14 @@ mod tests {
         assert!(split("postgres://u@db/h?sslmode=strict")
             .unwrap_err()
             .contains("not one of"));
+        // sslrootcert=system means verify-full, and refuses weaker modes.
+        let (_, tls) = split("postgres://u@db/h?sslrootcert=system").expect("split");
+        assert_eq!(tls.mode, Mode::VerifyFull);
+        assert!(
+            split("postgres://u@db/h?sslrootcert=system&sslmode=require")
+                .unwrap_err()
+                .contains("needs sslmode=verify-full")
+        );
         assert!(split("postgres://u@db/h?sslcert=/a.pem")
             .unwrap_err()
             .contains("go together"));

@@ -12,7 +12,7 @@ use crate::events::cluster::ClusterEvent;
 use crate::events::{Event, EventKind};
 use crate::history::query::tag_of;
 use crate::history::writer::{event_row, WriteConn, WriteTx};
-use crate::history::HistoryError;
+use crate::history::{HistoryError, RevisionSource};
 
 /// The writer's transactions: a paused writer holding the fence row is
 /// disconnected by PostgreSQL after this, so it cannot block its successor.
@@ -42,77 +42,109 @@ pub(in crate::history) struct PgWriter {
     conn: Conn,
     url: String,
     token: i64,
-    /// The fence's generation this writer claimed under (`None` until its
-    /// first transaction, which claims).
-    generation: Option<i64>,
+    /// The fence's generation this writer claimed under.
+    generation: i64,
     holder: String,
     stmts: Stmts,
     refused: Arc<AtomicU64>,
 }
 
 impl PgWriter {
-    /// Connects, migrates, and claims the fence for `token`: from now on no
-    /// writer with a lower token can commit. [`HistoryError::Fenced`] when a
-    /// higher token has already written.
+    /// Connects, migrates, and claims the fence for `token` (see
+    /// [`PgWriter::claim`]): from now on no writer with a lower token, or of
+    /// an older generation, can commit. [`HistoryError::Fenced`] when this
+    /// writer may not write. Returns the writer and, when the claim reset
+    /// the fence for a new etcd timeline, the token that was stored and the
+    /// new generation.
     pub(in crate::history) fn connect(
         url: &str,
         token: i64,
         holder: &str,
         refused: Arc<AtomicU64>,
-    ) -> Result<PgWriter, HistoryError> {
-        let (conn, stmts) = Self::open(url, true)?;
-        let mut writer = PgWriter {
+        mut revision: RevisionSource,
+    ) -> Result<(PgWriter, Option<(i64, i64)>), HistoryError> {
+        let (mut conn, stmts) = Self::open(url, true)?;
+        let client = conn.get()?;
+        let claimed = (|| {
+            let mut tx = client.transaction()?;
+            let claimed = Self::claim(&mut tx, token, holder, &refused, &mut revision)?;
+            tx.commit()?;
+            Ok(claimed)
+        })()
+        .map_err(|e| with_url(e, url))?;
+        let (generation, reset) = claimed;
+        tracing::info!(db = %redact(url), token, generation, "history: writer fence claimed");
+        if let Some((stored, generation)) = reset {
+            tracing::warn!(
+                db = %redact(url), stored, token, generation,
+                "history: writer fence reset: etcd's revision is below the stored token"
+            );
+        }
+        let writer = PgWriter {
             conn,
             url: url.to_owned(),
             token,
-            generation: None,
+            generation,
             holder: holder.to_owned(),
             stmts,
             refused,
         };
-        writer.transact(&mut |_| Ok(0))?;
-        tracing::info!(db = %redact(url), token, generation = ?writer.generation, "history: writer fence claimed");
-        Ok(writer)
+        Ok((writer, reset))
     }
 
-    /// After etcd was restored from a snapshot or replaced, its revisions,
-    /// and so the writer tokens, start over below the token stored in the
-    /// fence, and every new writer would be refused. That is the case, and
-    /// only then, when the stored token is above etcd's current revision
-    /// (`etcd_revision`, read after this writer won its term): in one etcd
-    /// timeline a token is a CreateRevision, never above the current
-    /// revision. The fence then starts a new generation with `token`: a
-    /// writer of the old timeline, whatever its token, is refused from now
-    /// on. Returns the stored token and the new generation when it reset.
-    pub(in crate::history) fn reset_after_restore(
-        url: &str,
+    /// The claim, with the fence row locked. etcd's current revision is
+    /// read *after* the lock (`revision`, a linearizable read): whichever
+    /// writer stored the fence's token had created its key before, so in one
+    /// etcd timeline the revision is at or above every stored token and at
+    /// or above this writer's own. Hence:
+    /// - this writer's token above the revision: its term belongs to a
+    ///   timeline etcd no longer has (etcd restored or replaced while it
+    ///   was paused): refused;
+    /// - a higher stored token that is also above the revision: etcd started
+    ///   over (a restore, a new cluster), so the fence starts a new
+    ///   generation with this token; every writer of the old timeline then
+    ///   fails the generation check whatever its token;
+    /// - a higher stored token otherwise: a newer writer of this timeline
+    ///   has written: refused.
+    ///
+    /// A writer paused between the read and the commit of the claim is cut
+    /// off by `idle_in_transaction_session_timeout` and claims nothing.
+    fn claim(
+        tx: &mut Transaction<'_>,
         token: i64,
         holder: &str,
-        etcd_revision: i64,
-    ) -> Result<Option<(i64, i64)>, HistoryError> {
-        let (mut conn, _) = Self::open(url, true)?;
-        let client = conn.get()?;
-        let mut tx = client.transaction()?;
+        refused: &AtomicU64,
+        revision: &mut RevisionSource,
+    ) -> Result<(i64, Option<(i64, i64)>), HistoryError> {
         let row = tx.query_one(
             "SELECT token, generation FROM history_writer WHERE id = 1 FOR UPDATE",
             &[],
         )?;
         let (stored, generation): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
-        if stored <= token || stored <= etcd_revision {
-            return Ok(None);
+        let current = revision().map_err(|e| {
+            HistoryError::WriterFailed(format!(
+                "reading etcd's revision to claim the writer fence: {e}"
+            ))
+        })?;
+        let set = |tx: &mut Transaction<'_>, generation: i64| {
+            tx.execute(
+                "UPDATE history_writer SET token = $1, holder = $2, since_ms = $3, generation = $4
+                 WHERE id = 1",
+                &[&token, &holder, &crate::events::now_ms(), &generation],
+            )
+        };
+        if token > current || (stored > token && stored <= current) {
+            refused.fetch_add(1, Ordering::Relaxed);
+            return Err(HistoryError::Fenced { token, stored });
         }
-        let next = generation + 1;
-        tx.execute(
-            "UPDATE history_writer SET token = $1, holder = $2, since_ms = $3, generation = $4
-             WHERE id = 1",
-            &[&token, &holder, &crate::events::now_ms(), &next],
-        )?;
-        tx.commit()?;
-        tracing::warn!(
-            db = %redact(url), stored, token, etcd_revision, generation = next,
-            "history: writer fence reset: etcd's revision is below the stored token"
-        );
-        Ok(Some((stored, next)))
+        if stored > token {
+            set(tx, generation + 1)?;
+            return Ok((generation + 1, Some((stored, generation + 1))));
+        }
+        if stored < token {
+            set(tx, generation)?;
+        }
+        Ok((generation, None))
     }
 
     /// A writer's session: its settings, the schema up to date (`migrate`),
@@ -186,24 +218,23 @@ impl PgWriter {
         Ok(())
     }
 
-    /// Locks the fence row; refuses when a newer writer has written (a
-    /// higher token) or the fence was reset since this writer claimed it
-    /// (another `generation`; `None`: claiming now), else stores this
-    /// writer's token (a no-op when it is already there). Returns the
-    /// fence's generation.
+    /// Every commit: locks the fence row; refuses when a newer writer has
+    /// written (a higher token) or the fence was reset since this writer
+    /// claimed it (another generation), else stores this writer's token (a
+    /// no-op when it is already there).
     fn fence(
         tx: &mut Transaction<'_>,
         token: i64,
-        generation: Option<i64>,
+        generation: i64,
         holder: &str,
         refused: &AtomicU64,
-    ) -> Result<i64, HistoryError> {
+    ) -> Result<(), HistoryError> {
         let row = tx.query_one(
             "SELECT token, generation FROM history_writer WHERE id = 1 FOR UPDATE",
             &[],
         )?;
         let (stored, current): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
-        if stored > token || generation.is_some_and(|g| g != current) {
+        if stored > token || generation != current {
             refused.fetch_add(1, Ordering::Relaxed);
             return Err(HistoryError::Fenced { token, stored });
         }
@@ -213,7 +244,18 @@ impl PgWriter {
                 &[&token, &holder, &crate::events::now_ms()],
             )?;
         }
-        Ok(current)
+        Ok(())
+    }
+}
+
+/// The URL (redacted) in a PostgreSQL error.
+fn with_url(e: HistoryError, url: &str) -> HistoryError {
+    match e {
+        HistoryError::Postgres { error, .. } => HistoryError::Postgres {
+            db: redact(url),
+            error,
+        },
+        e => e,
     }
 }
 
@@ -229,26 +271,15 @@ impl WriteConn for PgWriter {
         let client = self.conn.get()?;
         let result = (|| {
             let mut tx = client.transaction()?;
-            let generation = Self::fence(&mut tx, token, claimed, &holder, &refused)?;
+            Self::fence(&mut tx, token, claimed, &holder, &refused)?;
             let revision = f(&mut PgTx {
                 tx: &mut tx,
                 stmts: &self.stmts,
             })?;
             tx.commit()?;
-            Ok((revision, generation))
+            Ok(revision)
         })();
-        result
-            .map(|(revision, generation)| {
-                self.generation = Some(generation);
-                revision
-            })
-            .map_err(|e| match e {
-                HistoryError::Postgres { error, .. } => HistoryError::Postgres {
-                    db: redact(&url),
-                    error,
-                },
-                e => e,
-            })
+        result.map_err(|e| with_url(e, &url))
     }
 
     fn prune(&mut self, cutoff: i64) -> Result<[usize; 3], HistoryError> {

@@ -155,7 +155,13 @@ async fn races(scenario: &str, run_for: Duration) {
     serve.caught_up(head).await;
     assert_eq!(serve.stop().await, Some(0));
 
-    let expired = |_: &LogTerm| Some(EndCause::Expired);
+    // Detached HTTP terms are never revoked: without a marker they expired.
+    // A library holder whose loss signal fired (a pause past its deadline)
+    // resigns by revoking its lease, no marker: it may have expired or been
+    // revoked, and the scenario cannot tell which, so any cause is accepted
+    // (found by a CI run: a library term revoked 1.4 s into a 2 s lease,
+    // rightly recorded `resigned`, was counted as a difference).
+    let expired = |t: &LogTerm| (!t.holder.starts_with("library-")).then_some(EndCause::Expired);
     let v = verify_history(&mut raw, &db, start_rev, &expired, 0, false).await;
     let log = etcd_log(&mut raw, start_rev, v.resume_revision).await;
     let keys = Keys::new("");

@@ -160,9 +160,9 @@ impl Leadership {
         wait_lost(&self.session.state, self.session.ttl, self.session.margin).await
     }
 
-    /// Ends this term: the lease is revoked, which deletes the leader key.
     /// Ends this term: the leader key is deleted with an end marker saying
-    /// "resigned", and the lease is revoked.
+    /// "resigned", and the lease is revoked. A term already lost gets no
+    /// marker: only the lease is revoked (which deletes a key it still has).
     pub async fn resign(mut self) -> Result<(), Error> {
         self.key_watch.abort();
         if self.session.lost().is_none() {

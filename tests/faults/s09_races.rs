@@ -159,7 +159,7 @@ async fn races(scenario: &str, run_for: Duration) {
     // A library holder whose loss signal fired (a pause past its deadline)
     // resigns by revoking its lease, no marker: it may have expired or been
     // revoked, and the scenario cannot tell which, so any cause is accepted
-    // (found by a CI run: a library term revoked 1.4 s into a 2 s lease,
+    // (found by full local runs: library terms revoked 1.4 s into a 2 s lease,
     // rightly recorded `resigned`, was counted as a difference).
     let expired = |t: &LogTerm| (!t.holder.starts_with("library-")).then_some(EndCause::Expired);
     let v = verify_history(&mut raw, &db, start_rev, &expired, 0, false).await;

@@ -559,7 +559,16 @@ fn term_view(t: &TermRow, hue: u16, replays: &[ReplayMark], now: i64) -> TermVie
         ),
         (false, None) => ("ended".to_owned(), "warn"),
     };
-    let start = Moment::of(replays, t.started_revision, t.started_at_ms);
+    // A term already running when tenure first saw it began at some unknown
+    // moment before: its duration is a lower bound.
+    let start = if t.from_snapshot {
+        Moment {
+            at_ms: t.started_at_ms,
+            replayed: Some(None),
+        }
+    } else {
+        Moment::of(replays, t.started_revision, t.started_at_ms)
+    };
     let end = match (t.ended_revision, t.ended_at_ms) {
         (Some(rev), Some(at)) => Some(Moment::of(replays, rev, at)),
         (None, Some(at)) => Some(Moment::exact(at)),
@@ -704,5 +713,47 @@ fn event_view(e: &Event) -> EventView {
         kind: e.kind.name(),
         details,
         bad,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::web::replays::ReplayMark;
+
+    fn row(from_snapshot: bool) -> TermRow {
+        TermRow {
+            election: "e".into(),
+            token: 7,
+            holder: "a".into(),
+            lease_id: 1,
+            layout: None,
+            started_at: String::new(),
+            ended_at: None,
+            started_at_ms: 1_000,
+            ended_at_ms: Some(3_500),
+            started_revision: 7,
+            ended_revision: Some(9),
+            end_cause: Some(EndCause::Resigned),
+            from_snapshot,
+            duration_seconds: Some(2.5),
+        }
+    }
+
+    #[test]
+    fn a_duration_is_exact_only_when_both_ends_were_seen() {
+        assert_eq!(term_view(&row(false), 0, &[], 0).duration, "2.5s");
+        // Already running when first seen: it began earlier.
+        assert_eq!(term_view(&row(true), 0, &[], 0).duration, "≥ 2.5s");
+        // The end replayed, known to lie after 2,000.
+        let replayed = [ReplayMark {
+            at_ms: 3_500,
+            from_revision: 9,
+            to_revision: 9,
+            since_ms: Some(2_000),
+        }];
+        let v = term_view(&row(false), 0, &replayed, 0);
+        assert_eq!(v.duration, "1.0s–2.5s");
+        assert!(v.end_bound.is_some() && v.start_bound.is_none());
     }
 }

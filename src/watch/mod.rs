@@ -326,12 +326,14 @@ impl Watcher {
                     if !replay.active {
                         replay = Replay::since(live_at_ms);
                     }
-                    // The stream broke: etcd may have restarted as another
-                    // timeline (a restore, a new cluster). A watch from a
-                    // future revision would just wait, so ask (not after a
-                    // stall: that connection may be half-open, and a
-                    // restarted etcd breaks the stream anyway).
-                    if why != Reopened::Stalled && self.replaced(applied, cluster).await {
+                    // The stream broke or stalled: etcd may have restarted as
+                    // another timeline (a restore, a new cluster). A watch from
+                    // a future revision just waits, and etcd that orders
+                    // progress notifications (3.4.25+, 3.5.8+) never answers a
+                    // progress request on it, so every stall must ask too
+                    // (after a stall the client is a fresh connection: the old
+                    // one may be half-open; the check has its own timeout).
+                    if self.replaced(applied, cluster).await {
                         (applied, cluster) = self
                             .reset(&mut state, applied, cluster, replay.since_ms, tx)
                             .await?;

@@ -88,4 +88,5 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         .map(|l| l.local_addr().expect("local_addr").port())
         .collect()
 }
+pub mod patroni;
 pub mod postgres;

@@ -48,9 +48,9 @@ async fn loops(pg: &PatroniCluster, member: &str, n: i64) {
     }
 }
 
-/// The member key of `name` once it says `role` and `running` (it follows
-/// the REST API's state by up to a loop), checked for what issue 21 reads;
-/// and its lease.
+/// The member key of `name` once it says `role`, `running` and a timeline
+/// (it follows the REST API's state by up to a loop; `timeline` is missing
+/// from some puts), checked for what issue 21 reads; and its lease.
 async fn member_key(pg: &PatroniCluster, name: &str, role: &str) -> (Value, i64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let (v, k) = loop {
@@ -59,16 +59,15 @@ async fn member_key(pg: &PatroniCluster, name: &str, role: &str) -> (Value, i64)
             .await
             .expect("member key");
         let v: Value = serde_json::from_str(&k.value).expect("member key is JSON");
-        if v["role"] == role && v["state"] == "running" {
+        if v["role"] == role && v["state"] == "running" && v["timeline"].is_i64() {
             break (v, k);
         }
         assert!(
             Instant::now() < deadline,
-            "members/{name} never {role}, running: {v}"
+            "members/{name} never {role}, running, a timeline: {v}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(v["timeline"].is_i64(), "members/{name}: timeline: {v}");
     let api = format!("{}/patroni", pg.member_api_url(name));
     assert_eq!(v["api_url"], api, "members/{name}: {v}");
     let conn = format!("postgres://127.0.0.1:{}/postgres", pg.pg_port(name));
@@ -438,6 +437,58 @@ async fn patroni_keys_through_bootstrap_switchover_restart_and_crash_failover() 
         "{status}"
     );
     log.assert_open();
+    summary.push(format!("status: {status}"));
+    let roles_seen = ["uninitialized", "primary", "replica", "demoted", "promoted"];
+    let states_seen = [
+        "stopped",
+        "initializing new cluster",
+        "creating replica",
+        "starting",
+        "running",
+        "stopping",
+    ];
+    for e in log
+        .events()
+        .iter()
+        .filter(|e| e.key.starts_with("members/") && !e.deleted)
+    {
+        let v = e
+            .json()
+            .unwrap_or_else(|| panic!("{} is not JSON: {}", e.key, e.value));
+        for f in ["api_url", "conn_url", "role", "state", "version"] {
+            assert!(v[f].is_string(), "{}: no {f}: {v}", e.key);
+        }
+        assert!(
+            roles_seen.contains(&v["role"].as_str().unwrap_or("")),
+            "{}: {v}",
+            e.key
+        );
+        assert!(
+            states_seen.contains(&v["state"].as_str().unwrap_or("")),
+            "{}: {v}",
+            e.key
+        );
+        if v.get("timeline").is_some() {
+            assert_eq!(v["state"], "running", "a timeline only while running: {v}");
+        }
+    }
+    let mut shapes: Vec<String> = log
+        .events()
+        .iter()
+        .filter(|e| e.key.starts_with("members/") && !e.deleted)
+        .filter_map(|e| {
+            let v = e.json()?;
+            let mut fields: Vec<&String> = v.as_object()?.keys().collect();
+            fields.sort();
+            Some(format!("{}/{}: {fields:?}", v["role"], v["state"]))
+        })
+        .collect();
+    shapes.sort();
+    shapes.dedup();
+    summary.push(format!(
+        "member key fields by role/state:\n  {}",
+        shapes.join("\n  ")
+    ));
     for t in &terms {
         summary.push(format!(
             "term {}: create {} leases {:x?} puts {} ended {:?}",

@@ -30,7 +30,7 @@
 pub mod dcs;
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -173,10 +173,7 @@ impl PatroniCluster {
         opts.namespace = format!("/{}/", opts.namespace.trim_matches('/'));
         let venv = patroni_venv();
         let pg_bin = super::postgres::pg_bin_dir();
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("tenure-patroni-{}-", std::process::id()))
-            .tempdir()
-            .expect("temp dir for Patroni");
+        let dir = super::member::new_temp_dir("patroni");
         let etcd_hosts = endpoints
             .iter()
             .map(|e| e.trim_start_matches("http://").to_owned())
@@ -607,7 +604,11 @@ impl Drop for PatroniCluster {
                 self.dir.path()
             );
         }
-        if let Some((mut guard, stdin)) = self.guard.take() {
+        if let Some((mut guard, mut stdin)) = self.guard.take() {
+            // Only when nothing is left: otherwise let the guard sweep too.
+            if left.is_empty() {
+                let _ = stdin.write_all(b"done\n");
+            }
             drop(stdin);
             let deadline = Instant::now() + Duration::from_secs(10);
             while matches!(guard.try_wait(), Ok(None)) && Instant::now() < deadline {
@@ -619,20 +620,18 @@ impl Drop for PatroniCluster {
     }
 }
 
-/// The sweep of the module docs, as a shell that runs it once its stdin
-/// closes; `$1` is the temp dir.
+/// The sweep of the module docs, as a shell: `done` on its stdin says the
+/// harness cleaned up itself; end of file without it (the test binary died)
+/// makes it sweep. `$1` is the temp dir.
 const GUARD: &str = r#"
 trap '' INT TERM HUP
-cat >/dev/null
+read -r msg && [ "$msg" = done ] && exit 0
 n=0
 while [ $n -lt 100 ]; do
-  found=
-  for p in /proc/[0-9]*; do
-    case "$(readlink "$p/cwd" 2>/dev/null)" in
-      "$1" | "$1"/*) kill -9 "${p#/proc/}" 2>/dev/null && found=1 ;;
-    esac
-  done
-  [ -z "$found" ] && break
+  pids=$(find /proc -mindepth 2 -maxdepth 2 -name cwd \( -lname "$1" -o -lname "$1/*" \) 2>/dev/null |
+    cut -d/ -f3)
+  [ -z "$pids" ] && break
+  kill -9 $pids 2>/dev/null
   sleep 0.1
   n=$((n + 1))
 done
@@ -642,7 +641,7 @@ rm -rf "$1"
 fn spawn_guard(dir: &Path) -> (Child, ChildStdin) {
     let mut child = Command::new("sh")
         .args(["-c", GUARD, "tenure-patroni-guard"])
-        .arg(dir)
+        .arg(std::fs::canonicalize(dir).unwrap_or_else(|_| dir.into()))
         .current_dir("/")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())

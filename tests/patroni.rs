@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::patroni::dcs::{DcsEvent, DcsLog};
-use support::patroni::{PatroniCluster, LOOP_WAIT, READY_TIMEOUT, RETRY_TIMEOUT, TTL};
+use support::patroni::{
+    PatroniCluster, PatroniOptions, LOOP_WAIT, READY_TIMEOUT, RETRY_TIMEOUT, TTL,
+};
 use support::{etcd_version, Etcd};
 
 const SCOPE: &str = "pgsvc";
@@ -200,9 +202,13 @@ async fn patroni_keys_through_bootstrap_switchover_restart_and_crash_failover() 
     let b = pg.names().into_iter().find(|n| *n != a).expect("a replica");
     let (mark, t) = (log.events().len(), Instant::now());
     pg.switchover(&a, &b).await;
+    let call = t.elapsed();
     assert_eq!(pg.wait_ready(READY_TIMEOUT).await, b);
     let h = history_entry(&log, 1).await;
-    summary.push(format!("switchover {a} → {b}: {:?}", t.elapsed()));
+    summary.push(format!(
+        "switchover {a} → {b}: patronictl {call:?}, all streaming {:?}",
+        t.elapsed()
+    ));
     let sw = since(&log, mark);
     let fo: Vec<&DcsEvent> = sw.iter().filter(|e| e.key == "failover").collect();
     assert_eq!(
@@ -501,4 +507,44 @@ async fn patroni_keys_through_bootstrap_switchover_restart_and_crash_failover() 
     }
     summary.push(format!("all: {:?}", t0.elapsed()));
     eprintln!("{}\n{}", log.timeline(), summary.join("\n"));
+}
+
+/// A namespace other than `/service/`, one member: the keys go under it and
+/// nothing under the default namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patroni_namespace_is_configurable() {
+    let etcd = Etcd::start().await;
+    let mut opts = PatroniOptions::new(1, "solo");
+    opts.namespace = "tenure-test/patroni".into();
+    let pg = PatroniCluster::start_with(opts, &[etcd.endpoint()]).await;
+    assert_eq!(pg.prefix(), "/tenure-test/patroni/solo/");
+    let leader = pg.wait_ready(READY_TIMEOUT).await;
+    assert_eq!(pg.leader().await.as_deref(), Some(leader.as_str()));
+    let mut client = etcd.client().await;
+    let all = client
+        .get(
+            "",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_all_keys()
+                    .with_keys_only(),
+            ),
+        )
+        .await
+        .expect("get all keys");
+    let keys: Vec<String> = all
+        .kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect();
+    assert!(
+        keys.contains(&"/tenure-test/patroni/solo/leader".to_owned()),
+        "{keys:?}"
+    );
+    assert!(
+        keys.iter()
+            .all(|k| k.starts_with("/tenure-test/patroni/solo/")),
+        "{keys:?}"
+    );
+    assert!(!pg.pg_is_in_recovery(&leader));
 }

@@ -21,8 +21,9 @@
 //! working directory lies in the temp dir (Patroni, the postgres processes,
 //! pg_basebackup) is SIGKILLed by its PID until none is left. A guard shell
 //! does that same sweep if the test binary dies without dropping the cluster
-//! (SIGKILL, abort): it waits for its stdin, a pipe only the harness holds,
-//! to close.
+//! (SIGKILL, abort): its stdin is a pipe only the harness holds, and it
+//! sweeps when that closes without the harness's `done` (checked: a SIGKILLed
+//! test binary leaves no process and no dir).
 //!
 //! Spawn from a thread that outlives the cluster (a `#[tokio::test]`'s own
 //! thread): the parent-death signal fires when the spawning thread exits.

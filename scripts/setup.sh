@@ -5,8 +5,9 @@
 #                             promtool), Chromium and ChromeDriver, the fault tools, and
 #                             openssl (test certificates), PostgreSQL (the shared
 #                             history's tests), Go and etcd's Go client (the Go
-#                             interop tests), and etcd 3.5.16 and 3.5.30 (Debian
-#                             trixie's and sid's packages) in /opt/tenure-etcd-VERSION
+#                             interop tests), etcd 3.5.16 and 3.5.30 (Debian trixie's
+#                             and sid's packages) in /opt/tenure-etcd-VERSION, and Patroni
+#                             (PyPI, pinned) in the venv /opt/tenure-patroni
 set -euo pipefail
 
 need=()
@@ -28,6 +29,9 @@ if [ "${1:-}" = "--test" ]; then
   # tests/go_interop.rs builds a Go service on etcd's own clientv3/concurrency (GOPATH mode).
   { command -v go && [ -d /usr/share/gocode/src/go.etcd.io/etcd/clientv3 ]; } >/dev/null 2>&1 ||
     need+=(golang-go golang-etcd-server-dev)
+  # tests/patroni.rs runs Patroni from a venv on Debian's python3 (below); Debian keeps
+  # the venv module's ensurepip in python3-venv.
+  /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 fi
 
 if ((${#need[@]})); then
@@ -77,6 +81,36 @@ fetch_etcd() { # suite version
 if [ "${1:-}" = "--test" ]; then
   fetch_etcd trixie 3.5.16
   fetch_etcd sid 3.5.30
+fi
+
+# Patroni (tests/patroni.rs, tests/support/patroni.rs) in a venv of its own on Debian's
+# /usr/bin/python3 (a Python under /root is unreadable to the postgres user Patroni runs
+# as), every package pinned in scripts/patroni-requirements.txt. The venv keeps a copy of
+# the file it was built from; a venv built from another file is built again.
+patroni_venv() {
+  local venv=/opt/tenure-patroni req
+  req="$(dirname "$0")/patroni-requirements.txt"
+  if cmp -s "$req" "$venv/tenure-requirements.txt" && [ -x "$venv/bin/patroni" ] &&
+    "$venv/bin/python3" -c 'import patroni, psycopg2' >/dev/null 2>&1; then
+    return 0
+  fi
+  echo "setup: installing Patroni into $venv" >&2
+  rm -rf "$venv"
+  (
+    umask 022 # readable and executable by the postgres user
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --use-pep517 -r "$req" >&2
+    cp "$req" "$venv/tenure-requirements.txt"
+  )
+  if [ "$(id -u)" = 0 ] && id postgres >/dev/null 2>&1 &&
+    ! setpriv --reuid postgres --regid postgres --init-groups "$venv/bin/patroni" --version >/dev/null; then
+    echo "setup: the postgres user cannot run $venv/bin/patroni (check the permissions)" >&2
+    return 1
+  fi
+  "$venv/bin/patroni" --version >&2
+}
+if [ "${1:-}" = "--test" ]; then
+  patroni_venv
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -65,13 +65,14 @@ pub(super) fn unique_token() -> String {
     )
 }
 
-/// Data dirs go under `$TENURE_TEST_ETCD_TMPDIR` if set, else `/dev/shm` if it
-/// exists, else the system temp dir. Note etcd 3.4 preallocates a 64 MB WAL
-/// segment plus a 64 MB spare (`0.tmp`), so each member costs ~125 MB of RAM
-/// on tmpfs while it exists. The pid in the name tells whose dir it is if a
+/// Data dirs (`kind`: etcd, patroni) go under `$TENURE_TEST_ETCD_TMPDIR` if
+/// set, else `/dev/shm` if it exists, else the system temp dir. Note etcd 3.4
+/// preallocates a 64 MB WAL segment plus a 64 MB spare (`0.tmp`), so each
+/// member costs ~125 MB of RAM on tmpfs while it exists (a Patroni cluster of
+/// three: about 200 MB). The pid in the name tells whose dir it is if a
 /// SIGKILLed test binary leaves one behind.
-pub(super) fn new_temp_dir() -> TempDir {
-    let prefix = format!("tenure-etcd-{}-", std::process::id());
+pub(super) fn new_temp_dir(kind: &str) -> TempDir {
+    let prefix = format!("tenure-{kind}-{}-", std::process::id());
     let mut parents: Vec<PathBuf> = Vec::new();
     if let Some(p) = std::env::var_os("TENURE_TEST_ETCD_TMPDIR") {
         parents.push(PathBuf::from(p));
@@ -88,7 +89,7 @@ pub(super) fn new_temp_dir() -> TempDir {
     tempfile::Builder::new()
         .prefix(&prefix)
         .tempdir()
-        .expect("create temp dir for etcd data")
+        .unwrap_or_else(|e| panic!("create a temp dir for {kind} data: {e}"))
 }
 
 pub(super) fn connect_options() -> ConnectOptions {
@@ -216,7 +217,7 @@ impl Member {
         token: &str,
         flags: &EtcdFlags,
     ) -> Self {
-        let tmp = new_temp_dir();
+        let tmp = new_temp_dir("etcd");
         Member {
             name: format!("m{index}"),
             client_port,

@@ -7,6 +7,9 @@
 //! The same kit serves the benches (`benches/bench.rs` includes it by path):
 //! `Serve` (a `tenure serve` child), `prom` (the Prometheus text format),
 //! `rng` (a seeded generator), `wait` (polls with a deadline), `procfs`.
+//! `postgres` (a PostgreSQL server), `patroni` (a `PatroniCluster` of real
+//! Patroni members on the harness etcd, and `patroni::dcs::DcsLog`, a record
+//! of every put and delete under a prefix).
 //!
 //! Every process is started by this module, bound to 127.0.0.1 only, has its
 //! data dir in a `TempDir` (under `/dev/shm` when available) and is SIGKILLed
@@ -88,4 +91,5 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         .map(|l| l.local_addr().expect("local_addr").port())
         .collect()
 }
+pub mod patroni;
 pub mod postgres;

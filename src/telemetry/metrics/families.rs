@@ -89,8 +89,8 @@ pub const TERM_DURATION_BUCKETS: &[f64] = &[
 
 const TERM_DURATION_HELP: &str = "Duration of ended terms whose start and end were both seen \
     (terms first seen in a snapshot, or ended in compacted history, are not observed).";
-const TERM_ENDS_HELP: &str = "Terms ended, by cause: resigned, expired, deleted, superseded, \
-    unknown (ended in compacted history).";
+const TERM_ENDS_HELP: &str = "Terms ended, by cause: resigned (given up), expired (lease ran \
+    out), deleted (key deleted while its lease lived), superseded, unknown (tenure cannot tell).";
 
 const fn family(
     id: Id,

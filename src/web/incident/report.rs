@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::window::{load, select, SelectError, Window};
 use super::{bad_request, MAX_REPORT_ELECTIONS};
 use crate::events::cluster::ClusterEvent;
-use crate::events::now_ms;
+use crate::events::{now_ms, EndCause};
 use crate::history::{format_ms, TermRow};
 use crate::web::api::ApiError;
 use crate::web::timeline;
@@ -300,6 +300,25 @@ fn leaderless_total(e: &ReportElection) -> String {
     }
 }
 
+/// What each end cause of the report's terms tells, in the one wording
+/// every view uses (`EndCause::description`).
+fn end_causes(o: &mut String, r: &Report) {
+    use std::fmt::Write;
+    let seen: std::collections::BTreeSet<EndCause> = r
+        .elections
+        .iter()
+        .flat_map(|e| &e.terms)
+        .filter_map(|t| t.cause.as_deref().and_then(EndCause::parse))
+        .collect();
+    if seen.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\n## End causes\n");
+    for c in seen {
+        let _ = writeln!(o, "- `{c}`: {}", c.description());
+    }
+}
+
 /// A start or end time; a replayed one says what is known of it.
 fn boundary(at: &str, replayed: bool, not_before: Option<&str>) -> String {
     match (replayed, not_before) {
@@ -351,6 +370,7 @@ pub fn report_markdown(r: &Report) -> String {
             if e.truncated { "+" } else { "" }
         );
     }
+    end_causes(&mut o, r);
     let _ = writeln!(o, "\n## etcd events\n");
     if r.etcd_events.is_empty() {
         let _ = writeln!(o, "None recorded in the window.");

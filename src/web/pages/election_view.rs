@@ -466,6 +466,8 @@ struct TermView {
     duration: String,
     cause: String,
     cause_class: &'static str,
+    /// What the cause tells (`EndCause::description`), as the cell's title.
+    cause_title: &'static str,
     revisions: String,
     from_snapshot: bool,
 }
@@ -559,6 +561,10 @@ fn term_view(t: &TermRow, hue: u16, replays: &[ReplayMark], now: i64) -> TermVie
         ),
         (false, None) => ("ended".to_owned(), "warn"),
     };
+    let cause_title = match (open, t.end_cause) {
+        (false, Some(c)) => c.description(),
+        _ => "",
+    };
     // A term already running when tenure first saw it began at some unknown
     // moment before: its duration is a lower bound.
     let start = if t.from_snapshot {
@@ -592,6 +598,7 @@ fn term_view(t: &TermRow, hue: u16, replays: &[ReplayMark], now: i64) -> TermVie
         },
         cause,
         cause_class,
+        cause_title,
         revisions: match t.ended_revision {
             Some(e) => format!("{} → {e}", t.started_revision),
             None => format!("{} →", t.started_revision),

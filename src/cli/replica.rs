@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::election::{CampaignOptions, Client, ElectionName, Leadership, Ttl};
 use crate::events::cluster::ClusterEvent;
-use crate::events::{Batch, Update};
+use crate::events::{now_ms, Batch, Update, WatchStatus};
 use crate::history::{HistoryError, Reader, RevisionSource, Store};
 use crate::telemetry::writer::HistoryWriterMetrics;
 use crate::watch::{WatchConfig, Watcher};
@@ -44,6 +44,26 @@ impl History {
     pub async fn write(&self, batch: &Batch) -> Result<(), HistoryError> {
         match self {
             History::Local(store) => store.write(batch.clone()).await,
+            History::Shared(_) => Ok(()),
+        }
+    }
+
+    /// The serve loop's watcher caught up with etcd: a local history
+    /// records that it watched until now (issue 20.7: time after the last
+    /// such moment, until a watcher is live again, was not watched). The
+    /// shared history's writer records its own watcher's.
+    pub async fn heartbeat(&self, update: &Update) -> Result<(), HistoryError> {
+        match update {
+            Update::Watch(WatchStatus::CaughtUp { .. }) => self.watched(now_ms()).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// The serve loop's watcher was live at `at_ms` (at a clean stop, say):
+    /// recorded by a local history.
+    pub async fn watched(&self, at_ms: i64) -> Result<(), HistoryError> {
+        match self {
+            History::Local(store) => store.watched(at_ms).await,
             History::Shared(_) => Ok(()),
         }
     }
@@ -292,6 +312,9 @@ async fn write_term(
                 let written = match u {
                     Some(Update::Batch(b)) => store.write(b).await,
                     Some(Update::Cluster { cluster_id }) => store.set_cluster(cluster_id).await,
+                    Some(Update::Watch(WatchStatus::CaughtUp { .. })) => {
+                        store.watched(now_ms()).await
+                    }
                     Some(_) => Ok(()),
                     None => break Ended::Failed("the history watcher stopped".into()),
                 };

@@ -293,6 +293,13 @@ pub async fn run_with(
     while let Ok(u) = rx.try_recv() {
         apply(&u, &metrics, &readiness, &store, &live, &cluster_live).await?;
     }
+    if readiness.is_ready() {
+        // Watched until this stop (issue 20.7).
+        store
+            .watched(crate::events::now_ms())
+            .await
+            .context("writing history")?;
+    }
     store
         .cluster_event(serve_event(ClusterEventKind::ServeStopped { pid }))
         .await
@@ -326,6 +333,7 @@ async fn apply(
             .await
             .context("writing history")?;
     }
+    store.heartbeat(u).await.context("writing history")?;
     if let Update::Batch(b) = u {
         store.write(b).await.context("writing history")?;
         for e in &b.events {

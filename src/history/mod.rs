@@ -322,6 +322,17 @@ impl Store {
             .map_err(|_| self.stopped())
     }
 
+    /// Records that the watcher was live (caught up with etcd) at `at_ms`:
+    /// the history then knows it watched until that moment, even when no
+    /// event came (issue 20.7). Committed with the next group.
+    pub async fn watched(&self, at_ms: i64) -> Result<()> {
+        let queue = self.queue.as_ref().ok_or(HistoryError::Closed)?;
+        queue
+            .send(Msg::Watched(at_ms))
+            .await
+            .map_err(|_| self.stopped())
+    }
+
     /// Waits until everything queued before it is committed; returns the
     /// committed resume revision (0 if none yet).
     pub async fn flush(&self) -> Result<i64> {
@@ -534,6 +545,14 @@ impl Reader {
             |c| query::changes_since(c, from_ms, max),
             |c| pg::changes_since(c, from_ms, max),
         )
+    }
+
+    /// The last moment a watcher recording into this history is known to
+    /// have been live (a batch committed, or a caught-up heartbeat), or the
+    /// newest event's arrival if later; `None`: never. What came after it,
+    /// until a watcher is live again, was not watched (issue 20.7).
+    pub fn watched_until(&self) -> Result<Option<i64>> {
+        self.run(query::watched_until, pg::watched_until)
     }
 
     /// The shared history's writer fence: the highest writer token that has

@@ -9,7 +9,7 @@ use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 use super::query::{read_state, tag_of};
-use super::schema::{CLUSTER_KEY, EPOCH_KEY, RESUME_KEY};
+use super::schema::{CLUSTER_KEY, EPOCH_KEY, RESUME_KEY, WATCHED_KEY};
 use super::HistoryError;
 use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, Batch, Event, EventKind};
@@ -37,6 +37,8 @@ pub(super) enum Msg {
     Cluster(u64),
     /// One of etcd's own events (issue 14): stored in order, once.
     ClusterEvent(crate::events::cluster::ClusterEvent),
+    /// The watcher was live (caught up with etcd) at this moment, unix ms.
+    Watched(i64),
 }
 
 /// Why the writer stopped, for the callers that find the queue closed.
@@ -251,9 +253,18 @@ fn commit_in(tx: &mut dyn WriteTx, group: &[Msg]) -> Result<i64, HistoryError> {
     let stored = tx.read_state(RESUME_KEY)?;
     let mut resume = stored;
     let mut epoch = tx.read_state(EPOCH_KEY)?.unwrap_or(0);
+    // A batch is committed as it arrives: the watcher was live then.
+    let mut watched = group
+        .iter()
+        .any(|m| matches!(m, Msg::Batch(_)))
+        .then(now_ms);
     for msg in group {
         let batch = match msg {
             Msg::Batch(batch) => batch,
+            Msg::Watched(at) => {
+                watched = watched.max(Some(*at));
+                continue;
+            }
             Msg::Cluster(id) => {
                 let id = *id as i64;
                 if tx.read_state(CLUSTER_KEY)? != Some(id) {
@@ -299,6 +310,12 @@ fn commit_in(tx: &mut dyn WriteTx, group: &[Msg]) -> Result<i64, HistoryError> {
     }
     if let (Some(r), true) = (resume, resume != stored) {
         tx.set_state(RESUME_KEY, r)?;
+    }
+    if let Some(at) = watched {
+        // Never backwards (a clock step back, or a standby's old news).
+        if tx.read_state(WATCHED_KEY)?.is_none_or(|stored| stored < at) {
+            tx.set_state(WATCHED_KEY, at)?;
+        }
     }
     Ok(resume.unwrap_or(0))
 }

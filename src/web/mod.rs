@@ -40,12 +40,17 @@ pub struct Readiness {
     /// The watch keeps breaking at one revision (`WatchStatus::Stuck`):
     /// nothing is recorded, so not ready, until it delivers again.
     stuck: AtomicBool,
+    /// The last moment (unix ms) this process's watcher was live: a batch
+    /// or a caught-up notice arrived (0: never).
+    live_at_ms: AtomicI64,
 }
 
 impl Readiness {
     pub fn apply(&self, update: &Update) {
         match update {
             Update::Batch(b) => {
+                self.live_at_ms
+                    .fetch_max(crate::events::now_ms(), Ordering::Relaxed);
                 self.loaded.store(true, Ordering::Relaxed);
                 self.stuck.store(false, Ordering::Relaxed);
                 let reset = b
@@ -62,6 +67,8 @@ impl Readiness {
             Update::Watch(WatchStatus::EtcdUp(up)) => self.etcd_up.store(*up, Ordering::Relaxed),
             Update::Watch(WatchStatus::Stuck { .. }) => self.stuck.store(true, Ordering::Relaxed),
             Update::Watch(WatchStatus::CaughtUp { revision }) => {
+                self.live_at_ms
+                    .fetch_max(crate::events::now_ms(), Ordering::Relaxed);
                 self.stuck.store(false, Ordering::Relaxed);
                 self.etcd_up.store(true, Ordering::Relaxed);
                 self.revision.fetch_max(*revision, Ordering::Relaxed);
@@ -74,6 +81,20 @@ impl Readiness {
         self.etcd_up.load(Ordering::Relaxed)
             && self.loaded.load(Ordering::Relaxed)
             && !self.stuck.load(Ordering::Relaxed)
+    }
+
+    /// Since when nothing has been watched (issue 20.7): `None` while the
+    /// watcher is live (ready); else the last moment a watcher is known to
+    /// have been live, by this process or as the history records (a
+    /// heartbeat, or the newest arrival; the previous run's, after a
+    /// restart). Reads the history when not ready: blocking.
+    pub fn unwatched_since(&self, history: &Reader) -> Option<i64> {
+        if self.is_ready() {
+            return None;
+        }
+        let recorded = history.watched_until().ok().flatten();
+        let here = Some(self.live_at_ms.load(Ordering::Relaxed)).filter(|&t| t > 0);
+        Some(recorded.max(here).unwrap_or(0))
     }
 
     /// Whether the watch keeps breaking at one revision.

@@ -40,7 +40,7 @@ use super::HistoryError;
 
 pub(super) use read::{
     activity, changes_since, cluster_baseline, cluster_events, elections, events, refusals,
-    resume_point, terms, writer_fence, PgPool,
+    resume_point, terms, watched_until, writer_fence, PgPool,
 };
 pub use schema::{prepare, PG_SCHEMA_VERSION};
 pub(super) use write::PgWriter;

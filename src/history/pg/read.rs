@@ -10,7 +10,7 @@ use super::{connect, redact, Conn};
 use crate::events::cluster::{ClusterBaseline, ClusterEvent};
 use crate::events::Event;
 use crate::history::query::{ElectionSummary, OpenTerm, Query, RefusalRow, ResumePoint, TermRow};
-use crate::history::schema::{CLUSTER_KEY, RESUME_KEY};
+use crate::history::schema::{CLUSTER_KEY, RESUME_KEY, WATCHED_KEY};
 use crate::history::time::format_ms;
 use crate::history::window::{Activity, MAX_ACTIVE};
 use crate::history::HistoryError;
@@ -81,6 +81,17 @@ fn state(tx: &mut Transaction<'_>, key: &str) -> Result<Option<i64>, HistoryErro
         .query_opt("SELECT value FROM watcher_state WHERE key = $1", &[&key])?
         .map(|r| r.try_get(0))
         .transpose()?)
+}
+
+/// See `Reader::watched_until`.
+pub(in crate::history) fn watched_until(client: &mut Client) -> Result<Option<i64>, HistoryError> {
+    let mut tx = snapshot(client)?;
+    let heartbeat = state(&mut tx, WATCHED_KEY)?;
+    let arrival: Option<i64> = tx
+        .query_one("SELECT max(at_ms) FROM events", &[])?
+        .try_get(0)?;
+    tx.commit()?;
+    Ok(heartbeat.max(arrival))
 }
 
 pub(in crate::history) fn resume_point(

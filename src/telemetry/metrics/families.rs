@@ -180,7 +180,8 @@ pub const FAMILIES: [Family; 24] = [
         Id::Leaderless,
         "tenure_election_leaderless_seconds_total",
         "Seconds the election had no leader since a term end seen by this \
-         process; grows while it is leaderless.",
+         process; grows while it is leaderless and the watcher is live (not \
+         while etcd is unreachable: that time is not known).",
         Counter,
         &["election"],
         Election,

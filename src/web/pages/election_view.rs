@@ -115,7 +115,10 @@ impl PageInput<'_> {
             svg_narrow,
             terms_drawn: tl.terms_drawn,
             terms_merged: tl.terms_merged,
-            leaderless_total: format_duration_ms(tl.leaderless_ms),
+            leaderless_total: match &tl.not_watched {
+                Some(nw) => incident::not_watched_text(tl.leaderless_ms, nw.from_ms),
+                None => format_duration_ms(tl.leaderless_ms),
+            },
             leaderless_count: tl.leaderless.iter().map(|s| s.count).sum(),
             refusal_count: h.refusals.len(),
             gap_count: h.gaps.len(),
@@ -142,6 +145,7 @@ impl PageInput<'_> {
             to_ms: w.to_ms,
             now_ms: self.now,
             known_since_ms: h.known_since_ms,
+            unwatched_since_ms: h.unwatched_since,
             width: timeline::WIDTH,
         };
         let mut tl = timeline::layout(&input);

@@ -11,6 +11,7 @@ pub mod incident;
 pub mod live;
 pub mod pages;
 pub mod queue;
+pub mod recording;
 pub mod replays;
 mod text;
 pub mod timeline;
@@ -43,6 +44,10 @@ pub struct Readiness {
     /// The last moment (unix ms) this process's watcher was live: a batch
     /// or a caught-up notice arrived (0: never).
     live_at_ms: AtomicI64,
+    /// The highest revision of a batch with events (progress excluded).
+    event_revision: AtomicI64,
+    /// A shared history: whether it is being recorded (issue 20.11).
+    recording: std::sync::Mutex<Option<recording::Recording>>,
 }
 
 impl Readiness {
@@ -60,8 +65,12 @@ impl Readiness {
                 if reset {
                     // A new timeline: its revisions start lower.
                     self.revision.store(b.revision, Ordering::Relaxed);
+                    self.event_revision.store(b.revision, Ordering::Relaxed);
                 } else {
                     self.revision.fetch_max(b.revision, Ordering::Relaxed);
+                    if !b.events.is_empty() {
+                        self.event_revision.fetch_max(b.revision, Ordering::Relaxed);
+                    }
                 }
             }
             Update::Watch(WatchStatus::EtcdUp(up)) => self.etcd_up.store(*up, Ordering::Relaxed),
@@ -78,9 +87,50 @@ impl Readiness {
     }
 
     pub fn is_ready(&self) -> bool {
+        self.watching() && self.not_recording().is_none()
+    }
+
+    /// This process's watcher is live: etcd answers, the snapshot is
+    /// loaded, the watch is not stuck.
+    fn watching(&self) -> bool {
         self.etcd_up.load(Ordering::Relaxed)
             && self.loaded.load(Ordering::Relaxed)
             && !self.stuck.load(Ordering::Relaxed)
+    }
+
+    /// A shared history: checks from now on that it is being recorded,
+    /// allowing a revision to stay unrecorded for `stale_after`.
+    pub fn check_recording(&self, stale_after: std::time::Duration) {
+        *self.recording.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(recording::Recording::new(stale_after));
+    }
+
+    /// What the shared history's database says now (or why it could not
+    /// be read), compared with what this replica's watcher has seen.
+    pub fn observe_recording(&self, status: Result<crate::history::WriterStatus, String>) {
+        let seen = self.event_revision.load(Ordering::Relaxed);
+        if let Some(r) = self
+            .recording
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            r.observe(
+                status,
+                seen,
+                std::time::Instant::now(),
+                crate::events::now_ms(),
+            );
+        }
+    }
+
+    /// Why the shared history is not being recorded, if it is not.
+    pub fn not_recording(&self) -> Option<String> {
+        self.recording
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(|r| r.stale(std::time::Instant::now()))
     }
 
     /// Since when nothing has been watched (issue 20.7): `None` while the
@@ -189,6 +239,12 @@ async fn readyz(State(s): State<Arc<AppState>>) -> impl IntoResponse {
             StatusCode::OK,
             format!("ready: watching at revision {}\n", s.readiness.revision()),
         )
+    } else if let Some(why) = s
+        .readiness
+        .not_recording()
+        .filter(|_| s.readiness.watching())
+    {
+        (StatusCode::SERVICE_UNAVAILABLE, why)
     } else if s.readiness.stuck() {
         (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -23,3 +23,4 @@ mod paging;
 mod replay;
 mod report;
 mod seeded;
+mod unwatched;

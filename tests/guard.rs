@@ -216,3 +216,29 @@ impl Drop for Reaped {
         let _ = self.0.wait();
     }
 }
+
+/// The command now starts through `tenure __exec`; a program that does not
+/// exist is still tenure's own error, one line, exit 1, and the term it won
+/// is ended before tenure exits (etcd holds no key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_program_is_an_error_and_leaves_no_term() {
+    let etcd = Etcd::start().await;
+    let out = tokio::process::Command::new(tenure_bin())
+        .args(["campaign", "typo", "--", "no-such-program-for-tenure"])
+        .env("TENURE_ENDPOINTS", etcd.endpoint())
+        .env_remove("TENURE_PREFIX")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run tenure campaign");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("starting \"no-such-program-for-tenure\": No such file or directory"),
+        "{err}"
+    );
+    let mut raw = etcd.client().await;
+    let left = raw.get("election/typo", None).await.expect("get");
+    assert!(left.kvs().is_empty(), "the term was left behind");
+}

@@ -275,12 +275,17 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
         Outcome::Lost(reason) => {
             let lost_at = Stamp::now();
             // The grace is for an end tenure knows about: its own renewal
-            // deadline (the lease still lives for the margin) or an
-            // operator's depose (tenure's end marker). When etcd ended the
-            // term by itself, or the lease is gone, another candidate may
-            // lead already: no grace.
+            // deadline (the lease still lives for the margin), its key
+            // unconfirmed for as long (an outage, mostly: etcd cannot have
+            // handed the key on for want of an answer, and a depose missed
+            // meanwhile is at most TTL - margin old), or an operator's
+            // depose (tenure's end marker). When etcd ended the term by
+            // itself, the lease is gone, or etcd refuses the holder its
+            // key, another candidate may lead already: no grace.
             let graceful = match &reason {
-                LossReason::RenewalDeadline { .. } | LossReason::HostSuspended => true,
+                LossReason::RenewalDeadline { .. }
+                | LossReason::HostSuspended
+                | LossReason::KeyUnconfirmed { .. } => true,
                 LossReason::KeyDeleted { .. } => {
                     leadership.ended_by_tenure(&reason, MARKER_READ).await == Some(true)
                 }

@@ -332,13 +332,14 @@ fn find_program(program: &OsStr) -> std::io::Result<PathBuf> {
     let executable = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
-    let not_found = || std::io::Error::from(std::io::ErrorKind::NotFound);
+    // As the exec would say it: "No such file or directory (os error 2)".
+    let not_found = || std::io::Error::from(nix::errno::Errno::ENOENT);
     if program.as_encoded_bytes().contains(&b'/') {
         let p = PathBuf::from(program);
         return if executable(&p) {
             Ok(p)
         } else if p.exists() {
-            Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied))
+            Err(std::io::Error::from(nix::errno::Errno::EACCES))
         } else {
             Err(not_found())
         };

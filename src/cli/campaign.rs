@@ -278,7 +278,7 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
             // deadline (the lease still lives for the margin), its key
             // unconfirmed for as long (an outage, mostly: etcd cannot have
             // handed the key on for want of an answer, and a depose missed
-            // meanwhile is at most TTL - margin old), or an operator's
+            // meanwhile is at most a TTL old), or an operator's
             // depose (tenure's end marker). When etcd ended the term by
             // itself, the lease is gone, or etcd refuses the holder its
             // key, another candidate may lead already: no grace.

@@ -111,10 +111,10 @@ pub enum LossReason {
     /// gone). It can no longer see its term end; the lease may well be
     /// renewed still, since etcd does not check keepalives against roles.
     AccessDenied { reason: String },
-    /// The leader key was not read back with this term's token within the
-    /// TTL minus the safety margin (reads failed or went unanswered): the
+    /// The leader key was not read back with this term's token for a TTL
+    /// (reads failed or went unanswered while keepalives passed): the
     /// holder cannot tell whether the term was ended.
-    KeyUnconfirmed { ttl: Duration, margin: Duration },
+    KeyUnconfirmed { ttl: Duration },
     /// The holder resigned.
     Resigned,
     /// The process received SIGTERM or SIGINT and resigned.
@@ -147,10 +147,10 @@ impl std::fmt::Display for LossReason {
                 f,
                 "etcd refused this holder its own leader key, so it cannot see its term end: {reason}"
             ),
-            LossReason::KeyUnconfirmed { ttl, margin } => write!(
+            LossReason::KeyUnconfirmed { ttl } => write!(
                 f,
-                "the leader key was not confirmed within the TTL ({ttl:?}) minus the safety margin \
-                 ({margin:?}): this holder cannot tell whether its term was ended"
+                "the leader key was not confirmed for the TTL ({ttl:?}) though the lease was \
+                 renewed: this holder cannot tell whether its term was ended"
             ),
             LossReason::Resigned => f.write_str("resigned"),
             LossReason::Signal => f.write_str("resigned on SIGTERM/SIGINT"),

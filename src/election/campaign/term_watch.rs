@@ -1,7 +1,7 @@
 //! The watch on a term's leader key, with a periodic read beside it: a
 //! deletion or another term's key ends the term, and so does a key the
 //! holder can no longer see (etcd refuses it, or no read has confirmed it
-//! for TTL − margin).
+//! for a TTL).
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use crate::election::{Client, Error};
 const RETRY_MIN: Duration = Duration::from_millis(200);
 
 /// The term's TTL and safety margin: the key is read every TTL/3, and a
-/// key not confirmed for TTL − margin is a loss.
+/// key not confirmed for a TTL is a loss.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Pace {
     pub ttl: Duration,
@@ -32,21 +32,21 @@ impl Pace {
     }
 
     fn limit(self) -> Duration {
-        self.ttl.saturating_sub(self.margin)
+        self.ttl
     }
 }
 
 /// Watches the leader key for as long as the term lasts; a deletion or a key
 /// of another term ends it. A watch can stall without an error (a slow or
 /// half-answering member: the probe gives up only after 5 s + 5 s), so the
-/// key is also read once every TTL/3 (the keepalive's own pace): a
-/// deposition is noticed within TTL/3 plus one read even when no watch
+/// key is also read after every renewal (the keepalive's own pace, TTL/3):
+/// a deposition is noticed within TTL/3 plus one read even when no watch
 /// event arrives.
 ///
 /// A key the holder cannot see is a loss too: etcd refusing the read or the
 /// watch (permission, authentication: etcd renews the lease of a user whose
 /// role lost its grant, so nothing else would end the term), or no read
-/// confirming the key for TTL − margin (reads failing or unanswered while
+/// confirming the key for a TTL (reads failing or unanswered while
 /// keepalives pass). Without that, a holder that went blind would run on
 /// beside whoever leads after a depose, for as long as its lease lives.
 pub(super) async fn watch_leader_key(
@@ -119,11 +119,25 @@ pub(super) async fn watch_leader_key(
     }
 }
 
-/// Reads the key every TTL/3, and sooner again after a failed read (200 ms
-/// doubling up to TTL/3), each read bounded by the request timeout and by
-/// TTL/3. The term is lost when a read finds the key gone or another
-/// term's, when etcd refuses the read, or when no read has confirmed the
-/// key for TTL − margin since the last one that did was *sent*.
+/// Reads the key right after each confirmed renewal of the lease (at the
+/// keepalive's pace, TTL/3), at the latest TTL/2 after the last read, and
+/// sooner again after a failed read (200 ms doubling up to TTL/3); each read
+/// is bounded by the request timeout and by TTL/3. The term is lost when a
+/// read finds the key gone or another term's, when etcd refuses the read, or
+/// when no read has confirmed the key for a TTL since the last one that did
+/// was *sent*.
+///
+/// Why a TTL and not the lease's TTL − margin: the margin keeps the holder
+/// ahead of etcd's expiry timer, which the key does not have; and a read can
+/// only confirm the key once a connection is back, after the keepalive, so
+/// with the same deadline a brief etcd outage (a restart) that the lease
+/// survives would end the term anyway (it did, in 4 of 5 runs of
+/// tests/auth.rs's restart at TTL 4). Reading after each renewal keeps the
+/// key's deadline behind the lease's: when etcd is away altogether the
+/// lease's own deadline passes first and decides, as it did before the key
+/// had one; the key's deadline ends a term only when keepalives pass and
+/// reads do not. A blind holder then runs for at most a TTL (and the
+/// grace) after its key was last seen.
 async fn check_leader_key(
     client: Client,
     key: String,
@@ -132,11 +146,15 @@ async fn check_leader_key(
     state: tokio::sync::watch::Sender<LeaseState>,
 ) {
     let every = pace.every();
+    let fallback = every + every / 2;
     let per_read = client.op_timeout().min(every);
+    let mut renewals = state.subscribe();
     let mut confirmed = Stamp::now();
     let mut retry = RETRY_MIN;
     let mut failures = Repeats::new(REPEAT_LOG_EVERY);
     loop {
+        // A renewal from here on triggers the next read.
+        renewals.borrow_and_update();
         let deadline = confirmed.after(pace.limit());
         let sent = Stamp::now();
         let mut etcd = client.etcd();
@@ -171,13 +189,14 @@ async fn check_leader_key(
             Err(_) => Some(format!("no answer within {per_read:?}")),
         };
         let next = match failed {
-            None => sent.mono + every,
+            None => sent.mono + fallback,
             Some(why) => {
+                tracing::debug!(key, error = %why, "reading the term's own key failed");
                 if let Some(times) = failures.hit() {
                     tracing::warn!(
                         key, error = %why, times,
                         "reading the term's own key failed; retrying (the term is lost if it \
-                         stays unconfirmed for the TTL minus the margin)"
+                         stays unconfirmed for a TTL)"
                     );
                 }
                 let at = tokio::time::Instant::now() + retry;
@@ -191,6 +210,12 @@ async fn check_leader_key(
             _ = deadline.wait() => {
                 mark_lost(&state, unconfirmed(&state, &deadline, pace));
                 return;
+            }
+            changed = renewals.changed() => {
+                // The session is gone (the term ended): nothing to check.
+                if changed.is_err() || state.borrow().lost.is_some() {
+                    return;
+                }
             }
             _ = tokio::time::sleep_until(next) => {}
         }
@@ -211,10 +236,7 @@ fn unconfirmed(
     } else if deadline.passed_by_suspend() {
         LossReason::HostSuspended
     } else {
-        LossReason::KeyUnconfirmed {
-            ttl: pace.ttl,
-            margin: pace.margin,
-        }
+        LossReason::KeyUnconfirmed { ttl: pace.ttl }
     }
 }
 

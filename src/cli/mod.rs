@@ -8,10 +8,12 @@
 
 mod campaign;
 mod dev;
+mod exec;
 mod group;
 mod guard;
 mod history;
 mod replica;
+mod secrets;
 mod serve;
 mod stderr;
 
@@ -227,6 +229,10 @@ pub fn main() -> i32 {
     // `tenure campaign`'s guard process: no logging, no runtime, no etcd.
     if std::env::args_os().nth(1).is_some_and(|a| a == guard::ARG) {
         return guard::main();
+    }
+    // The step that arms the command's parent-death signal, then becomes it.
+    if std::env::args_os().nth(1).is_some_and(|a| a == exec::ARG) {
+        return exec::main();
     }
     let code = run_cli();
     // tenure's own messages are queued (stderr::say): give them a moment to
@@ -482,7 +488,10 @@ async fn run_connected(client: &Client, cli: Cli) -> anyhow::Result<i32> {
                     _ = &mut stop => return Ok(EXIT_OK),
                 };
                 let Some(seen) = change else {
-                    return Ok(EXIT_ERROR);
+                    return match observer.take_error() {
+                        Some(e) => Err(e.into()),
+                        None => Ok(EXIT_ERROR),
+                    };
                 };
                 match (json, queue) {
                     (true, true) => println!("{}", serde_json::to_string(&seen)?),

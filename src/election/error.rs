@@ -91,7 +91,12 @@ fn access_error(e: &etcd_client::Error) -> Option<Error> {
     let etcd_client::Error::GRpcStatus(s) = e else {
         return None;
     };
-    let m = s.message();
+    access_error_in(s.message())
+}
+
+/// The same, from the words of etcd's message (a gRPC status, a watch's
+/// cancel reason).
+fn access_error_in(m: &str) -> Option<Error> {
     let auth = |reason: &str| {
         Some(Error::Auth {
             user: None,
@@ -154,6 +159,14 @@ fn is_connection_failure(message: &str) -> bool {
 }
 
 impl Error {
+    /// A watch cancelled by etcd with `reason` for want of permission or
+    /// authentication, as the error a request refused for it is; `None`
+    /// for any other cancellation.
+    pub(crate) fn from_refusal(reason: &str) -> Option<Error> {
+        access_error_in(reason)
+            .filter(|e| matches!(e, Error::PermissionDenied { .. } | Error::Auth { .. }))
+    }
+
     /// Names the etcd user in an authentication or permission error.
     pub fn with_user(self, user: Option<&str>) -> Self {
         match self {

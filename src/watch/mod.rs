@@ -32,7 +32,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::election::keywatch::{RangeWatch, Reopened, WatchItem};
+use crate::election::keywatch::{RangeWatch, Reopened, Repeats, WatchItem, REPEAT_LOG_EVERY};
 use crate::election::Client;
 use crate::events::{now_ms, Batch, RestartReason, Update, WatchStatus};
 pub use crate::events::{OpenTerm, ResumePoint as Resume};
@@ -176,8 +176,29 @@ impl Watcher {
         // reconnect is recorded then, with the member that serves it).
         let mut reconnecting: Option<RestartReason> = None;
         let mut last_forget = Instant::now();
+        // Repeated trouble (a role revoked: every reopen refused) is logged
+        // once per interval, with a count; RangeWatch paces the reopens.
+        let (mut denied_log, mut reopen_log, mut stuck_log) = (
+            Repeats::new(REPEAT_LOG_EVERY),
+            Repeats::new(REPEAT_LOG_EVERY),
+            Repeats::new(REPEAT_LOG_EVERY),
+        );
         loop {
-            let item = watch.next_item().await;
+            let item = match watch.next_item().await {
+                // A refusal is a reopen too, said once with its cause.
+                WatchItem::Denied(e) => {
+                    if let Some(times) = denied_log.hit() {
+                        tracing::error!(
+                            error = %e.with_user(self.client.connect_config().user()),
+                            times,
+                            "etcd refused the watch; retrying with backoff, nothing is recorded \
+                             until it is granted again"
+                        );
+                    }
+                    WatchItem::Reopening(Reopened::Cancelled)
+                }
+                other => other,
+            };
             // When the events arrived: their deletions happened before it.
             let received = Instant::now();
             let now_up = !matches!(item, WatchItem::Unavailable(_));
@@ -284,11 +305,14 @@ impl Watcher {
                         Reopened::Stalled => RestartReason::Stalled,
                         Reopened::Cancelled => RestartReason::Cancelled,
                     };
-                    tracing::warn!(
-                        reason = reason.as_str(),
-                        next = watch.next_revision(),
-                        "watch stream lost; reopening"
-                    );
+                    if let Some(times) = reopen_log.hit() {
+                        tracing::warn!(
+                            reason = reason.as_str(),
+                            next = watch.next_revision(),
+                            times,
+                            "watch stream lost; reopening"
+                        );
+                    }
                     let next = watch.next_revision();
                     failing = if failing.0 == next {
                         (next, failing.1 + 1)
@@ -296,11 +320,13 @@ impl Watcher {
                         (next, 1)
                     };
                     if failing.1 >= STUCK_AFTER_ATTEMPTS {
-                        tracing::error!(
-                            next_revision = next,
-                            attempts = failing.1,
-                            "the watch keeps failing at one revision; nothing is recorded"
-                        );
+                        if stuck_log.hit().is_some() {
+                            tracing::error!(
+                                next_revision = next,
+                                attempts = failing.1,
+                                "the watch keeps failing at one revision; nothing is recorded"
+                            );
+                        }
                         send(
                             tx,
                             Update::Watch(WatchStatus::Stuck {
@@ -345,6 +371,8 @@ impl Watcher {
                 WatchItem::Unavailable(why) => {
                     tracing::debug!(%why, "etcd unavailable for the watch; retrying")
                 }
+                // Turned into a reopen above.
+                WatchItem::Denied(_) => {}
                 WatchItem::Opened { member_id } => {
                     if let Some(reason) = reconnecting.take() {
                         tracing::info!(

@@ -182,14 +182,7 @@ impl Client {
         // here and wait for etcd's answer.
         let id = lease.load(std::sync::atomic::Ordering::SeqCst);
         if id != 0 {
-            match self.op(self.etcd().lease_revoke(id)).await {
-                Ok(_) => {}
-                Err(e) if e.is_lease_not_found() => {}
-                Err(e) => tracing::warn!(
-                    lease = id, error = %e,
-                    "could not revoke the candidate's lease; it expires after its TTL"
-                ),
-            }
+            self.revoke_candidate(id, opts.ttl).await;
         }
         match outcome {
             None => Ok(None),
@@ -198,6 +191,36 @@ impl Client {
                 waited: w,
             }),
             Some(Err(e)) => Err(e),
+        }
+    }
+
+    /// Revokes a candidate's lease before the process may exit, and says
+    /// what etcd did: a revoke that got no answer may still have been
+    /// applied, so it is sent once more (a lease already gone answers "not
+    /// found"); only etcd's own refusal is a failure.
+    async fn revoke_candidate(&self, id: i64, ttl: Ttl) {
+        let mut unanswered = None;
+        for _ in 0..2 {
+            match self.op(self.etcd().lease_revoke(id)).await {
+                Ok(_) => return,
+                Err(e) if e.is_lease_not_found() => return,
+                Err(e) if e.is_retryable() => unanswered = Some(e),
+                Err(e) => {
+                    tracing::warn!(
+                        lease = id, error = %e,
+                        "etcd refused to revoke the candidate's lease; it expires within its \
+                         TTL ({} s)", ttl.secs()
+                    );
+                    return;
+                }
+            }
+        }
+        if let Some(e) = unanswered {
+            tracing::warn!(
+                lease = id, error = %e,
+                "no answer from etcd to revoking the candidate's lease: it may have been \
+                 revoked; if not, it expires within its TTL ({} s)", ttl.secs()
+            );
         }
     }
 
@@ -311,6 +334,11 @@ impl Client {
                         Watched::Events(_) => {}
                         // Can't know what happened: just try again.
                         Watched::Compacted => break,
+                        // A waiter that may not see the election cannot
+                        // wait for it: its lease is revoked by the caller.
+                        Watched::Denied(e) => {
+                            return Err(e.with_user(self.connect_config().user()))
+                        }
                     },
                     _ = lease_state.changed() => {
                         if !s.is_valid() {

@@ -123,7 +123,8 @@ pub(super) async fn wait_in_queue(
     let mut own = RangeWatch::new(&client.etcd(), place.key.clone(), None, revision + 1);
     let own_gone = |item: Watched| match item {
         Watched::Events(events) => events.iter().any(|e| e.event_type() == EventType::Delete),
-        Watched::Compacted => true,
+        // Refused: read again, and the read says why.
+        Watched::Compacted | Watched::Denied(_) => true,
     };
     // Only the predecessor is watched. If older keys remain in the list
     // once it goes (most of them long gone: earlier terms), watching each
@@ -143,7 +144,7 @@ pub(super) async fn wait_in_queue(
             item = watch.next() => match item {
                 Watched::Events(events) if events.iter().any(|e| e.event_type() == EventType::Delete) => break,
                 Watched::Events(_) => {}
-                Watched::Compacted => return None,
+                Watched::Compacted | Watched::Denied(_) => return None,
             },
             _ = lease_state.changed() => {
                 if !session.is_valid() {

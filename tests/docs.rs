@@ -300,7 +300,10 @@ fn every_documented_tenure_command_parses() {
             }
         }
     }
-    assert!(seen >= 5, "only {seen} commands found: is the extraction broken?");
+    assert!(
+        seen >= 5,
+        "only {seen} commands found: is the extraction broken?"
+    );
     assert!(
         failures.is_empty(),
         "commands in the docs that tenure does not accept:\n{}",
@@ -324,12 +327,16 @@ fn every_flag_in_a_synopsis_exists() {
                 }
                 continue;
             };
-            let Some(sc) = cli.find_subcommand(&sub) else { continue };
+            let Some(sc) = cli.find_subcommand(&sub) else {
+                continue;
+            };
             for w in &words[1..] {
                 if *w == "--" {
                     break;
                 }
-                let flag = w.trim_start_matches(['[', '(']).trim_end_matches([']', ')', ',']);
+                let flag = w
+                    .trim_start_matches(['[', '('])
+                    .trim_end_matches([']', ')', ',']);
                 let Some(long) = flag.strip_prefix("--") else {
                     continue;
                 };
@@ -347,14 +354,21 @@ fn every_flag_in_a_synopsis_exists() {
             }
         }
     }
-    assert!(failures.is_empty(), "flags in the docs that do not exist:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "flags in the docs that do not exist:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
 fn the_readme_is_a_landing_page() {
     let text = std::fs::read_to_string(root().join("README.md")).expect("README");
     let n = text.lines().count();
-    assert!(n < 150, "README.md has {n} lines: move reference into docs/");
+    assert!(
+        n < 150,
+        "README.md has {n} lines: move reference into docs/"
+    );
     assert!(text.contains("scripts/demo.sh") && text.contains("scripts/test.sh"));
 }
 
@@ -372,7 +386,18 @@ fn the_extractors_find_what_they_should() {
     );
     assert_eq!(
         shell_words("tenure campaign a -- sh -c 'echo \"$X\"; sleep 1'"),
-        vec!["tenure", "campaign", "a", "--", "sh", "-c", "echo \"$X\"; sleep 1"]
+        vec![
+            "tenure",
+            "campaign",
+            "a",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$X\"; sleep 1"
+        ]
     );
-    assert_eq!(anchor("The holder's safety promise (`tenure campaign`)"), "the-holders-safety-promise-tenure-campaign");
+    assert_eq!(
+        anchor("The holder's safety promise (`tenure campaign`)"),
+        "the-holders-safety-promise-tenure-campaign"
+    );
 }

@@ -255,6 +255,7 @@ fn run_cli() -> i32 {
             stderr::say(format_args!("error: {e:#}"));
             match e.downcast_ref::<Error>() {
                 Some(Error::NotHolder { .. }) => EXIT_REFUSED,
+                Some(Error::NameCollision { .. }) => EXIT_USAGE,
                 _ => EXIT_ERROR,
             }
         }

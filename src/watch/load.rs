@@ -122,7 +122,13 @@ impl Watcher {
                                 .as_ref()
                                 .map(|r| r.open_terms.as_slice())
                                 .unwrap_or(&[]);
-                            let (events, statuses) = state.load(revision, &kvs, open, at_ms);
+                            let (mut events, statuses) = state.load(revision, &kvs, open, at_ms);
+                            if at_resume {
+                                // Collisions present at the stored revision
+                                // were recorded when they arose.
+                                events
+                                    .retain(|e| !matches!(e.kind, EventKind::NameCollision { .. }));
+                            }
                             if let (Some(r), false) = (&resume, at_resume) {
                                 batch.push(Event {
                                     revision,

@@ -8,6 +8,7 @@
 
 mod campaign;
 mod dev;
+mod floor;
 mod group;
 mod guard;
 mod history;

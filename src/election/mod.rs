@@ -12,6 +12,7 @@ mod connect;
 pub mod deadline;
 mod error;
 pub mod fence;
+mod floor;
 pub mod keys;
 pub mod keywatch;
 pub mod lease;
@@ -109,6 +110,9 @@ pub struct Client {
     endpoints: std::sync::Arc<[String]>,
     /// TLS files and etcd user, for [`Client::reconnect`] and error messages.
     config: std::sync::Arc<ConnectConfig>,
+    /// Campaigns refuse a token at or below tenure's token floor (see
+    /// `floor.rs`); off only for terms whose token fences nothing.
+    token_floor: bool,
 }
 
 impl Client {
@@ -170,6 +174,7 @@ impl Client {
             etcd: std::sync::Arc::new(etcd),
             keys: Keys::new(prefix),
             op_timeout: DEFAULT_OP_TIMEOUT,
+            token_floor: true,
             endpoints: std::sync::Arc::from(Vec::new()),
             config: std::sync::Arc::new(ConnectConfig::plain()),
         }
@@ -177,6 +182,16 @@ impl Client {
 
     pub fn with_op_timeout(mut self, op_timeout: Duration) -> Self {
         self.op_timeout = op_timeout;
+        self
+    }
+
+    /// The same client, whose campaigns do not refuse a token at or below
+    /// tenure's token floor. Only for a term whose token fences nothing in
+    /// etcd's keyspace or outside: `tenure serve`'s history writer, whose
+    /// database fence starts a new generation when etcd starts over. Its
+    /// fences still refuse such tokens.
+    pub fn without_token_floor(mut self) -> Self {
+        self.token_floor = false;
         self
     }
 

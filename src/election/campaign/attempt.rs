@@ -6,6 +6,7 @@ use etcd_client::{
 };
 
 use super::{header_revision, Attempt, Backoff};
+use crate::election::floor::floor_value;
 use crate::election::{
     keys, pick_leader, Client, ElectionName, EndMarkerCause, Error, Layout, Leader,
 };
@@ -111,8 +112,10 @@ impl Client {
     /// - its name collides with another election's keys in etcd's own
     ///   `Election` layout ([`keys::collides`]): [`Error::NameCollision`];
     /// - its token is at or below tenure's token floor, or, holding no key,
-    ///   etcd's revision is (any token it could get is):
-    ///   [`Error::BelowFloor`].
+    ///   etcd's next revision is (any token it could get is):
+    ///   [`Error::BelowFloor`]. [`Client::create_and_read`] writes no key
+    ///   at or below the floor; one written before the floor was raised
+    ///   (an earlier attempt whose answer was lost) is deleted here.
     pub(super) async fn refuse(
         &self,
         name: &ElectionName,
@@ -125,10 +128,11 @@ impl Client {
                 key: key.clone(),
             })
         } else {
-            let at = own.map_or(placed.revision, |(_, token)| token);
+            // Its token, or the lowest it could get: the next revision.
+            let at = own.map_or(placed.revision.saturating_add(1), |(_, token)| token);
             placed
                 .floor
-                .filter(|floor| at <= *floor)
+                .filter(|floor| self.token_floor && at <= *floor)
                 .map(|floor| Error::BelowFloor {
                     token: at,
                     floor,
@@ -158,12 +162,47 @@ impl Client {
     /// tenure's token floor, and the own keys of every election whose name
     /// is a proper path prefix of `name` (keys only): everything the
     /// campaign decides on, at the txn's revision, in one round trip.
+    ///
+    /// The put also requires that there is no token floor. Where there is
+    /// one (after a restore) and the key was free, a second txn puts it if
+    /// the floor is below the first one's revision + 1, which the token
+    /// will be at least: a token at or below the floor is never written
+    /// (the caller refuses when etcd's revision is not past the floor).
     pub(super) async fn create_and_read(
         &self,
         name: &ElectionName,
         key: &str,
         candidate: &str,
         lease_id: i64,
+    ) -> Result<Placed, Error> {
+        let mut placed = self
+            .create_and_read_once(name, key, candidate, lease_id, None)
+            .await?;
+        for _ in 0..3 {
+            let free = !placed.kvs.iter().any(|kv| kv.key() == key.as_bytes());
+            match placed.floor {
+                Some(floor)
+                    if self.token_floor && free && !placed.created && placed.revision >= floor =>
+                {
+                    placed = self
+                        .create_and_read_once(name, key, candidate, lease_id, Some(placed.revision))
+                        .await?;
+                }
+                _ => break,
+            }
+        }
+        Ok(placed)
+    }
+
+    /// One campaign txn; `past`: put only if the token floor is below
+    /// `past + 1` (else only if there is none).
+    async fn create_and_read_once(
+        &self,
+        name: &ElectionName,
+        key: &str,
+        candidate: &str,
+        lease_id: i64,
+        past: Option<i64>,
     ) -> Result<Placed, Error> {
         let (start, end) = self.keys.election_range(name);
         let floor_key = self.keys.floor_key();
@@ -193,12 +232,22 @@ impl Client {
             Some(PutOptions::new().with_lease(lease_id)),
         )];
         then.extend(reads());
+        let floor_ok = match past {
+            // Without tenure's floor check (`without_token_floor`), and
+            // when the floor is known to be below the token.
+            _ if !self.token_floor => Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
+            None => Compare::version(floor_key.as_bytes(), CompareOp::Equal, 0),
+            Some(r) => Compare::value(
+                floor_key.as_bytes(),
+                CompareOp::Less,
+                keys::pad_token(r.saturating_add(1)),
+            ),
+        };
         let txn = Txn::new()
-            .when([Compare::create_revision(
-                key.as_bytes(),
-                CompareOp::Equal,
-                0,
-            )])
+            .when([
+                Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
+                floor_ok,
+            ])
             .and_then(then)
             .or_else(reads());
         let resp = self.op(self.etcd().txn(txn)).await?;
@@ -208,10 +257,9 @@ impl Client {
             _ => None,
         });
         let kvs = gets.next().unwrap_or_default();
-        let floor = gets.next().and_then(|f| {
-            f.first()
-                .and_then(|kv| keys::parse_padded_token(kv.value()))
-        });
+        let floor = gets
+            .next()
+            .and_then(|f| f.first().map(|kv| floor_value(kv.value())));
         let collides = |kv: &&KeyValue| keys::collides(&self.keys, name, kv.key(), kv.lease());
         let collision = kvs
             .iter()

@@ -424,3 +424,93 @@ async fn a_restart_without_a_restore_records_no_reset() {
         ]
     );
 }
+
+/// Issue 20.1 with a read-only `serve` (the role the docs suggest for it):
+/// it cannot write the floor. That is not silent: its log and `/readyz`
+/// (503) say so, with the grant it needs; granted, it raises the floor and
+/// is ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_serve_says_it_cannot_raise_the_floor_and_what_to_grant() {
+    use support::secure::{enable_auth, etcdctl};
+    let mut etcd = Etcd::start().await;
+    let ep = etcd.endpoint();
+    enable_auth(&ep, &[], &[("reader", "reader-pw", "tenure-ro", "read")]);
+    let root = ["--user".to_owned(), "root:root-pw".to_owned()];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (db, snap) = (dir.path().join("history.db"), dir.path().join("snap.db"));
+    let serve = Serve::start(
+        std::slice::from_ref(&ep),
+        &db,
+        &["--user", "reader:reader-pw"],
+        &[],
+    )
+    .await;
+    serve.ready().await;
+    let put = |value: &str| {
+        let out = etcdctl(&ep, &root, &["put", "fence/x/db", value, "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        v["header"]["revision"].as_i64().expect("revision")
+    };
+    put("00000000000000000001");
+    etcdctl(
+        &ep,
+        &root,
+        &["snapshot", "save", &snap.display().to_string()],
+    );
+    let mut old = 0;
+    for i in 2..12 {
+        old = put(&format!("{i:020}"));
+    }
+    serve.caught_up(old).await;
+
+    etcd.restore(&snap, None).await;
+    let restored = Instant::now();
+    let deadline = restored + Duration::from_secs(30);
+    let body = loop {
+        let r = reqwest::get(serve.url("/readyz")).await.expect("readyz");
+        let (status, body) = (r.status(), r.text().await.expect("body"));
+        if status == 503 && body.contains("token floor") {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "readyz never said so: {status} {body}; {}",
+            serve.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    println!(
+        "[figure] read-only serve: /readyz 503 naming the missing grant {} ms after etcd was back",
+        restored.elapsed().as_millis()
+    );
+    let grant = "etcdctl role grant-permission tenure-ro readwrite 'election/~floor'";
+    assert!(body.contains(grant), "{body}");
+    assert!(serve.log_text().contains(grant), "{}", serve.log_text());
+
+    etcdctl(
+        &ep,
+        &root,
+        &[
+            "role",
+            "grant-permission",
+            "tenure-ro",
+            "readwrite",
+            "election/~floor",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let r = reqwest::get(serve.url("/readyz")).await.expect("readyz");
+        if r.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{:?}", r.text().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let out = etcdctl(
+        &ep,
+        &root,
+        &["get", "election/~floor", "--print-value-only"],
+    );
+    assert_eq!(text(&out.stdout).trim(), format!("{old:020}"));
+}

@@ -71,10 +71,17 @@ async fn keep(client: Client, readiness: Arc<Readiness>, to: i64) {
             }
             Err(e) => {
                 let why = match e {
-                    Error::PermissionDenied { .. } => format!(
-                        "etcd denied writing {key:?}: grant tenure serve's role \
-                         `etcdctl role grant-permission ROLE readwrite '{key}'`"
-                    ),
+                    Error::PermissionDenied { .. } => {
+                        let role = client
+                            .user_roles()
+                            .await
+                            .and_then(|r| r.first().cloned())
+                            .unwrap_or_else(|| "ROLE".to_owned());
+                        format!(
+                            "etcd denied writing {key:?}: grant it with `etcdctl role \
+                             grant-permission {role} readwrite '{key}'`"
+                        )
+                    }
                     e => e.to_string(),
                 };
                 let problem = format!(

@@ -156,6 +156,20 @@ async fn a_restore_without_bump_revision_is_refused_until_it_is_redone() {
         Some(t_a),
         "the fence is back at A's token"
     );
+    // `tenure leader` names A, and says its term is from before the restore.
+    let out = run(&etcd, &["leader", "x"]).await;
+    assert!(
+        text(&out.stdout).starts_with("a leads x"),
+        "{}",
+        text(&out.stdout)
+    );
+    let note = text(&out.stderr);
+    assert!(
+        note.contains(&format!(
+            "token {t_a} is at or below tenure's token floor {old}"
+        )),
+        "{note}"
+    );
 
     // The fence: A's token, B's, and a term the restored timeline made
     // (by a client that does not read the floor) are all refused.

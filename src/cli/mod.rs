@@ -456,6 +456,14 @@ async fn run_connected(client: &Client, cli: Cli) -> anyhow::Result<i32> {
                     println!("  {}. {} waits (token {})", i + 1, w.holder, w.token);
                 }
             }
+            if let Some(floor) = status.below_floor {
+                stderr::say(format_args!(
+                    "tenure: token {} is at or below tenure's token floor {floor}: this term \
+                     dates from before etcd was restored from a snapshot, and its fences are \
+                     refused (docs/operations.md, Restoring etcd)",
+                    status.leader.token
+                ));
+            }
             Ok(EXIT_OK)
         }
         Command::Observe { name, json, queue } => {

@@ -406,10 +406,15 @@ impl Watcher {
 
     /// Whether etcd now is another timeline than the one applied so far:
     /// another cluster id, or a revision behind `applied`. `None` when etcd
-    /// does not answer.
+    /// does not answer. Asked with a count of the watch range's first key
+    /// (its header has both), not `Status`: etcd 3.5 with authentication
+    /// answers `Status` to root only, and serve's role may only read.
     async fn replaced(&self, applied: i64, cluster: u64) -> Option<bool> {
         let mut etcd = self.client.etcd();
-        let asked = tokio::time::timeout(REPLACED_CHECK_TIMEOUT, etcd.status()).await;
+        let (start, _) = self.client.keys().watch_range();
+        let count = etcd_client::GetOptions::new().with_count_only();
+        let asked =
+            tokio::time::timeout(REPLACED_CHECK_TIMEOUT, etcd.get(start, Some(count))).await;
         let Ok(Ok(resp)) = asked else {
             return None;
         };

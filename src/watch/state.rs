@@ -111,6 +111,9 @@ pub struct State {
     /// own `Election` of the ancestor takes the nested one's keys for its
     /// candidates. Reported once when they arise.
     collisions: std::collections::HashSet<(String, String)>,
+    /// The elections that hold keys, in order: the ones nested under a
+    /// name are one range of it (`name/` up to `name0`).
+    holding: std::collections::BTreeSet<String>,
 }
 
 impl State {
@@ -121,6 +124,7 @@ impl State {
             elections: HashMap::new(),
             dirty: Default::default(),
             collisions: Default::default(),
+            holding: Default::default(),
         }
     }
 
@@ -247,8 +251,13 @@ impl State {
             }
         }
         let before = std::mem::take(&mut self.collisions);
-        let mut names: Vec<String> = self.elections.keys().cloned().collect();
-        names.sort();
+        self.holding = self
+            .elections
+            .iter()
+            .filter(|(_, e)| !e.candidates.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect();
+        let names: Vec<String> = self.holding.iter().cloned().collect();
         for name in names {
             for pair in self.collisions_of(&name) {
                 if self.collisions.insert(pair.clone()) && !before.contains(&pair) {
@@ -263,26 +272,21 @@ impl State {
     /// election whose name is a proper path prefix of it, and every one
     /// nested under it, that holds keys while it does too.
     fn collisions_of(&self, name: &str) -> Vec<(String, String)> {
-        let holds = |n: &str| {
-            self.elections
-                .get(n)
-                .is_some_and(|e| !e.candidates.is_empty())
-        };
-        if !holds(name) {
+        if !self.holding.contains(name) {
             return Vec::new();
         }
         let mut pairs: Vec<(String, String)> = name
             .match_indices('/')
             .map(|(i, _)| &name[..i])
-            .filter(|a| holds(a))
+            .filter(|a| self.holding.contains(*a))
             .map(|a| (a.to_owned(), name.to_owned()))
             .collect();
-        let nested = format!("{name}/");
+        // `/` sorts right below `0`: every name under `name/` is here.
+        let nested = format!("{name}/")..format!("{name}0");
         pairs.extend(
-            self.elections
-                .iter()
-                .filter(|(n, e)| n.starts_with(&nested) && !e.candidates.is_empty())
-                .map(|(n, _)| (name.to_owned(), n.clone())),
+            self.holding
+                .range(nested)
+                .map(|n| (name.to_owned(), n.clone())),
         );
         pairs
     }
@@ -291,9 +295,20 @@ impl State {
     /// the `touched` elections; returns an event per election of each
     /// collision that arose.
     fn update_collisions(&mut self, touched: &[String], revision: i64, at_ms: i64) -> Vec<Event> {
-        let elections = &self.elections;
-        let holds = |n: &str| elections.get(n).is_some_and(|e| !e.candidates.is_empty());
-        self.collisions.retain(|(a, d)| holds(a) && holds(d));
+        for name in touched {
+            let holds = self
+                .elections
+                .get(name)
+                .is_some_and(|e| !e.candidates.is_empty());
+            if holds {
+                self.holding.insert(name.clone());
+            } else {
+                self.holding.remove(name);
+            }
+        }
+        let holding = &self.holding;
+        self.collisions
+            .retain(|(a, d)| holding.contains(a) && holding.contains(d));
         let mut out = Vec::new();
         for name in touched {
             for pair in self.collisions_of(name) {

@@ -9,6 +9,7 @@
 mod campaign;
 mod dev;
 mod exec;
+mod floor;
 mod group;
 mod guard;
 mod history;
@@ -261,6 +262,7 @@ fn run_cli() -> i32 {
             stderr::say(format_args!("error: {e:#}"));
             match e.downcast_ref::<Error>() {
                 Some(Error::NotHolder { .. }) => EXIT_REFUSED,
+                Some(Error::NameCollision { .. }) => EXIT_USAGE,
                 _ => EXIT_ERROR,
             }
         }
@@ -459,6 +461,14 @@ async fn run_connected(client: &Client, cli: Cli) -> anyhow::Result<i32> {
                 for (i, w) in status.waiting.iter().enumerate() {
                     println!("  {}. {} waits (token {})", i + 1, w.holder, w.token);
                 }
+            }
+            if let Some(floor) = status.below_floor {
+                stderr::say(format_args!(
+                    "tenure: token {} is at or below tenure's token floor {floor}: this term \
+                     dates from before etcd was restored from a snapshot, and its fences are \
+                     refused (docs/operations.md, Restoring etcd)",
+                    status.leader.token
+                ));
             }
             Ok(EXIT_OK)
         }

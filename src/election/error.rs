@@ -39,6 +39,27 @@ pub enum Error {
         current: Option<Box<Leader>>,
     },
 
+    /// The election's name and another election's keys overlap in etcd's
+    /// own `Election` layout (one name is a path prefix of the other).
+    #[error(
+        "election {name} collides with the key {key:?}: etcd's own Election layout (etcdctl \
+         elect, Go's concurrency.Election) takes every key under election/NAME/ for a candidate \
+         of NAME, so no election's name may be a path prefix of another's; name it so that it \
+         is no prefix of another election and lies under none (e.g. {})",
+        .name.replace('/', "-")
+    )]
+    NameCollision { name: String, key: String },
+
+    /// A token at or below tenure's token floor: etcd was restored from a
+    /// snapshot and its revisions repeat tokens handed out before.
+    #[error("{}", describe_floor(*.token, *.floor, *.revision))]
+    BelowFloor {
+        token: i64,
+        floor: i64,
+        /// etcd's revision when it said so.
+        revision: i64,
+    },
+
     #[error("no leadership of {name} within {waited:?}")]
     Timeout { name: String, waited: Duration },
 
@@ -132,6 +153,25 @@ impl From<etcd_client::Error> for Error {
             return access;
         }
         Error::Etcd(Box::new(e))
+    }
+}
+
+fn describe_floor(token: i64, floor: i64, revision: i64) -> String {
+    if revision <= floor {
+        format!(
+            "etcd's revision {revision} is at or below tenure's token floor {floor}: etcd was \
+             restored from a snapshot without --bump-revision and its revisions repeat tokens \
+             handed out before, so token {token} is refused; restore it again with `etcdutl \
+             snapshot restore --bump-revision 1000000000 --mark-compacted` (docs/operations.md, \
+             Restoring etcd)"
+        )
+    } else {
+        format!(
+            "token {token} is at or below tenure's token floor {floor}: it dates from before \
+             etcd was restored from a snapshot, when a term of the other timeline may have had \
+             it too; campaign again for a token above the floor (docs/operations.md, Restoring \
+             etcd)"
+        )
     }
 }
 

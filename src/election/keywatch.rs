@@ -264,7 +264,19 @@ impl RangeWatch {
                     failed => {
                         let why = match failed {
                             Ok(Err(e)) => e.to_string(),
-                            _ => format!("no answer within {:?}", self.probe_after),
+                            _ => {
+                                // etcd restored from a snapshot forgot its
+                                // simple auth tokens (they live in the
+                                // WAL): a watch opened with one is never
+                                // answered. Authenticate again (a no-op
+                                // without a user) before the next try.
+                                let _ = tokio::time::timeout(
+                                    self.probe_after,
+                                    self.client.refresh_token(),
+                                )
+                                .await;
+                                format!("no answer within {:?}", self.probe_after)
+                            }
                         };
                         self.ended(false);
                         return WatchItem::Unavailable(why);

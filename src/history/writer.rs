@@ -347,9 +347,10 @@ pub(super) fn event_row(
         EventKind::FenceAccepted { token, .. } | EventKind::FenceRefused { token, .. } => {
             (Some(*token), None)
         }
-        EventKind::Gap { .. } | EventKind::Reset { .. } | EventKind::Unobserved { .. } => {
-            (None, None)
-        }
+        EventKind::Gap { .. }
+        | EventKind::Reset { .. }
+        | EventKind::Unobserved { .. }
+        | EventKind::NameCollision { .. } => (None, None),
     };
     Ok((json, token, holder))
 }
@@ -468,7 +469,8 @@ fn apply(tx: &Transaction<'_>, event: &Event, epoch: i64) -> Result<(), HistoryE
         | EventKind::Reset { .. }
         | EventKind::Unobserved { .. }
         | EventKind::CandidateQueued { .. }
-        | EventKind::CandidateLeft { .. } => {}
+        | EventKind::CandidateLeft { .. }
+        | EventKind::NameCollision { .. } => {}
     }
     Ok(())
 }

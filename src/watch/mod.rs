@@ -14,7 +14,8 @@
 //! The watcher never stores or renders: it sends updates down one channel.
 //!
 //! By job: this file holds the watch loop; `load` the snapshot, resume and
-//! reset, `apply` a batch of watch events, `causes` the end-cause lookup,
+//! reset, `contradiction` whether etcd's state contradicts the history
+//! (a restore under the same cluster id), `apply` a batch of watch events, `causes` the end-cause lookup,
 //! `leases` the lease sampler, `replay` what a new stream replays.
 
 pub mod cluster;
@@ -22,6 +23,7 @@ pub mod state;
 
 mod apply;
 mod causes;
+mod contradiction;
 mod leases;
 mod load;
 mod replay;
@@ -175,6 +177,8 @@ impl Watcher {
         // Why the stream is being reopened, until a new one is created (the
         // reconnect is recorded then, with the member that serves it).
         let mut reconnecting: Option<RestartReason> = None;
+        // A broken stream's check for a replaced etcd got no answer.
+        let mut ask_replaced = false;
         let mut last_forget = Instant::now();
         // Repeated trouble (a role revoked: every reopen refused) is logged
         // once per interval, with a count; RangeWatch paces the reopens.
@@ -356,10 +360,14 @@ impl Watcher {
                     // another timeline (a restore, a new cluster). A watch from
                     // a future revision just waits, and etcd that orders
                     // progress notifications (3.4.25+, 3.5.8+) never answers a
-                    // progress request on it, so every stall must ask too
-                    // (after a stall the client is a fresh connection: the old
-                    // one may be half-open; the check has its own timeout).
-                    if self.replaced(applied, cluster).await {
+                    // progress request on it, so a stall asks too (after a
+                    // stall the client is a fresh connection: the old one may
+                    // be half-open; the check has its own timeout).
+                    let replaced = self.replaced(applied, cluster).await;
+                    // Not answered (etcd is restarting): asked again as
+                    // soon as the new stream exists, not a probe later.
+                    ask_replaced = replaced.is_none();
+                    if replaced == Some(true) {
                         (applied, cluster) = self
                             .reset(&mut state, applied, cluster, replay.since_ms, tx)
                             .await?;
@@ -385,6 +393,16 @@ impl Watcher {
                             Update::Watch(WatchStatus::Reconnected { reason, member_id }),
                         )
                         .await?;
+                    }
+                    if std::mem::take(&mut ask_replaced)
+                        && self.replaced(applied, cluster).await == Some(true)
+                    {
+                        (applied, cluster) = self
+                            .reset(&mut state, applied, cluster, replay.since_ms, tx)
+                            .await?;
+                        watch.resume_after(applied);
+                        live_at_ms = now_ms();
+                        replay = Replay::since(live_at_ms);
                     }
                 }
             }
@@ -413,16 +431,23 @@ impl Watcher {
     }
 
     /// Whether etcd now is another timeline than the one applied so far:
-    /// another cluster id, or a revision behind `applied`. `false` when etcd
-    /// does not answer (the watch's own retries handle that).
-    async fn replaced(&self, applied: i64, cluster: u64) -> bool {
+    /// another cluster id, or a revision behind `applied`. `None` when etcd
+    /// does not answer. Asked with a count of the watch range's first key
+    /// (its header has both), not `Status`: etcd 3.5 with authentication
+    /// answers `Status` to root only, and serve's role may only read.
+    async fn replaced(&self, applied: i64, cluster: u64) -> Option<bool> {
         let mut etcd = self.client.etcd();
-        let asked = tokio::time::timeout(REPLACED_CHECK_TIMEOUT, etcd.status()).await;
+        let (start, _) = self.client.keys().watch_range();
+        let count = etcd_client::GetOptions::new().with_count_only();
+        let asked =
+            tokio::time::timeout(REPLACED_CHECK_TIMEOUT, etcd.get(start, Some(count))).await;
         let Ok(Ok(resp)) = asked else {
-            return false;
+            return None;
         };
-        resp.header()
-            .is_some_and(|h| h.cluster_id() != cluster || h.revision() < applied)
+        Some(
+            resp.header()
+                .is_some_and(|h| h.cluster_id() != cluster || h.revision() < applied),
+        )
     }
 
     /// Sends statuses on, logging overflows (the first ten, then every

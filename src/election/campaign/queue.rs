@@ -34,10 +34,17 @@ impl Client {
         lease_id: i64,
     ) -> Result<Attempt, Error> {
         let key = self.keys.queue_key(name, lease_id);
-        let (_, revision, kvs) = self
+        let placed = self
             .create_and_read(name, &key, candidate, lease_id)
             .await?;
-        match queue_place(&self.keys, name, key, &kvs, revision) {
+        let own = placed
+            .kvs
+            .iter()
+            .find(|kv| kv.key() == key.as_bytes())
+            .map(|kv| kv.create_revision());
+        self.refuse(name, &placed, own.map(|t| (key.as_str(), t)))
+            .await?;
+        match queue_place(&self.keys, name, key, &placed.kvs, placed.revision) {
             Some(attempt) => Ok(attempt),
             None => Err(Error::Protocol(
                 "the queued key is missing from the txn's read".into(),

@@ -378,7 +378,8 @@ impl WriteTx for PgTx<'_, '_> {
             | EventKind::Reset { .. }
             | EventKind::Unobserved { .. }
             | EventKind::CandidateQueued { .. }
-            | EventKind::CandidateLeft { .. } => {
+            | EventKind::CandidateLeft { .. }
+            | EventKind::NameCollision { .. } => {
                 self.tx.execute(&s.event, &row)?;
             }
         }

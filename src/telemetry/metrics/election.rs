@@ -234,7 +234,8 @@ impl Election {
             | EventKind::Reset { .. }
             | EventKind::Unobserved { .. }
             | EventKind::CandidateQueued { .. }
-            | EventKind::CandidateLeft { .. } => None,
+            | EventKind::CandidateLeft { .. }
+            | EventKind::NameCollision { .. } => None,
         }
     }
 

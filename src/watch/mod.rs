@@ -179,6 +179,10 @@ impl Watcher {
         let mut reconnecting: Option<RestartReason> = None;
         // A broken stream's check for a replaced etcd got no answer.
         let mut ask_replaced = false;
+        // The connection that asks whether etcd is another timeline: the
+        // watch's own after a stall (the old one may be half-open, and a
+        // check on it would only time out).
+        let mut asker = self.client.etcd();
         let mut last_forget = Instant::now();
         // Repeated trouble (a role revoked: every reopen refused) is logged
         // once per interval, with a count; RangeWatch paces the reopens.
@@ -346,6 +350,7 @@ impl Watcher {
                         // on it would hang again. Use a new one.
                         if let Some(fresh) = self.client.reconnect().await {
                             watch.set_client(&fresh);
+                            asker = fresh;
                         }
                     }
                     send(tx, Update::Watch(WatchStatus::Restarted(reason))).await?;
@@ -363,7 +368,7 @@ impl Watcher {
                     // progress request on it, so a stall asks too (after a
                     // stall the client is a fresh connection: the old one may
                     // be half-open; the check has its own timeout).
-                    let replaced = self.replaced(applied, cluster).await;
+                    let replaced = self.replaced(&asker, applied, cluster).await;
                     // Not answered (etcd is restarting): asked again as
                     // soon as the new stream exists, not a probe later.
                     ask_replaced = replaced.is_none();
@@ -395,7 +400,7 @@ impl Watcher {
                         .await?;
                     }
                     if std::mem::take(&mut ask_replaced)
-                        && self.replaced(applied, cluster).await == Some(true)
+                        && self.replaced(&asker, applied, cluster).await == Some(true)
                     {
                         (applied, cluster) = self
                             .reset(&mut state, applied, cluster, replay.since_ms, tx)
@@ -435,8 +440,13 @@ impl Watcher {
     /// does not answer. Asked with a count of the watch range's first key
     /// (its header has both), not `Status`: etcd 3.5 with authentication
     /// answers `Status` to root only, and serve's role may only read.
-    async fn replaced(&self, applied: i64, cluster: u64) -> Option<bool> {
-        let mut etcd = self.client.etcd();
+    async fn replaced(
+        &self,
+        asker: &etcd_client::Client,
+        applied: i64,
+        cluster: u64,
+    ) -> Option<bool> {
+        let mut etcd = asker.clone();
         let (start, _) = self.client.keys().watch_range();
         let count = etcd_client::GetOptions::new().with_count_only();
         let asked =

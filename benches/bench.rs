@@ -19,6 +19,9 @@
 //!
 //! Run by `cargo test` (no `--bench` argument) without `--smoke`, it only
 //! says how to run it, so `cargo test --all-targets` stays fast.
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod common;
 mod detect;

@@ -62,34 +62,36 @@ fn ttl(secs: u64) -> Ttl {
 pub fn start(client: Client, story_every: Duration) -> Fleet {
     let mut tasks = Vec::new();
     for id in ["pay-a", "pay-b", "pay-c"] {
-        tasks.push(tokio::spawn(resigner(
-            client.clone(),
-            "payments/primary",
-            id,
-        )));
+        tasks.push(crate::task::spawn(
+            "demo resigner",
+            resigner(client.clone(), "payments/primary", id),
+        ));
     }
     for id in ["indexer-1", "indexer-2"] {
-        tasks.push(tokio::spawn(crasher(client.clone(), "search/indexer", id)));
+        tasks.push(crate::task::spawn(
+            "demo crasher",
+            crasher(client.clone(), "search/indexer", id),
+        ));
     }
-    tasks.push(tokio::spawn(proclaimer(
-        client.clone(),
-        "billing/reconciler",
-        "reconciler-1",
-    )));
-    tasks.push(tokio::spawn(proclaimer(
-        client.clone(),
-        "billing/reconciler",
-        "reconciler-2",
-    )));
-    tasks.push(tokio::spawn(operator(client.clone(), "billing/reconciler")));
+    tasks.push(crate::task::spawn(
+        "demo proclaimer",
+        proclaimer(client.clone(), "billing/reconciler", "reconciler-1"),
+    ));
+    tasks.push(crate::task::spawn(
+        "demo proclaimer",
+        proclaimer(client.clone(), "billing/reconciler", "reconciler-2"),
+    ));
+    tasks.push(crate::task::spawn(
+        "demo operator",
+        operator(client.clone(), "billing/reconciler"),
+    ));
     for id in ["sched-a", "sched-b", "sched-c"] {
-        tasks.push(tokio::spawn(queue_candidate(
-            client.clone(),
-            "orders/scheduler",
-            id,
-        )));
+        tasks.push(crate::task::spawn(
+            "demo queue candidate",
+            queue_candidate(client.clone(), "orders/scheduler", id),
+        ));
     }
-    tasks.push(tokio::spawn(story(client, story_every)));
+    tasks.push(crate::task::spawn("demo story", story(client, story_every)));
     Fleet { tasks }
 }
 
@@ -245,7 +247,7 @@ async fn replay(client: &Client, n: &ElectionName) -> Result<(), crate::election
     let waiting = {
         let client = client.clone();
         let n = n.clone();
-        tokio::spawn(async move {
+        crate::task::spawn("demo scene-02 wait", async move {
             client
                 .acquire_detached(&n, "scene-02", ttl(5), Some(Duration::from_secs(30)))
                 .await

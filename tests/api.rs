@@ -1,5 +1,8 @@
 //! The JSON API and the SSE feed of `tenure serve`, against a real etcd:
 //! every endpoint, and every bad input with its status.
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
 

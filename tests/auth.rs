@@ -6,6 +6,9 @@
 //! observe and the HTTP API keep working, terms are recorded once, the
 //! holder keeps its term; wrong credentials and missing permissions are
 //! one line, exit 1, within seconds.
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
 

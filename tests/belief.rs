@@ -21,6 +21,9 @@
 //!
 //! Figures are `[figure]` lines (`--nocapture`); RELIABILITY.md has them.
 //! Full runs: `cargo test --test belief -- --ignored --nocapture`.
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
 

@@ -2,6 +2,9 @@
 //! (answers slower than the request timeout) gives its key up within about
 //! a TTL; election names that nest collide with etcd's own `Election`
 //! layout and are refused.
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
 

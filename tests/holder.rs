@@ -6,6 +6,9 @@
 //! test compares what the processes did with what etcd did, observed
 //! directly by the test (a watch on the leader key, `/proc` for liveness),
 //! never with what tenure says about itself.
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
 

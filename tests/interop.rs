@@ -2,6 +2,9 @@
 //! `concurrency.Election` (`etcdctl elect`) and a Go `concurrency.Session`
 //! lease shared by several elections and a lock. tenure ends exactly the
 //! one term it is asked to end and never harms anything else.
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
 

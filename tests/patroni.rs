@@ -7,6 +7,9 @@
 //! switchover, the leader's Patroni restarted within the TTL, and a kill -9
 //! of the leader's Patroni (failover after the TTL, the old primary's
 //! PostgreSQL still a primary).
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
 

@@ -9,6 +9,9 @@
 //!   resumed, during ingest: a standby takes over, the history equals what
 //!   etcd did (each transition once), and the stale writer's commit is
 //!   refused (its log line and its counter).
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
 

@@ -5,6 +5,9 @@
 //! moved on for longer than the writer TTL and a takeover; and 200 again
 //! once the history is recorded. Real etcd, real PostgreSQL (the harness's),
 //! real `tenure serve` replicas.
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
 

@@ -5,6 +5,9 @@
 //! revision below the stored token, which no token of one etcd timeline can
 //! be), records the new timeline, and a writer of the old timeline stays
 //! refused whatever its token.
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
 

@@ -3,6 +3,9 @@
 //! PostgreSQL started by the harness with `ssl = on` and a `pg_hba.conf`
 //! that refuses every TCP connection without TLS (so a success proves the
 //! connection was encrypted). Certificates are made by the test (openssl).
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
 

@@ -3,6 +3,9 @@
 //! --trusted-ca-file`), with certificates made by `openssl` for the test.
 //! Every subcommand works; every misconfiguration is one line, exit 1,
 //! within seconds.
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
 

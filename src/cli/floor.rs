@@ -48,8 +48,11 @@ impl FloorKeeper {
         if !self.enabled {
             return;
         }
-        self.tasks
-            .spawn(keep(self.client.clone(), self.readiness.clone(), to));
+        crate::task::spawn_in(
+            &mut self.tasks,
+            "token floor",
+            keep(self.client.clone(), self.readiness.clone(), to),
+        );
     }
 }
 

@@ -158,17 +158,16 @@ impl Shared {
         let name = ElectionName::new(WRITER_ELECTION)?;
         cfg.readiness
             .check_recording(cfg.ttl.as_duration() + TAKEOVER);
-        let poller = tokio::spawn(poll_recording(reader.clone(), cfg.readiness.clone()));
+        let poller = crate::task::spawn(
+            "recording poller",
+            poll_recording(reader.clone(), cfg.readiness.clone()),
+        );
         let (cluster, cluster_rx) = mpsc::channel(256);
         let (stop, stop_rx) = oneshot::channel();
-        let task = tokio::spawn(writer_loop(
-            client,
-            name,
-            reader.clone(),
-            cfg,
-            cluster_rx,
-            stop_rx,
-        ));
+        let task = crate::task::spawn(
+            "history writer",
+            writer_loop(client, name, reader.clone(), cfg, cluster_rx, stop_rx),
+        );
         Ok(Shared {
             reader,
             cluster,
@@ -332,7 +331,10 @@ async fn write_term(
         won.elapsed().as_millis()
     );
     let (tx, mut rx) = mpsc::channel::<Update>(4096);
-    let watcher = tokio::spawn(Watcher::new(client.clone(), cfg.watch.clone()).run(resume, tx));
+    let watcher = crate::task::spawn(
+        "history watcher",
+        Watcher::new(client.clone(), cfg.watch.clone()).run(resume, tx),
+    );
     let mut noted: Option<Instant> = None;
     let ended = loop {
         tokio::select! {

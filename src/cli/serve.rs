@@ -224,7 +224,7 @@ pub async fn run_with(
     });
     let app = web::router(state);
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
+    let server = crate::task::spawn("http server", async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async {
                 let _ = http_stopped.await;
@@ -248,7 +248,7 @@ pub async fn run_with(
         max_elections: args.max_elections,
         ..WatchConfig::default()
     };
-    let watcher = tokio::spawn(Watcher::new(client.clone(), cfg).run(resume, tx));
+    let watcher = crate::task::spawn("watcher", Watcher::new(client.clone(), cfg).run(resume, tx));
     // etcd's own events (issue 14): a bounded poll beside the watcher.
     let baseline_reader = store.reader();
     let baseline = tokio::task::spawn_blocking(move || baseline_reader.cluster_baseline())
@@ -264,15 +264,18 @@ pub async fn run_with(
         let timeout = client
             .op_timeout()
             .min(args.cluster_poll.max(Duration::from_secs(1)));
-        tokio::spawn(crate::watch::cluster::poll(
-            client.etcd(),
-            baseline,
-            crate::watch::cluster::PollConfig {
-                interval: args.cluster_poll,
-                timeout,
-            },
-            ctx,
-        ))
+        crate::task::spawn(
+            "cluster poller",
+            crate::watch::cluster::poll(
+                client.etcd(),
+                baseline,
+                crate::watch::cluster::PollConfig {
+                    interval: args.cluster_poll,
+                    timeout,
+                },
+                ctx,
+            ),
+        )
     });
     let pid = std::process::id();
     store

@@ -167,7 +167,7 @@ mod tests {
         let d = Stamp::now().after(Duration::from_secs(30));
         assert!(!d.has_passed());
         assert!(d.remaining() > Duration::from_secs(29));
-        let waiter = tokio::spawn(async move {
+        let waiter = crate::task::spawn("deadline waiter", async move {
             let started = Instant::now();
             d.wait().await;
             started.elapsed()

@@ -263,13 +263,10 @@ impl Session {
             valid_until: sent.after(granted - margin),
             lost: None,
         });
-        let keepalive = tokio::spawn(keepalive_task(
-            client.etcd(),
-            resp.id(),
-            granted,
-            margin,
-            state.clone(),
-        ));
+        let keepalive = crate::task::spawn(
+            "keepalive",
+            keepalive_task(client.etcd(), resp.id(), granted, margin, state.clone()),
+        );
         Ok(Self {
             client: client.clone(),
             lease_id: resp.id(),
@@ -329,7 +326,7 @@ impl Drop for Session {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let mut client = self.client.etcd();
             let id = self.lease_id;
-            rt.spawn(async move {
+            crate::task::spawn_on(&rt, "lease revoke", async move {
                 let _ = timeout(Duration::from_secs(5), client.lease_revoke(id)).await;
             });
         }

@@ -35,7 +35,7 @@ impl Observer {
         let (kvs, revision) = client.read_election(&name).await?;
         let (tx, rx) = mpsc::channel(64);
         let failed: std::sync::Arc<std::sync::Mutex<Option<Error>>> = Default::default();
-        let task = tokio::spawn({
+        let task = crate::task::spawn("observer", {
             let failed = std::sync::Arc::clone(&failed);
             async move {
                 let user = client.connect_config().user().map(str::to_owned);

@@ -126,18 +126,15 @@ impl Watcher {
     pub async fn run(self, resume: Option<Resume>, tx: mpsc::Sender<Update>) -> Result<(), Closed> {
         // Aborted on drop too: when the caller aborts `run`, the sampler
         // goes with it.
-        struct AbortOnDrop(tokio::task::JoinHandle<()>);
-        impl Drop for AbortOnDrop {
-            fn drop(&mut self) {
-                self.0.abort();
-            }
-        }
-        let _sampler = AbortOnDrop(tokio::spawn(sample_leases(
-            self.client.clone(),
-            self.cfg.clone(),
-            self.leases.clone(),
-            tx.clone(),
-        )));
+        let _sampler = crate::task::AbortOnDrop(crate::task::spawn(
+            "lease sampler",
+            sample_leases(
+                self.client.clone(),
+                self.cfg.clone(),
+                self.leases.clone(),
+                tx.clone(),
+            ),
+        ));
         self.watch(resume, &tx).await
     }
 

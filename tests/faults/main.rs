@@ -25,6 +25,9 @@
 //! (small tools), and one file per scenario, `s01_*.rs` … `s11_*.rs`, each
 //! with its fast test and its full (ignored) one. Test names carry the
 //! scenario's module: `s01_baseline::s01_baseline_1k_…`.
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -11,6 +11,9 @@
 //! (`/timeline` in Chromium), `report.rs` (the report field by field),
 //! `cluster_events.rs` (alarms and members across a restart), `paging.rs`
 //! (the overview's 10,000 elections, `/timeline`'s 1,000 lanes).
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -7,6 +7,9 @@
 //! router served over HTTP on it), `html.rs` (reading the pages), and the
 //! tests: `offline.rs` (without etcd), `render_time.rs` (10,000 terms),
 //! `with_etcd.rs` (a real etcd), `demo.rs` (a server to look at).
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -9,6 +9,9 @@
 //! Environment overrides: `TENURE_TEST_PROMETHEUS_BIN` (default
 //! `/usr/bin/prometheus`), `TENURE_TEST_PROMTOOL_BIN` (default
 //! `/usr/bin/promtool`).
+// Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
+// and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 //!
 //! Files: `rules` (promtool, the rules' shape), `dashboard` (its structure

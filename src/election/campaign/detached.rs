@@ -296,7 +296,7 @@ impl Drop for RevokeOnDrop {
             let mut etcd = self.client.etcd();
             let id = self.lease_id;
             let limit = self.client.op_timeout();
-            rt.spawn(async move {
+            crate::task::spawn_on(&rt, "lease revoke", async move {
                 let _ = tokio::time::timeout(limit, etcd.lease_revoke(id)).await;
             });
         }

@@ -43,21 +43,24 @@ impl Leadership {
         session: Session,
         opts: &CampaignOptions,
     ) -> Self {
-        let key_watch = tokio::spawn(watch_leader_key(
-            client.clone(),
-            key.clone(),
-            token,
-            Pace {
-                ttl: session.ttl,
-                margin: session.margin,
-            },
-            session.state.clone(),
-        ));
+        let key_watch = crate::task::spawn(
+            "leader key watch",
+            watch_leader_key(
+                client.clone(),
+                key.clone(),
+                token,
+                Pace {
+                    ttl: session.ttl,
+                    margin: session.margin,
+                },
+                session.state.clone(),
+            ),
+        );
         let signals = opts.resign_on_signal.then(|| {
             let state = session.state.clone();
             let mut etcd = client.etcd();
             let lease = session.lease_id;
-            tokio::spawn(async move {
+            crate::task::spawn("resign on signal", async move {
                 if crate::election::shutdown_signal().await.is_ok() {
                     mark_lost(&state, LossReason::Signal);
                     let _ = tokio::time::timeout(Duration::from_secs(5), etcd.lease_revoke(lease))

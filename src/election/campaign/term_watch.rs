@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use etcd_client::{EventType, KeyValue};
-use tokio::task::JoinHandle;
 
 use crate::election::deadline::Deadline;
 use crate::election::deadline::Stamp;
@@ -58,13 +57,10 @@ pub(super) async fn watch_leader_key(
 ) {
     // The periodic read runs as a task of its own, so a slow read never
     // holds the watch back; it ends with this task, aborted or not.
-    let checker = AbortOnDrop(tokio::spawn(check_leader_key(
-        client.clone(),
-        key.clone(),
-        token,
-        pace,
-        state.clone(),
-    )));
+    let checker = crate::task::AbortOnDrop(crate::task::spawn(
+        "leader key check",
+        check_leader_key(client.clone(), key.clone(), token, pace, state.clone()),
+    ));
     let _checker = checker;
     let mut watch = RangeWatch::new(&client.etcd(), key.clone(), None, token);
     loop {
@@ -249,15 +245,6 @@ fn refused(e: &Error) -> bool {
 fn denied(client: &Client, e: Error) -> LossReason {
     LossReason::AccessDenied {
         reason: e.with_user(client.connect_config().user()).to_string(),
-    }
-}
-
-/// Aborts a task when dropped.
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

@@ -5,6 +5,8 @@
 //! - [`watch`] (etcd → events), [`history`] (SQLite), [`telemetry`]
 //!   (Prometheus metrics, OpenTelemetry traces): siblings that meet only
 //!   in [`events`];
+//! - [`layout`]: how elections are written in etcd, as the watcher reads
+//!   them (tenure's own layout; one file per layout);
 //! - [`election`] (the core: campaign, leadership, fence; knows etcd and
 //!   nothing else) and [`events`] (the one event type);
 //! - [`task`]: named tasks (a panic is logged with the task's name).
@@ -23,6 +25,7 @@ pub mod election;
 pub mod events;
 #[cfg(feature = "server")]
 pub mod history;
+pub mod layout;
 pub mod task;
 #[cfg(feature = "server")]
 pub mod telemetry;

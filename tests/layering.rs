@@ -148,3 +148,42 @@ fn the_check_catches_an_upward_import() {
     let level = |m: &str| floors.iter().position(|f| f.iter().any(|x| x == m));
     assert!(level("election") > level("web"), "election sits below web");
 }
+
+/// The layout seam (ARCHITECTURE.md, "Layouts"): a layout file reads the
+/// key schema (`election`) and names events (`events`), and knows nothing
+/// of the watcher that drives it or the sinks that record what it says.
+/// A new layout is a file in `src/layout/` and a line in its registry.
+const LAYOUT_MAY_USE: &[&str] = &["layout", "election", "events", "task"];
+
+#[test]
+fn a_layout_file_imports_nothing_of_the_watcher_or_the_sinks() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/layout");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    assert!(
+        files.iter().any(|f| f.ends_with("tenure.rs")),
+        "tenure's layout is in src/layout/: {files:?}"
+    );
+    let mut violations = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read");
+        for to in crate_paths(&text) {
+            if !LAYOUT_MAY_USE.contains(&to.as_str()) {
+                violations.push(format!("{}: crate::{to}", file.display()));
+            }
+        }
+        // `super::super::…` would climb out of `layout` without `crate::`.
+        if text.contains("super::super") {
+            violations.push(format!("{}: super::super", file.display()));
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "a layout uses the watcher or a sink:\n{}",
+        violations.join("\n")
+    );
+    // The check itself: a layout naming the watcher would be caught.
+    assert!(crate_paths("use crate::watch::state::Kv;")
+        .iter()
+        .any(|m| !LAYOUT_MAY_USE.contains(&m.as_str())));
+}

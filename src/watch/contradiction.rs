@@ -33,13 +33,13 @@
 use std::collections::HashMap;
 
 use super::{Kv, Resume};
-use crate::election::keys::{Keys, SchemaKey};
+use crate::layout::{Role, Sources};
 
 /// Why `kvs`, every key of the watch range read at `revision` (the resume
 /// revision itself, or later), contradicts `resume`; `None` when it does
 /// not.
 pub(super) fn contradiction(
-    keys: &Keys,
+    sources: &Sources,
     resume: &Resume,
     kvs: &[Kv],
     revision: i64,
@@ -50,9 +50,9 @@ pub(super) fn contradiction(
     // Each election's keys: (CreateRevision, lease).
     let mut elections: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
     for kv in kvs {
-        if let Ok(SchemaKey::Leader { name, .. }) = keys.parse(&kv.key, kv.lease) {
+        if let Role::Candidate { election, .. } = sources.classify(&kv.key, kv.lease).1 {
             elections
-                .entry(name.to_string())
+                .entry(election)
                 .or_default()
                 .push((kv.create_revision, kv.lease));
         }
@@ -150,7 +150,7 @@ mod tests {
 
     #[test]
     fn one_timeline_agrees_with_itself() {
-        let k = Keys::new("");
+        let k = Sources::tenure("");
         let r = resume(60, &[("x", 55), ("y", 10)]);
         let at_r = [
             kv("election/x", 55),
@@ -175,7 +175,7 @@ mod tests {
 
     #[test]
     fn another_timeline_contradicts_it() {
-        let k = Keys::new("");
+        let k = Sources::tenure("");
         let r = resume(60, &[("x", 55)]);
         // The open term is not there.
         assert!(contradiction(&k, &r, &[], 60, 10).is_some());

@@ -70,9 +70,9 @@ impl Watcher {
                     self.check_progress_order().await;
                     if let Some(r) = &resume {
                         let other_cluster = r.cluster_id.is_some_and(|c| c != cluster);
-                        let keys = self.client.keys();
+                        let sources = &self.sources;
                         let contradicted =
-                            || contradiction(keys, r, &kvs, revision, self.cfg.max_elections);
+                            || contradiction(sources, r, &kvs, revision, self.cfg.max_elections);
                         let why = if other_cluster || (!at_resume && revision < r.revision) {
                             Some(String::new())
                         } else if reset {

@@ -109,12 +109,16 @@ pub struct Watcher {
     cfg: WatchConfig,
     leases: Arc<Mutex<Leases>>,
     overflows: std::sync::atomic::AtomicU64,
+    /// The layouts the watch range is read with (tenure's, under the
+    /// client's prefix).
+    sources: crate::layout::Sources,
 }
 
 impl Watcher {
     pub fn new(client: Client, cfg: WatchConfig) -> Self {
         Self {
             progress_ordered: Default::default(),
+            sources: crate::layout::Sources::tenure(client.keys().prefix()),
             client,
             cfg,
             leases: Arc::default(),
@@ -139,7 +143,7 @@ impl Watcher {
     }
 
     async fn watch(&self, resume: Option<Resume>, tx: &mpsc::Sender<Update>) -> Result<(), Closed> {
-        let mut state = State::new(self.client.keys().clone(), self.cfg.max_elections);
+        let mut state = State::new(self.sources.clone(), self.cfg.max_elections);
         let stored = resume.as_ref().map(|r| (r.revision, r.live_at_ms));
         let (mut applied, mut cluster) = self.load(&mut state, resume, tx, false).await?;
         // What the watch replays (revisions at or below the revision etcd

@@ -4,9 +4,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::election::keys::{EndMarker, EndMarkerCause, NotSchema, SchemaKey, MAX_CANDIDATE_LEN};
-use crate::election::{fence::RefusalRecord, keys::parse_padded_token, Keys, Layout};
+use crate::election::keys::MAX_CANDIDATE_LEN;
+use crate::election::{fence::RefusalRecord, keys::parse_padded_token, Layout};
 use crate::events::{EndCause, Event, EventKind, OpenTerm, WatchStatus};
+use crate::layout::{EndHint, Role, Sources};
 
 /// A key-value as etcd holds it (decoupled from etcd-client's type).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +103,8 @@ fn holder_of(value: &[u8]) -> String {
 
 /// All elections under the prefix, as of the last applied revision.
 pub struct State {
-    keys: Keys,
+    /// Where elections are read from, and how (`crate::layout`).
+    sources: Sources,
     max_elections: usize,
     elections: HashMap<String, Election>,
     /// Elections whose candidates changed since [`State::waiting_changes`].
@@ -117,9 +119,9 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(keys: Keys, max_elections: usize) -> Self {
+    pub fn new(sources: Sources, max_elections: usize) -> Self {
         Self {
-            keys,
+            sources,
             max_elections,
             elections: HashMap::new(),
             dirty: Default::default(),
@@ -190,15 +192,15 @@ impl State {
         self.elections.clear();
         let mut statuses = Vec::new();
         for kv in kvs {
-            match self.keys.parse(&kv.key, kv.lease) {
-                Ok(SchemaKey::Leader { name, layout }) => match self.track(name.as_str(), at_ms) {
+            match self.sources.classify(&kv.key, kv.lease).1 {
+                Role::Candidate { election, kind } => match self.track(&election, at_ms) {
                     Ok(e) => {
-                        e.candidates.insert(kv.key.clone(), candidate(kv, layout));
+                        e.candidates.insert(kv.key.clone(), candidate(kv, kind));
                     }
                     Err(s) => statuses.push(s),
                 },
-                Ok(_) | Err(NotSchema::Outside) => {}
-                Err(NotSchema::Invalid) => statuses.push(WatchStatus::IgnoredKey),
+                Role::Invalid => statuses.push(WatchStatus::IgnoredKey),
+                _ => {}
             }
         }
         // Elections history knows but etcd no longer has keys for.
@@ -331,7 +333,7 @@ impl State {
     ) -> (Vec<Pending>, Vec<WatchStatus>) {
         let mut statuses = Vec::new();
         let mut touched: Vec<String> = Vec::new();
-        let mut markers: HashMap<String, EndMarker> = HashMap::new();
+        let mut hints: HashMap<String, EndHint> = HashMap::new();
         let mut fence: Vec<(String, EventKind)> = Vec::new();
         // Queue-layout keys that came (to tell, once the revision's leader
         // is known, whether they wait) and waiting ones that went.
@@ -342,17 +344,23 @@ impl State {
                 Change::Put(kv) => (&kv.key, kv.lease),
                 Change::Delete { key, lease, .. } => (key, *lease),
             };
-            let parsed = match self.keys.parse(key, lease) {
-                Ok(p) => p,
-                Err(NotSchema::Outside) => continue,
-                Err(NotSchema::Invalid) => {
-                    statuses.push(WatchStatus::IgnoredKey);
-                    continue;
+            let (source, role) = self.sources.classify(key, lease);
+            // A hint's value is read by the layout that named it.
+            let hint = match (&role, change) {
+                (Role::Hint { .. }, Change::Put(kv)) => {
+                    source.and_then(|s| s.layout().read_hint(&kv.value))
                 }
+                _ => None,
             };
-            match (parsed, change) {
-                (SchemaKey::Leader { name, layout }, _) => {
-                    let e = match self.track(name.as_str(), at_ms) {
+            match (role, change) {
+                (
+                    Role::Candidate {
+                        election: name,
+                        kind: layout,
+                    },
+                    _,
+                ) => {
+                    let e = match self.track(&name, at_ms) {
                         Ok(e) => e,
                         Err(s) => {
                             statuses.push(s);
@@ -382,42 +390,48 @@ impl State {
                         touched.push(name.to_string());
                     }
                 }
-                (SchemaKey::EndMarker { name }, Change::Put(kv)) => {
-                    match serde_json::from_slice::<EndMarker>(&kv.value) {
-                        Ok(m) => {
-                            markers.insert(name.to_string(), m);
-                        }
-                        Err(_) => statuses.push(WatchStatus::IgnoredKey),
+                (Role::Hint { election }, Change::Put(_)) => match hint {
+                    Some(h) => {
+                        hints.insert(election, h);
                     }
-                }
-                (SchemaKey::Fence { name, resource }, Change::Put(kv)) => {
-                    match parse_padded_token(&kv.value) {
-                        Some(token) => fence.push((
-                            name.to_string(),
-                            EventKind::FenceAccepted { resource, token },
-                        )),
-                        None => statuses.push(WatchStatus::IgnoredKey),
-                    }
-                }
-                (SchemaKey::Refusal { name, resource }, Change::Put(kv)) => {
-                    match serde_json::from_slice::<RefusalRecord>(&kv.value) {
-                        Ok(r) => fence.push((
-                            name.to_string(),
-                            EventKind::FenceRefused {
-                                resource,
-                                token: r.token,
-                                reason: r.reason,
-                                current_token: None,
-                                current_holder: None,
-                            },
-                        )),
-                        Err(_) => statuses.push(WatchStatus::IgnoredKey),
-                    }
-                }
-                // tenure's token floor: not an election's.
-                (SchemaKey::Floor, _) => {}
-                // Deleted markers, fence keys and refusal records: nothing happened.
-                (_, Change::Delete { .. }) => {}
+                    None => statuses.push(WatchStatus::IgnoredKey),
+                },
+                (
+                    Role::Fence {
+                        election: name,
+                        resource,
+                    },
+                    Change::Put(kv),
+                ) => match parse_padded_token(&kv.value) {
+                    Some(token) => fence.push((
+                        name.to_string(),
+                        EventKind::FenceAccepted { resource, token },
+                    )),
+                    None => statuses.push(WatchStatus::IgnoredKey),
+                },
+                (
+                    Role::Refusal {
+                        election: name,
+                        resource,
+                    },
+                    Change::Put(kv),
+                ) => match serde_json::from_slice::<RefusalRecord>(&kv.value) {
+                    Ok(r) => fence.push((
+                        name.to_string(),
+                        EventKind::FenceRefused {
+                            resource,
+                            token: r.token,
+                            reason: r.reason,
+                            current_token: None,
+                            current_holder: None,
+                        },
+                    )),
+                    Err(_) => statuses.push(WatchStatus::IgnoredKey),
+                },
+                (Role::Invalid, _) => statuses.push(WatchStatus::IgnoredKey),
+                // Not an election's, or deleted hints, fence keys and
+                // refusal records: nothing happened.
+                (Role::Ignored, _) | (_, Change::Delete { .. }) => {}
             }
         }
 
@@ -458,15 +472,11 @@ impl State {
                     e.last_change_ms = at_ms;
                     let previous_holder = before.as_ref().map(|b| b.holder.clone());
                     if let Some(old) = before {
-                        let marker = markers.get(&name).filter(|m| m.token == old.token);
+                        let hint = hints.get(&name).filter(|h| h.token == old.token);
                         let (cause, lookup) = if e.candidates.contains_key(&old.key) {
                             (EndCause::Superseded, None)
-                        } else if let Some(m) = marker {
-                            let cause = match m.cause {
-                                EndMarkerCause::Resigned => EndCause::Resigned,
-                                EndMarkerCause::Deleted => EndCause::Deleted,
-                            };
-                            (cause, None)
+                        } else if let Some(h) = hint {
+                            (h.cause, None)
                         } else if old.lease_id == 0 {
                             (EndCause::Deleted, None)
                         } else {

@@ -24,7 +24,7 @@ fn kinds(p: &[Pending]) -> Vec<&'static str> {
 
 #[test]
 fn single_key_terms_markers_and_proclaim() {
-    let mut s = State::new(Keys::new(""), 10);
+    let mut s = State::new(Sources::tenure(""), 10);
     let (p, _) = s.apply(5, &[put("election/db", "a", 5, 5, 100)], 1000);
     assert_eq!(kinds(&p), ["term_started"]);
     let (p, _) = s.apply(6, &[put("election/db", "a2", 5, 6, 100)], 1100);
@@ -112,7 +112,7 @@ fn single_key_terms_markers_and_proclaim() {
 
 #[test]
 fn queue_layout_next_lowest_takes_over_in_the_same_revision() {
-    let mut s = State::new(Keys::new(""), 10);
+    let mut s = State::new(Sources::tenure(""), 10);
     s.apply(3, &[put("election/q/a", "alice", 3, 3, 0xa)], 0);
     let (p, _) = s.apply(4, &[put("election/q/b", "bob", 4, 4, 0xb)], 0);
     assert_eq!(kinds(&p), ["candidate_queued"], "bob queues behind alice");
@@ -132,7 +132,7 @@ fn queue_layout_next_lowest_takes_over_in_the_same_revision() {
 
 #[test]
 fn waiting_counts_are_reported_once_per_change_and_after_a_reload() {
-    let mut s = State::new(Keys::new(""), 10);
+    let mut s = State::new(Sources::tenure(""), 10);
     s.apply(3, &[put("election/q/a", "alice", 3, 3, 0xa)], 0);
     assert!(
         s.waiting_changes().is_empty(),
@@ -159,7 +159,7 @@ fn waiting_counts_are_reported_once_per_change_and_after_a_reload() {
 
 #[test]
 fn queue_arrivals_and_departures_are_events_the_leaders_are_not() {
-    let mut s = State::new(Keys::new(""), 10);
+    let mut s = State::new(Sources::tenure(""), 10);
     let (p, _) = s.apply(3, &[put("election/q/a", "alice", 3, 3, 0xa)], 0);
     assert_eq!(kinds(&p), ["term_started"], "the first key leads at once");
     let (p, _) = s.apply(
@@ -199,7 +199,7 @@ fn queue_arrivals_and_departures_are_events_the_leaders_are_not() {
 
 #[test]
 fn fence_events_carry_the_current_term() {
-    let mut s = State::new(Keys::new(""), 10);
+    let mut s = State::new(Sources::tenure(""), 10);
     s.apply(3, &[put("election/db", "a", 3, 3, 7)], 0);
     let (p, _) = s.apply(
         4,
@@ -232,7 +232,7 @@ fn fence_events_carry_the_current_term() {
 
 #[test]
 fn load_adopts_open_terms_and_reports_what_changed_while_away() {
-    let mut s = State::new(Keys::new(""), 10);
+    let mut s = State::new(Sources::tenure(""), 10);
     let kv = |k: &str, v: &str, c: i64| Kv {
         key: k.as_bytes().to_vec(),
         value: v.as_bytes().to_vec(),
@@ -272,7 +272,7 @@ fn load_adopts_open_terms_and_reports_what_changed_while_away() {
 
 #[test]
 fn nested_names_that_both_hold_keys_are_a_collision_reported_once() {
-    let mut s = State::new(Keys::new(""), 10);
+    let mut s = State::new(Sources::tenure(""), 10);
     let collisions = |p: &[Pending]| -> Vec<(String, String)> {
         p.iter()
             .filter_map(|p| match &p.event.kind {
@@ -339,7 +339,7 @@ fn nested_names_that_both_hold_keys_are_a_collision_reported_once() {
 
 #[test]
 fn hostile_input_is_bounded() {
-    let mut s = State::new(Keys::new(""), 2);
+    let mut s = State::new(Sources::tenure(""), 2);
     let huge = "<script>".repeat(100_000);
     let (p, _) = s.apply(3, &[put("election/a", &huge, 3, 3, 1)], 0);
     match &p[0].event.kind {

@@ -1,0 +1,180 @@
+//! Layouts: how an election is written in etcd, read by the watcher.
+//!
+//! A layout says, of one key, whose election it is and what it is to it
+//! ([`Role`]); the state machine (`watch::state`) keeps every rule that does
+//! not depend on the layout: the lowest CreateRevision among an election's
+//! candidates leads, its CreateRevision is the token, a term whose key
+//! still exists when another leads was `superseded`, a lease-less key can
+//! only have been deleted, otherwise the layout's hint of the same
+//! revision, otherwise etcd is asked about the lease. Adding a layout is a
+//! file here and a line in [`by_name`]; the watcher, history, metrics and
+//! pages are unchanged. The contract is written out in ARCHITECTURE.md
+//! ("Layouts").
+//!
+//! A layout file imports `crate::election` (the key schema) and
+//! `crate::events` only (tests/layering.rs holds it to that).
+
+pub mod tenure;
+
+use std::sync::Arc;
+
+use crate::election::Layout as KeyLayout;
+use crate::events::EndCause;
+
+/// One way of writing elections into etcd. Object-safe: a watcher holds
+/// its sources as `dyn Layout`.
+pub trait Layout: Send + Sync + std::fmt::Debug {
+    /// As written in `--source LAYOUT:PREFIX` and shown on pages.
+    fn name(&self) -> &'static str;
+    /// The key ranges this layout reads, each `[start, end)`.
+    fn ranges(&self) -> Vec<(Vec<u8>, Vec<u8>)>;
+    /// What one key (with its lease) is to this layout. Keys come from etcd
+    /// and are untrusted: anything malformed is [`Role::Invalid`], never a
+    /// panic.
+    fn classify(&self, key: &[u8], lease: i64) -> Role;
+    /// What the value of a [`Role::Hint`] key says: which term ended, and
+    /// how. `None` when the value is malformed (counted as an ignored key).
+    fn read_hint(&self, value: &[u8]) -> Option<EndHint>;
+}
+
+/// What a key is to a layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// A candidate of `election`: the lowest CreateRevision among an
+    /// election's candidates leads; its token is that CreateRevision, its
+    /// holder the key's value (cut to 256 bytes). `kind` is what events and
+    /// pages call the key's layout; `Queue` candidates that do not lead are
+    /// counted as waiting.
+    Candidate { election: String, kind: KeyLayout },
+    /// A key whose PUT, in the revision that ends a term of `election`,
+    /// says how it ended ([`Layout::read_hint`]); its deletion means nothing.
+    Hint { election: String },
+    /// tenure's fence accepted a token for `resource` (value: the token).
+    Fence { election: String, resource: String },
+    /// tenure's fence refused one (value: the refusal record).
+    Refusal { election: String, resource: String },
+    /// In the layout's ranges but none of its business (tenure's token
+    /// floor), or outside them: nothing happened.
+    Ignored,
+    /// In the layout's ranges but malformed: counted as an ignored key.
+    Invalid,
+}
+
+/// A hint's word on a term's end: the term of `token` ended by `cause`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndHint {
+    pub token: i64,
+    pub cause: EndCause,
+}
+
+/// A layout and the prefix it was given: one source of elections.
+#[derive(Debug, Clone)]
+pub struct Source {
+    layout: Arc<dyn Layout>,
+    prefix: String,
+}
+
+impl Source {
+    pub fn new(layout: Arc<dyn Layout>, prefix: impl Into<String>) -> Self {
+        Self {
+            layout,
+            prefix: prefix.into(),
+        }
+    }
+
+    /// tenure's own layout under `prefix` (`--prefix`).
+    pub fn tenure(prefix: &str) -> Self {
+        Self::new(Arc::new(tenure::Tenure::new(prefix)), prefix)
+    }
+
+    pub fn layout(&self) -> &dyn Layout {
+        &*self.layout
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Whether `key` is in one of the layout's ranges.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.layout
+            .ranges()
+            .iter()
+            .any(|(start, end)| key >= start.as_slice() && key < end.as_slice())
+    }
+}
+
+/// The sources one watcher reads: a key belongs to the first whose ranges
+/// contain it.
+#[derive(Debug, Clone)]
+pub struct Sources(Vec<Source>);
+
+impl Sources {
+    pub fn new(sources: Vec<Source>) -> Self {
+        Self(sources)
+    }
+
+    /// tenure's layout under `prefix`, alone (what `tenure serve` reads).
+    pub fn tenure(prefix: &str) -> Self {
+        Self(vec![Source::tenure(prefix)])
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Source> {
+        self.0.iter()
+    }
+
+    /// The source `key` belongs to and what it is to it; `None` (and
+    /// [`Role::Ignored`]) outside every source.
+    pub fn classify(&self, key: &[u8], lease: i64) -> (Option<&Source>, Role) {
+        match self.0.iter().find(|s| s.contains(key)) {
+            Some(s) => (Some(s), s.layout.classify(key, lease)),
+            None => (None, Role::Ignored),
+        }
+    }
+}
+
+/// The registry: the layout called `name`, under `prefix`. `None` for a
+/// name no layout has ([`NAMES`] lists them).
+pub fn by_name(name: &str, prefix: &str) -> Option<Source> {
+    match name {
+        tenure::NAME => Some(Source::tenure(prefix)),
+        _ => None,
+    }
+}
+
+/// Every layout's name, as [`by_name`] takes it.
+pub const NAMES: &[&str] = &[tenure::NAME];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_registered_name_builds_its_layout() {
+        for name in NAMES {
+            let source = by_name(name, "p/").expect("registered");
+            assert_eq!(source.layout().name(), *name);
+            assert_eq!(source.prefix(), "p/");
+        }
+        assert!(by_name("no-such-layout", "").is_none());
+    }
+
+    #[test]
+    fn a_key_belongs_to_the_source_whose_range_holds_it() {
+        let sources = Sources::new(vec![Source::tenure("a/"), Source::tenure("b/")]);
+        let (s, role) = sources.classify(b"b/election/x", 0);
+        assert_eq!(s.map(Source::prefix), Some("b/"));
+        assert_eq!(
+            role,
+            Role::Candidate {
+                election: "x".into(),
+                kind: KeyLayout::Single
+            }
+        );
+        assert_eq!(sources.classify(b"c/election/x", 0).1, Role::Ignored);
+        // Between `P election/` and `P fence0` but neither: inside the
+        // range, none of its business.
+        assert!(sources.iter().next().is_some_and(|s| s.contains(b"a/f")));
+        assert_eq!(sources.classify(b"a/f", 0).1, Role::Ignored);
+    }
+}

@@ -1,0 +1,143 @@
+//! tenure's own layout: `P election/<name>` (a single key, tenure's
+//! campaign), `P election/<name>/<lease-hex>` (etcd's `concurrency.Election`
+//! queue, tenure's `--queue`), the end marker `P election/~end/<name>` (and
+//! the legacy `P election/<name>/~end`) as the hint, `P fence/…` and the
+//! token floor. Read through `election::keys`, the schema the election core
+//! writes: one parser, not two.
+
+use super::{EndHint, Layout, Role};
+use crate::election::keys::{EndMarker, EndMarkerCause, Keys, NotSchema, SchemaKey};
+use crate::events::EndCause;
+
+/// The name of this layout in `--source tenure:PREFIX`.
+pub const NAME: &str = "tenure";
+
+#[derive(Debug, Clone)]
+pub struct Tenure {
+    keys: Keys,
+}
+
+impl Tenure {
+    pub fn new(prefix: &str) -> Self {
+        Self {
+            keys: Keys::new(prefix),
+        }
+    }
+}
+
+impl Layout for Tenure {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    /// One range for both `P election/` and `P fence/`: one stream keeps
+    /// their events in revision order.
+    fn ranges(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let (start, end) = self.keys.watch_range();
+        vec![(start.into_bytes(), end.into_bytes())]
+    }
+
+    fn classify(&self, key: &[u8], lease: i64) -> Role {
+        match self.keys.parse(key, lease) {
+            Ok(SchemaKey::Leader { name, layout }) => Role::Candidate {
+                election: name.to_string(),
+                kind: layout,
+            },
+            Ok(SchemaKey::EndMarker { name }) => Role::Hint {
+                election: name.to_string(),
+            },
+            Ok(SchemaKey::Fence { name, resource }) => Role::Fence {
+                election: name.to_string(),
+                resource,
+            },
+            Ok(SchemaKey::Refusal { name, resource }) => Role::Refusal {
+                election: name.to_string(),
+                resource,
+            },
+            // tenure's token floor: not an election's.
+            Ok(SchemaKey::Floor) | Err(NotSchema::Outside) => Role::Ignored,
+            Err(NotSchema::Invalid) => Role::Invalid,
+        }
+    }
+
+    /// The end marker `{"token":T,"cause":"resigned|deleted"}`, written by
+    /// resign and depose in the txn that deletes the leader key.
+    fn read_hint(&self, value: &[u8]) -> Option<EndHint> {
+        let m = serde_json::from_slice::<EndMarker>(value).ok()?;
+        Some(EndHint {
+            token: m.token,
+            cause: match m.cause {
+                EndMarkerCause::Resigned => EndCause::Resigned,
+                EndMarkerCause::Deleted => EndCause::Deleted,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::election::Layout as KeyLayout;
+
+    #[test]
+    fn each_key_of_the_schema_has_its_role() {
+        let t = Tenure::new("p/");
+        let cand = |e: &str, kind| Role::Candidate {
+            election: e.into(),
+            kind,
+        };
+        assert_eq!(t.classify(b"p/election/a", 0), cand("a", KeyLayout::Single));
+        assert_eq!(
+            t.classify(b"p/election/a/1f", 0x1f),
+            cand("a", KeyLayout::Queue)
+        );
+        // Not the key's own lease: the single key of `a/1f`.
+        assert_eq!(
+            t.classify(b"p/election/a/1f", 0x2f),
+            cand("a/1f", KeyLayout::Single)
+        );
+        let hint = Role::Hint {
+            election: "a".into(),
+        };
+        assert_eq!(t.classify(b"p/election/~end/a", 0), hint);
+        assert_eq!(t.classify(b"p/election/a/~end", 0), hint);
+        assert_eq!(
+            t.classify(b"p/fence/a/db", 0),
+            Role::Fence {
+                election: "a".into(),
+                resource: "db".into()
+            }
+        );
+        assert_eq!(
+            t.classify(b"p/fence/a/db/~refusal", 0),
+            Role::Refusal {
+                election: "a".into(),
+                resource: "db".into()
+            }
+        );
+        assert_eq!(t.classify(b"p/election/~floor", 0), Role::Ignored);
+        assert_eq!(t.classify(b"q/election/a", 0), Role::Ignored);
+        assert_eq!(t.classify(b"p/election/a\xff", 0), Role::Invalid);
+        assert_eq!(t.classify(b"p/election/../x", 0), Role::Invalid);
+    }
+
+    #[test]
+    fn the_end_marker_is_the_hint() {
+        let t = Tenure::new("");
+        assert_eq!(
+            t.read_hint(br#"{"token":7,"cause":"resigned"}"#),
+            Some(EndHint {
+                token: 7,
+                cause: EndCause::Resigned
+            })
+        );
+        assert_eq!(
+            t.read_hint(br#"{"token":8,"cause":"deleted"}"#),
+            Some(EndHint {
+                token: 8,
+                cause: EndCause::Deleted
+            })
+        );
+        assert_eq!(t.read_hint(b"not json"), None);
+    }
+}

@@ -13,7 +13,8 @@
 //!
 //! The watcher never stores or renders: it sends updates down one channel.
 //!
-//! By job: this file holds the watch loop; `load` the snapshot, resume and
+//! By job: this file holds the watcher and its statuses; `stream` the watch
+//! loop (its states, one step per answer); `load` the snapshot, resume and
 //! reset, `contradiction` whether etcd's state contradicts the history
 //! (a restore under the same cluster id), `apply` a batch of watch events, `causes` the end-cause lookup,
 //! `leases` the lease sampler, `replay` what a new stream replays.
@@ -27,22 +28,20 @@ mod contradiction;
 mod leases;
 mod load;
 mod replay;
+mod stream;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
-use crate::election::keywatch::{RangeWatch, Reopened, Repeats, WatchItem, REPEAT_LOG_EVERY};
 use crate::election::Client;
-use crate::events::{now_ms, Batch, RestartReason, Update, WatchStatus};
 pub use crate::events::{OpenTerm, ResumePoint as Resume};
+use crate::events::{Update, WatchStatus};
 pub use state::{Change, Kv, State};
 
 use leases::{sample_leases, Leases};
 use load::open_terms;
-use replay::Replay;
 
 /// The largest watch or range response accepted. gRPC's default of 4 MiB is
 /// less than one revision etcd may send: up to `--max-txn-ops` (128) keys of
@@ -142,284 +141,9 @@ impl Watcher {
         self.watch(resume, &tx).await
     }
 
+    /// The watch loop (`stream.rs`: its states, one step per answer).
     async fn watch(&self, resume: Option<Resume>, tx: &mpsc::Sender<Update>) -> Result<(), Closed> {
-        let mut state = State::new(self.sources.clone(), self.cfg.max_elections);
-        let stored = resume.as_ref().map(|r| (r.revision, r.live_at_ms));
-        let (mut applied, mut cluster) = self.load(&mut state, resume, tx, false).await?;
-        // What the watch replays (revisions at or below the revision etcd
-        // had when the stream was created) was not seen as it happened: it
-        // happened after `since`. After a restart at the stored revision,
-        // since what history last saw; after a snapshot, since its read.
-        let mut live_at_ms = now_ms();
-        let mut replay = Replay {
-            active: true,
-            since_ms: match stored {
-                Some((revision, since)) if revision == applied => since,
-                _ => Some(live_at_ms),
-            },
-        };
-        let (start, end) = self.client.keys().watch_range();
-        let mut watch = RangeWatch::new(
-            &self.client.etcd(),
-            start,
-            Some(end.into_bytes()),
-            applied + 1,
-        )
-        .with_probe_after(self.cfg.probe_after)
-        .with_max_message_bytes(MAX_MESSAGE_BYTES);
-        let mut up = true;
-        // Reopens in a row at one next revision with nothing delivered.
-        let mut failing: (i64, u32) = (0, 0);
-        // On etcd that may send a progress notification ahead of pending
-        // events, a progress revision is persisted only once the next
-        // progress notification (a probe interval later) arrived with no
-        // event in between.
-        let mut unconfirmed: Option<i64> = None;
-        // Why the stream is being reopened, until a new one is created (the
-        // reconnect is recorded then, with the member that serves it).
-        let mut reconnecting: Option<RestartReason> = None;
-        // A broken stream's check for a replaced etcd got no answer.
-        let mut ask_replaced = false;
-        // The connection that asks whether etcd is another timeline: the
-        // watch's own after a stall (the old one may be half-open, and a
-        // check on it would only time out).
-        let mut asker = self.client.etcd();
-        let mut last_forget = Instant::now();
-        // Repeated trouble (a role revoked: every reopen refused) is logged
-        // once per interval, with a count; RangeWatch paces the reopens.
-        let (mut denied_log, mut reopen_log, mut stuck_log) = (
-            Repeats::new(REPEAT_LOG_EVERY),
-            Repeats::new(REPEAT_LOG_EVERY),
-            Repeats::new(REPEAT_LOG_EVERY),
-        );
-        loop {
-            let item = match watch.next_item().await {
-                // A refusal is a reopen too, said once with its cause.
-                WatchItem::Denied(e) => {
-                    if let Some(times) = denied_log.hit() {
-                        tracing::error!(
-                            error = %e.with_user(self.client.connect_config().user()),
-                            times,
-                            "etcd refused the watch; retrying with backoff, nothing is recorded \
-                             until it is granted again"
-                        );
-                    }
-                    WatchItem::Reopening(Reopened::Cancelled)
-                }
-                other => other,
-            };
-            // When the events arrived: their deletions happened before it.
-            let received = Instant::now();
-            let now_up = !matches!(item, WatchItem::Unavailable(_));
-            if now_up != up {
-                up = now_up;
-                send(tx, Update::Watch(WatchStatus::EtcdUp(up))).await?;
-            }
-            if matches!(item, WatchItem::Events(_) | WatchItem::Progress { .. }) {
-                failing = (0, 0);
-            }
-            match item {
-                WatchItem::Events(events) => {
-                    if let Some(r) = unconfirmed.take() {
-                        let late = events
-                            .first()
-                            .and_then(|e| e.kv())
-                            .is_some_and(|kv| kv.mod_revision() <= r);
-                        if late {
-                            tracing::warn!(
-                                progress = r,
-                                "events arrived after a progress notification covering them \
-                                 (etcd issue 15220); applied, not skipped"
-                            );
-                        }
-                    }
-                    let unobserved = replay.take(&events, watch.opened_at());
-                    let revision = self
-                        .apply(&mut state, &events, received, unobserved, live_at_ms, tx)
-                        .await?;
-                    applied = revision;
-                    live_at_ms = now_ms();
-                }
-                WatchItem::Progress { revision } if revision < applied => {
-                    // etcd is behind what was applied: restored from a
-                    // snapshot, or replaced, under the running watch.
-                    (applied, cluster) = self
-                        .reset(&mut state, applied, cluster, Some(live_at_ms), tx)
-                        .await?;
-                    watch.resume_after(applied);
-                    live_at_ms = now_ms();
-                    replay = Replay::since(live_at_ms);
-                }
-                WatchItem::Progress { revision } => {
-                    live_at_ms = now_ms();
-                    if watch.opened_at().is_some_and(|o| revision >= o) {
-                        replay.active = false;
-                    }
-                    let safe = if self
-                        .progress_ordered
-                        .load(std::sync::atomic::Ordering::Relaxed)
-                    {
-                        Some(revision)
-                    } else {
-                        unconfirmed.replace(revision)
-                    };
-                    if let Some(revision) = safe.filter(|r| *r > applied) {
-                        // Persist progress so a restart need not replay it.
-                        applied = revision;
-                        watch.advance_to(revision);
-                        send(
-                            tx,
-                            Update::Batch(Batch {
-                                revision,
-                                events: vec![],
-                            }),
-                        )
-                        .await?;
-                    }
-                    send(tx, Update::Watch(WatchStatus::CaughtUp { revision })).await?;
-                }
-                WatchItem::Compacted { compact_revision } => {
-                    tracing::warn!(
-                        applied,
-                        compact_revision,
-                        "watch revision compacted; resyncing from a snapshot"
-                    );
-                    send(
-                        tx,
-                        Update::Watch(WatchStatus::Restarted(RestartReason::Compacted)),
-                    )
-                    .await?;
-                    reconnecting.get_or_insert(RestartReason::Compacted);
-                    let open = open_terms(&state);
-                    (applied, cluster) = self
-                        .load(
-                            &mut state,
-                            Some(Resume {
-                                revision: applied,
-                                open_terms: open,
-                                cluster_id: Some(cluster),
-                                live_at_ms: Some(live_at_ms),
-                            }),
-                            tx,
-                            false,
-                        )
-                        .await?;
-                    watch.resume_after(applied);
-                    live_at_ms = now_ms();
-                    replay = Replay::since(live_at_ms);
-                }
-                WatchItem::Reopening(why) => {
-                    let reason = match why {
-                        Reopened::StreamError => RestartReason::StreamError,
-                        Reopened::Stalled => RestartReason::Stalled,
-                        Reopened::Cancelled => RestartReason::Cancelled,
-                    };
-                    if let Some(times) = reopen_log.hit() {
-                        tracing::warn!(
-                            reason = reason.as_str(),
-                            next = watch.next_revision(),
-                            times,
-                            "watch stream lost; reopening"
-                        );
-                    }
-                    let next = watch.next_revision();
-                    failing = if failing.0 == next {
-                        (next, failing.1 + 1)
-                    } else {
-                        (next, 1)
-                    };
-                    if failing.1 >= STUCK_AFTER_ATTEMPTS {
-                        if stuck_log.hit().is_some() {
-                            tracing::error!(
-                                next_revision = next,
-                                attempts = failing.1,
-                                "the watch keeps failing at one revision; nothing is recorded"
-                            );
-                        }
-                        send(
-                            tx,
-                            Update::Watch(WatchStatus::Stuck {
-                                next_revision: next,
-                                attempts: failing.1,
-                            }),
-                        )
-                        .await?;
-                    }
-                    if why == Reopened::Stalled {
-                        // Not even a progress request was answered: the
-                        // connection may be half-open, and a stream reopened
-                        // on it would hang again. Use a new one.
-                        if let Some(fresh) = self.client.reconnect().await {
-                            watch.set_client(&fresh);
-                            asker = fresh;
-                        }
-                    }
-                    send(tx, Update::Watch(WatchStatus::Restarted(reason))).await?;
-                    reconnecting.get_or_insert(reason);
-                    // Until the new stream is past what etcd had when it was
-                    // created, what it delivers happened while nobody
-                    // watched: after the last thing the old stream said.
-                    if !replay.active {
-                        replay = Replay::since(live_at_ms);
-                    }
-                    // The stream broke or stalled: etcd may have restarted as
-                    // another timeline (a restore, a new cluster). A watch from
-                    // a future revision just waits, and etcd that orders
-                    // progress notifications (3.4.25+, 3.5.8+) never answers a
-                    // progress request on it, so a stall asks too (after a
-                    // stall the client is a fresh connection: the old one may
-                    // be half-open; the check has its own timeout).
-                    let replaced = self.replaced(&asker, applied, cluster).await;
-                    // Not answered (etcd is restarting): asked again as
-                    // soon as the new stream exists, not a probe later.
-                    ask_replaced = replaced.is_none();
-                    if replaced == Some(true) {
-                        (applied, cluster) = self
-                            .reset(&mut state, applied, cluster, replay.since_ms, tx)
-                            .await?;
-                        watch.resume_after(applied);
-                        live_at_ms = now_ms();
-                        replay = Replay::since(live_at_ms);
-                    }
-                }
-                WatchItem::Unavailable(why) => {
-                    tracing::debug!(%why, "etcd unavailable for the watch; retrying")
-                }
-                // Turned into a reopen above.
-                WatchItem::Denied(_) => {}
-                WatchItem::Opened { member_id } => {
-                    if let Some(reason) = reconnecting.take() {
-                        tracing::info!(
-                            reason = reason.as_str(),
-                            member_id = format_args!("{member_id:x}"),
-                            "watch stream reopened"
-                        );
-                        send(
-                            tx,
-                            Update::Watch(WatchStatus::Reconnected { reason, member_id }),
-                        )
-                        .await?;
-                    }
-                    if std::mem::take(&mut ask_replaced)
-                        && self.replaced(&asker, applied, cluster).await == Some(true)
-                    {
-                        (applied, cluster) = self
-                            .reset(&mut state, applied, cluster, replay.since_ms, tx)
-                            .await?;
-                        watch.resume_after(applied);
-                        live_at_ms = now_ms();
-                        replay = Replay::since(live_at_ms);
-                    }
-                }
-            }
-            if last_forget.elapsed() >= Duration::from_secs(60) {
-                last_forget = Instant::now();
-                let idle_before = now_ms() - self.cfg.forget_after.as_millis() as i64;
-                for election in state.forget_idle(idle_before) {
-                    send(tx, Update::Forgotten { election }).await?;
-                }
-            }
-        }
+        stream::Stream::start(self, resume, tx).await?.run().await
     }
 
     /// Asks etcd's version: requested progress notifications are ordered

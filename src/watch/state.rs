@@ -5,9 +5,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::election::keys::MAX_CANDIDATE_LEN;
-use crate::election::{fence::RefusalRecord, keys::parse_padded_token, Layout};
+use crate::election::Layout;
 use crate::events::{EndCause, Event, EventKind, OpenTerm, WatchStatus};
-use crate::layout::{EndHint, Role, Sources};
+use crate::layout::{Role, Sources};
+
+mod revision;
 
 /// A key-value as etcd holds it (decoupled from etcd-client's type).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,6 +219,15 @@ impl State {
             }
         }
         self.dirty = self.elections.keys().cloned().collect();
+        let mut events = self.reconcile(revision, open, at_ms);
+        events.extend(self.collisions_after_load(revision, at_ms));
+        (events, statuses)
+    }
+
+    /// Each election's leader in the snapshot against the term history
+    /// holds open: the same token is adopted (its start kept), anything
+    /// else ends the open term (`unknown`) and starts the snapshot's.
+    fn reconcile(&mut self, revision: i64, open: &[OpenTerm], at_ms: i64) -> Vec<Event> {
         let open: HashMap<&str, &OpenTerm> =
             open.iter().map(|t| (t.election.as_str(), t)).collect();
         let mut events = Vec::new();
@@ -252,6 +263,13 @@ impl State {
                 }
             }
         }
+        events
+    }
+
+    /// The collisions a snapshot holds: each reported unless it was
+    /// already known before the snapshot.
+    fn collisions_after_load(&mut self, revision: i64, at_ms: i64) -> Vec<Event> {
+        let mut events = Vec::new();
         let before = std::mem::take(&mut self.collisions);
         self.holding = self
             .elections
@@ -267,7 +285,7 @@ impl State {
                 }
             }
         }
-        (events, statuses)
+        events
     }
 
     /// The collisions election `name` takes part in now: with every
@@ -320,250 +338,6 @@ impl State {
             }
         }
         out
-    }
-
-    /// Applies every change of one complete revision and returns its
-    /// transitions, in key order within the revision: for each election a
-    /// term end comes before the next term's start.
-    pub fn apply(
-        &mut self,
-        revision: i64,
-        changes: &[Change],
-        at_ms: i64,
-    ) -> (Vec<Pending>, Vec<WatchStatus>) {
-        let mut statuses = Vec::new();
-        let mut touched: Vec<String> = Vec::new();
-        let mut hints: HashMap<String, EndHint> = HashMap::new();
-        let mut fence: Vec<(String, EventKind)> = Vec::new();
-        // Queue-layout keys that came (to tell, once the revision's leader
-        // is known, whether they wait) and waiting ones that went.
-        let mut came: Vec<(String, Vec<u8>)> = Vec::new();
-        let mut left: Vec<(String, Candidate)> = Vec::new();
-        for change in changes {
-            let (key, lease) = match change {
-                Change::Put(kv) => (&kv.key, kv.lease),
-                Change::Delete { key, lease, .. } => (key, *lease),
-            };
-            let (source, role) = self.sources.classify(key, lease);
-            // A hint's value is read by the layout that named it.
-            let hint = match (&role, change) {
-                (Role::Hint { .. }, Change::Put(kv)) => {
-                    source.and_then(|s| s.layout().read_hint(&kv.value))
-                }
-                _ => None,
-            };
-            match (role, change) {
-                (
-                    Role::Candidate {
-                        election: name,
-                        kind: layout,
-                    },
-                    _,
-                ) => {
-                    let e = match self.track(&name, at_ms) {
-                        Ok(e) => e,
-                        Err(s) => {
-                            statuses.push(s);
-                            continue;
-                        }
-                    };
-                    match change {
-                        Change::Put(kv) => {
-                            let new = e
-                                .candidates
-                                .insert(kv.key.clone(), candidate(kv, layout))
-                                .is_none();
-                            if new && layout == Layout::Queue {
-                                came.push((name.to_string(), kv.key.clone()));
-                            }
-                        }
-                        Change::Delete { key, .. } => {
-                            let was_leader = e.leader.as_ref().is_some_and(|l| &l.key == key);
-                            if let Some(c) = e.candidates.remove(key) {
-                                if c.layout == Layout::Queue && !was_leader {
-                                    left.push((name.to_string(), c));
-                                }
-                            }
-                        }
-                    }
-                    if !touched.iter().any(|t| t == name.as_str()) {
-                        touched.push(name.to_string());
-                    }
-                }
-                (Role::Hint { election }, Change::Put(_)) => match hint {
-                    Some(h) => {
-                        hints.insert(election, h);
-                    }
-                    None => statuses.push(WatchStatus::IgnoredKey),
-                },
-                (
-                    Role::Fence {
-                        election: name,
-                        resource,
-                    },
-                    Change::Put(kv),
-                ) => match parse_padded_token(&kv.value) {
-                    Some(token) => fence.push((
-                        name.to_string(),
-                        EventKind::FenceAccepted { resource, token },
-                    )),
-                    None => statuses.push(WatchStatus::IgnoredKey),
-                },
-                (
-                    Role::Refusal {
-                        election: name,
-                        resource,
-                    },
-                    Change::Put(kv),
-                ) => match serde_json::from_slice::<RefusalRecord>(&kv.value) {
-                    Ok(r) => fence.push((
-                        name.to_string(),
-                        EventKind::FenceRefused {
-                            resource,
-                            token: r.token,
-                            reason: r.reason,
-                            current_token: None,
-                            current_holder: None,
-                        },
-                    )),
-                    Err(_) => statuses.push(WatchStatus::IgnoredKey),
-                },
-                (Role::Invalid, _) => statuses.push(WatchStatus::IgnoredKey),
-                // Not an election's, or deleted hints, fence keys and
-                // refusal records: nothing happened.
-                (Role::Ignored, _) | (_, Change::Delete { .. }) => {}
-            }
-        }
-
-        let mut out = Vec::new();
-        let collisions = self.update_collisions(&touched, revision, at_ms);
-        self.dirty.extend(touched.iter().cloned());
-        for name in touched {
-            let Some(e) = self.elections.get_mut(&name) else {
-                continue;
-            };
-            let now = pick(&e.candidates, revision, at_ms);
-            let before = e.leader.take();
-            match (before, now) {
-                (Some(old), Some(new)) if old.token == new.token && old.key == new.key => {
-                    if old.holder != new.holder {
-                        out.push(Pending::done(event(
-                            revision,
-                            at_ms,
-                            &name,
-                            EventKind::LeaderValueChanged {
-                                token: new.token,
-                                holder: new.holder.clone(),
-                                previous: old.holder.clone(),
-                            },
-                        )));
-                        e.last_change_ms = at_ms;
-                    }
-                    e.leader = Some(Term {
-                        started_revision: old.started_revision,
-                        started_at_ms: old.started_at_ms,
-                        ..new
-                    });
-                }
-                (before, now) => {
-                    if before.is_none() && now.is_none() {
-                        continue;
-                    }
-                    e.last_change_ms = at_ms;
-                    let previous_holder = before.as_ref().map(|b| b.holder.clone());
-                    if let Some(old) = before {
-                        let hint = hints.get(&name).filter(|h| h.token == old.token);
-                        let (cause, lookup) = if e.candidates.contains_key(&old.key) {
-                            (EndCause::Superseded, None)
-                        } else if let Some(h) = hint {
-                            (h.cause, None)
-                        } else if old.lease_id == 0 {
-                            (EndCause::Deleted, None)
-                        } else {
-                            // Revoked, expired, or deleted by someone else:
-                            // the watcher asks etcd about the lease.
-                            (EndCause::Unknown, Some(old.lease_id))
-                        };
-                        let open = OpenTerm {
-                            election: name.clone(),
-                            token: old.token,
-                            holder: old.holder.clone(),
-                            lease_id: old.lease_id,
-                            layout: old.layout,
-                            started_revision: old.started_revision,
-                            started_at_ms: old.started_at_ms,
-                        };
-                        out.push(Pending {
-                            event: ended(revision, at_ms, &name, &open, cause),
-                            cause_lookup: lookup,
-                        });
-                    }
-                    if let Some(t) = &now {
-                        out.push(Pending::done(started(
-                            revision,
-                            at_ms,
-                            &name,
-                            t,
-                            previous_holder,
-                            false,
-                        )));
-                    }
-                    e.leader = now;
-                }
-            }
-        }
-        out.extend(collisions.into_iter().map(Pending::done));
-        for (name, c) in left {
-            out.push(Pending::done(event(
-                revision,
-                at_ms,
-                &name,
-                EventKind::CandidateLeft {
-                    token: c.create_revision,
-                    holder: c.value,
-                    lease_id: c.lease,
-                },
-            )));
-        }
-        for (name, key) in came {
-            let Some(e) = self.elections.get(&name) else {
-                continue;
-            };
-            if e.leader.as_ref().is_some_and(|l| l.key == key) {
-                continue;
-            }
-            if let Some(c) = e.candidates.get(&key) {
-                out.push(Pending::done(event(
-                    revision,
-                    at_ms,
-                    &name,
-                    EventKind::CandidateQueued {
-                        token: c.create_revision,
-                        holder: c.value.clone(),
-                        lease_id: c.lease,
-                    },
-                )));
-            }
-        }
-        for (name, mut kind) in fence {
-            if let EventKind::FenceRefused {
-                current_token,
-                current_holder,
-                ..
-            } = &mut kind
-            {
-                if let Some(t) = self.leader(&name) {
-                    *current_token = Some(t.token);
-                    *current_holder = Some(t.holder.clone());
-                }
-            }
-            if let Err(s) = self.track(&name, at_ms) {
-                statuses.push(s);
-                continue;
-            }
-            out.push(Pending::done(event(revision, at_ms, &name, kind)));
-        }
-        (out, statuses)
     }
 
     /// Elections whose waiting count changed since the last call: (name,

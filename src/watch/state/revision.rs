@@ -1,0 +1,324 @@
+//! One complete revision through the state machine: its key changes read
+//! through the sources' layouts, then each touched election's leader picked
+//! again, then the events of the queue and the fence.
+
+use std::collections::HashMap;
+
+use super::{
+    candidate, ended, event, pick, started, Candidate, Change, Election, Pending, State, Term,
+};
+use crate::election::{fence::RefusalRecord, keys::parse_padded_token, Layout};
+use crate::events::{EndCause, EventKind, OpenTerm, WatchStatus};
+use crate::layout::{EndHint, Role};
+
+/// What the changes of one revision said, before leaders are picked.
+#[derive(Default)]
+struct Said {
+    /// Elections whose candidates changed, in the order of their first change.
+    touched: Vec<String>,
+    /// How a term ended, by election (tenure's end marker).
+    hints: HashMap<String, EndHint>,
+    /// Fence events, in key order; the leader is filled in at the end.
+    fence: Vec<(String, EventKind)>,
+    /// Queue-layout keys that came (whether they wait is known once the
+    /// revision's leader is) and waiting ones that went.
+    came: Vec<(String, Vec<u8>)>,
+    left: Vec<(String, Candidate)>,
+}
+
+impl State {
+    /// Applies every change of one complete revision and returns its
+    /// transitions, in key order within the revision: for each election a
+    /// term end comes before the next term's start.
+    pub fn apply(
+        &mut self,
+        revision: i64,
+        changes: &[Change],
+        at_ms: i64,
+    ) -> (Vec<Pending>, Vec<WatchStatus>) {
+        let mut statuses = Vec::new();
+        let mut said = Said::default();
+        for change in changes {
+            self.read_change(change, at_ms, &mut said, &mut statuses);
+        }
+        let collisions = self.update_collisions(&said.touched, revision, at_ms);
+        self.dirty.extend(said.touched.iter().cloned());
+        let mut out = Vec::new();
+        for name in &said.touched {
+            out.extend(self.pick_again(name, &said.hints, revision, at_ms));
+        }
+        out.extend(collisions.into_iter().map(Pending::done));
+        out.extend(self.queue_events(said.left, said.came, revision, at_ms));
+        out.extend(self.fence_events(said.fence, revision, at_ms, &mut statuses));
+        (out, statuses)
+    }
+
+    /// Reads one key change through the layout of its source into `said`.
+    fn read_change(
+        &mut self,
+        change: &Change,
+        at_ms: i64,
+        said: &mut Said,
+        statuses: &mut Vec<WatchStatus>,
+    ) {
+        let (key, lease) = match change {
+            Change::Put(kv) => (&kv.key, kv.lease),
+            Change::Delete { key, lease, .. } => (key, *lease),
+        };
+        let (source, role) = self.sources.classify(key, lease);
+        // A hint's value is read by the layout that named it.
+        let hint = match (&role, change) {
+            (Role::Hint { .. }, Change::Put(kv)) => {
+                source.and_then(|s| s.layout().read_hint(&kv.value))
+            }
+            _ => None,
+        };
+        match (role, change) {
+            (Role::Candidate { election, kind }, _) => {
+                self.candidate_changed(election, kind, change, at_ms, said, statuses)
+            }
+            (Role::Hint { election }, Change::Put(_)) => match hint {
+                Some(h) => {
+                    said.hints.insert(election, h);
+                }
+                None => statuses.push(WatchStatus::IgnoredKey),
+            },
+            (Role::Fence { election, resource }, Change::Put(kv)) => {
+                match parse_padded_token(&kv.value) {
+                    Some(token) => said
+                        .fence
+                        .push((election, EventKind::FenceAccepted { resource, token })),
+                    None => statuses.push(WatchStatus::IgnoredKey),
+                }
+            }
+            (Role::Refusal { election, resource }, Change::Put(kv)) => {
+                match serde_json::from_slice::<RefusalRecord>(&kv.value) {
+                    Ok(r) => said.fence.push((
+                        election,
+                        EventKind::FenceRefused {
+                            resource,
+                            token: r.token,
+                            reason: r.reason,
+                            current_token: None,
+                            current_holder: None,
+                        },
+                    )),
+                    Err(_) => statuses.push(WatchStatus::IgnoredKey),
+                }
+            }
+            (Role::Invalid, _) => statuses.push(WatchStatus::IgnoredKey),
+            // Not an election's, or deleted hints, fence keys and refusal
+            // records: nothing happened.
+            (Role::Ignored, _) | (_, Change::Delete { .. }) => {}
+        }
+    }
+
+    /// A candidate of election `name` came, changed or went.
+    fn candidate_changed(
+        &mut self,
+        name: String,
+        layout: Layout,
+        change: &Change,
+        at_ms: i64,
+        said: &mut Said,
+        statuses: &mut Vec<WatchStatus>,
+    ) {
+        let e = match self.track(&name, at_ms) {
+            Ok(e) => e,
+            Err(s) => {
+                statuses.push(s);
+                return;
+            }
+        };
+        match change {
+            Change::Put(kv) => {
+                let new = e
+                    .candidates
+                    .insert(kv.key.clone(), candidate(kv, layout))
+                    .is_none();
+                if new && layout == Layout::Queue {
+                    said.came.push((name.clone(), kv.key.clone()));
+                }
+            }
+            Change::Delete { key, .. } => {
+                let was_leader = e.leader.as_ref().is_some_and(|l| &l.key == key);
+                if let Some(c) = e.candidates.remove(key) {
+                    if c.layout == Layout::Queue && !was_leader {
+                        said.left.push((name.clone(), c));
+                    }
+                }
+            }
+        }
+        if !said.touched.contains(&name) {
+            said.touched.push(name);
+        }
+    }
+
+    /// The leader of election `name` picked again after its candidates
+    /// changed: a new holder value of the same term, or the old term's end
+    /// and the new one's start.
+    fn pick_again(
+        &mut self,
+        name: &str,
+        hints: &HashMap<String, EndHint>,
+        revision: i64,
+        at_ms: i64,
+    ) -> Vec<Pending> {
+        let Some(e) = self.elections.get_mut(name) else {
+            return Vec::new();
+        };
+        let now = pick(&e.candidates, revision, at_ms);
+        let before = e.leader.take();
+        let mut out = Vec::new();
+        match (before, now) {
+            (Some(old), Some(new)) if old.token == new.token && old.key == new.key => {
+                if old.holder != new.holder {
+                    out.push(Pending::done(event(
+                        revision,
+                        at_ms,
+                        name,
+                        EventKind::LeaderValueChanged {
+                            token: new.token,
+                            holder: new.holder.clone(),
+                            previous: old.holder.clone(),
+                        },
+                    )));
+                    e.last_change_ms = at_ms;
+                }
+                e.leader = Some(Term {
+                    started_revision: old.started_revision,
+                    started_at_ms: old.started_at_ms,
+                    ..new
+                });
+            }
+            (None, None) => {}
+            (before, now) => {
+                e.last_change_ms = at_ms;
+                let previous_holder = before.as_ref().map(|b| b.holder.clone());
+                if let Some(old) = before {
+                    let hint = hints.get(name).filter(|h| h.token == old.token);
+                    let (cause, lookup) = end_cause(e, &old, hint);
+                    let open = OpenTerm {
+                        election: name.to_owned(),
+                        token: old.token,
+                        holder: old.holder.clone(),
+                        lease_id: old.lease_id,
+                        layout: old.layout,
+                        started_revision: old.started_revision,
+                        started_at_ms: old.started_at_ms,
+                    };
+                    out.push(Pending {
+                        event: ended(revision, at_ms, name, &open, cause),
+                        cause_lookup: lookup,
+                    });
+                }
+                if let Some(t) = &now {
+                    out.push(Pending::done(started(
+                        revision,
+                        at_ms,
+                        name,
+                        t,
+                        previous_holder,
+                        false,
+                    )));
+                }
+                e.leader = now;
+            }
+        }
+        out
+    }
+
+    /// Queue candidates that left without leading, then the ones that came
+    /// and wait (not the ones that lead at once).
+    fn queue_events(
+        &self,
+        left: Vec<(String, Candidate)>,
+        came: Vec<(String, Vec<u8>)>,
+        revision: i64,
+        at_ms: i64,
+    ) -> Vec<Pending> {
+        let mut out = Vec::new();
+        for (name, c) in left {
+            out.push(Pending::done(event(
+                revision,
+                at_ms,
+                &name,
+                EventKind::CandidateLeft {
+                    token: c.create_revision,
+                    holder: c.value,
+                    lease_id: c.lease,
+                },
+            )));
+        }
+        for (name, key) in came {
+            let Some(e) = self.elections.get(&name) else {
+                continue;
+            };
+            if e.leader.as_ref().is_some_and(|l| l.key == key) {
+                continue;
+            }
+            if let Some(c) = e.candidates.get(&key) {
+                out.push(Pending::done(event(
+                    revision,
+                    at_ms,
+                    &name,
+                    EventKind::CandidateQueued {
+                        token: c.create_revision,
+                        holder: c.value.clone(),
+                        lease_id: c.lease,
+                    },
+                )));
+            }
+        }
+        out
+    }
+
+    /// The fence's events, a refusal naming the leader as of the end of
+    /// the revision.
+    fn fence_events(
+        &mut self,
+        fence: Vec<(String, EventKind)>,
+        revision: i64,
+        at_ms: i64,
+        statuses: &mut Vec<WatchStatus>,
+    ) -> Vec<Pending> {
+        let mut out = Vec::new();
+        for (name, mut kind) in fence {
+            if let EventKind::FenceRefused {
+                current_token,
+                current_holder,
+                ..
+            } = &mut kind
+            {
+                if let Some(t) = self.leader(&name) {
+                    *current_token = Some(t.token);
+                    *current_holder = Some(t.holder.clone());
+                }
+            }
+            if let Err(s) = self.track(&name, at_ms) {
+                statuses.push(s);
+                continue;
+            }
+            out.push(Pending::done(event(revision, at_ms, &name, kind)));
+        }
+        out
+    }
+}
+
+/// How the term `old` of `e` ended, by the rules no layout repeats
+/// (ARCHITECTURE.md, "Telling end causes apart"): its key still there is
+/// `superseded`; the layout's hint of this revision for its token says; a
+/// lease-less key can only have been deleted; otherwise etcd is asked about
+/// the lease (the lookup's lease id).
+fn end_cause(e: &Election, old: &Term, hint: Option<&EndHint>) -> (EndCause, Option<i64>) {
+    if e.candidates.contains_key(&old.key) {
+        (EndCause::Superseded, None)
+    } else if let Some(h) = hint {
+        (h.cause, None)
+    } else if old.lease_id == 0 {
+        (EndCause::Deleted, None)
+    } else {
+        // Revoked, expired, or deleted by someone else.
+        (EndCause::Unknown, Some(old.lease_id))
+    }
+}

@@ -1,7 +1,7 @@
 //! Term bars: one per term wide enough to see, one dense bar per run of
 //! narrower neighbours.
 
-use super::layout::{Scale, Visible};
+use super::scale::{Scale, Visible};
 use super::*;
 use crate::history::{format_duration_ms, short_time};
 

@@ -1,6 +1,6 @@
 //! Leaderless time: the stretches of the window no term covers, shaded.
 
-use super::layout::{Scale, Visible};
+use super::scale::{Scale, Visible};
 use super::*;
 use crate::history::{format_duration_ms, short_time};
 

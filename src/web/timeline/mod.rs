@@ -48,6 +48,7 @@ mod bars;
 mod colours;
 mod layout;
 mod leaderless;
+mod scale;
 mod ticks;
 
 pub use colours::hue_of;

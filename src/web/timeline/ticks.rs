@@ -1,6 +1,6 @@
 //! The time axis: "nice" steps aligned to UTC, and their labels.
 
-use super::layout::Scale;
+use super::scale::Scale;
 use super::*;
 use crate::history::format_ms;
 

@@ -77,7 +77,7 @@ pub struct WatchConfig {
 impl Default for WatchConfig {
     fn default() -> Self {
         Self {
-            max_elections: 10_000,
+            max_elections: 100_000,
             probe_after: Duration::from_secs(5),
             lease_sample_interval: Duration::from_secs(1),
             lease_samples_per_interval: 200,

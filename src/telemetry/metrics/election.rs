@@ -91,6 +91,9 @@ pub(super) struct Election {
     /// `leaderless_seconds_total`; `None` while someone leads, or before the
     /// first term end this process saw.
     leaderless_since_ms: Option<i64>,
+    /// This process saw a term of it end (its current term, or the last
+    /// one): from then on `leaderless_seconds_total` has a series.
+    lost_leader: bool,
 }
 
 /// A term end, as the fleet-wide families count it.
@@ -110,6 +113,7 @@ impl Election {
             lease_remaining: None,
             waiting: 0,
             leaderless_since_ms: None,
+            lost_leader: false,
         }
     }
 
@@ -196,6 +200,7 @@ impl Election {
                         }
                         self.lease_remaining = None;
                         self.series.has_leader = 0;
+                        self.lost_leader = true;
                         if self.leaderless_since_ms.is_none() {
                             self.leaderless_since_ms = Some(event.at_ms);
                         }
@@ -230,6 +235,21 @@ impl Election {
             | EventKind::CandidateQueued { .. }
             | EventKind::CandidateLeft { .. } => None,
         }
+    }
+
+    /// Whether the election has used the shared fence (a check recorded,
+    /// accepted or refused): only then are its fence series written, all
+    /// five of them (an election that never fenced would show five zeros).
+    pub fn used_fence(&self) -> bool {
+        self.series.accepted + self.series.refused > 0
+    }
+
+    /// Whether `leaderless_seconds_total` has a series: once this process
+    /// saw the election lose a leader (its term ended), never before (a
+    /// counter that would stay at 0 for every election that keeps its
+    /// leader).
+    pub fn shows_leaderless(&self) -> bool {
+        self.lost_leader
     }
 
     /// Adds the leaderless time up to `until_ms` to the counter.

@@ -89,7 +89,7 @@ ALTER TABLE history_writer ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;
 "#;
 
 /// Every migration, in order; `tenure_schema.version` counts those applied.
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, super::summary::MIGRATION];
 
 /// The PostgreSQL schema version this build writes and reads.
 pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

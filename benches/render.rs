@@ -433,6 +433,7 @@ async fn pure_render(cfg: &Config, id: &str, db: &Path, election: &str, n: usize
         to_ms: now,
         now_ms: now,
         known_since_ms: terms.iter().map(|t| t.started_at_ms).min(),
+        unwatched_since_ms: None,
         width: tenure::web::timeline::WIDTH,
     };
     let (mut pure, mut pure_base) = (vec![], vec![]);

@@ -17,12 +17,14 @@ pub enum EndCause {
     Resigned,
     /// The holder's lease ran out.
     Expired,
-    /// The key was deleted while its lease lived (`tenure depose`, etcd's
-    /// own `Election.Resign`, a manual `etcdctl del`).
+    /// The key was deleted while its lease lived: a client's resign
+    /// without tenure's marker (etcd's own `Election.Resign`), or an
+    /// operator (`tenure depose`, a manual `etcdctl del`).
     Deleted,
     /// Another key became leader while the old key still existed.
     Superseded,
-    /// etcd compacted the history in which the term ended (see the gap).
+    /// tenure cannot tell: the term ended while it was not watching, in a
+    /// compacted gap or an etcd reset, or its lease was gone unsampled.
     Unknown,
 }
 
@@ -47,6 +49,32 @@ impl EndCause {
 
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// What the cause tells, in the words every view uses (the election
+    /// page, the report, the metric's help; grafana/ and docs/ quote it,
+    /// checked by tests/docs.rs): only what tenure knows, not a guess at
+    /// who did it.
+    pub fn description(self) -> &'static str {
+        match self {
+            EndCause::Resigned => {
+                "the holder gave the term up: tenure's resign marker, or its lease revoked \
+                 before it could expire"
+            }
+            EndCause::Expired => {
+                "the lease ran out: its holder stopped renewing (crash, freeze, partition)"
+            }
+            EndCause::Deleted => {
+                "the key was deleted while its lease lived: a client's resign without \
+                 tenure's marker (etcd's Election.Resign), or an operator (tenure depose, \
+                 etcdctl del)"
+            }
+            EndCause::Superseded => "another key became leader while this one still existed",
+            EndCause::Unknown => {
+                "tenure cannot tell: the term ended while it was not watching, in a compacted \
+                 gap or an etcd reset, or its lease was gone before it was sampled"
+            }
+        }
     }
 }
 

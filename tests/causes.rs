@@ -157,3 +157,206 @@ async fn short_ttl_causes_are_right_or_unknown_never_wrong() {
         "causes contradicting what happened (seed {seed}): {contradictions:?}"
     );
 }
+
+/// What a short term's holder did to end it (issue 20.13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Short {
+    /// Revoked its lease 100–300 ms after the put.
+    Revoked,
+    /// Deleted the key 100–300 ms after the put; the lease lives on.
+    Deleted,
+    /// Put the key on a 2 s lease granted 0.8–1.5 s earlier and let it run
+    /// out: a term of about 0.5–1.2 s.
+    Expired,
+}
+
+const SHORT_PER_KIND: usize = 20;
+
+/// Terms of 100–300 ms get a cause like any other: the lease of a new term
+/// is sampled when the term starts, not at the sampler's next round (1 s
+/// later, by which time such a term had ended `unknown`). The cause must
+/// match what the test itself did, never contradict it, and be known for
+/// nearly every revoked and deleted term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_terms_get_the_cause_the_holder_gave_them() {
+    let etcd = Etcd::start().await;
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let (tx, mut rx) = mpsc::channel(4096);
+    let watcher = Watcher::new(c.clone(), WatchConfig::default());
+    let task = tokio::spawn(async move {
+        let _ = watcher.run(None, tx).await;
+    });
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+        | 1;
+    println!("seed {seed}");
+    let mut rng = Rng(seed);
+    // The watcher is watching before the first term starts.
+    let mut probe = etcd.client().await;
+    probe.put("election/~probe", "x", None).await.expect("put");
+    loop {
+        let u = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("the watcher reports")
+            .expect("watcher alive");
+        if matches!(u, Update::Batch(ref b) if b.revision > 0) {
+            break;
+        }
+    }
+
+    let mut truth: HashMap<String, Short> = HashMap::new();
+    let mut holders = tokio::task::JoinSet::new();
+    for kind in [Short::Revoked, Short::Deleted, Short::Expired] {
+        for i in 0..SHORT_PER_KIND {
+            let name = format!("short-{kind:?}-{i}").to_lowercase();
+            truth.insert(name.clone(), kind);
+            let start_after = Duration::from_millis(rng.between_ms(0, 4000));
+            let held = Duration::from_millis(rng.between_ms(100, 300));
+            let aged = Duration::from_millis(rng.between_ms(800, 1500));
+            let mut etcd_c = etcd.client().await;
+            holders.spawn(async move {
+                tokio::time::sleep(start_after).await;
+                let ttl = if kind == Short::Expired { 2 } else { 5 };
+                let lease = etcd_c.lease_grant(ttl, None).await.expect("grant").id();
+                if kind == Short::Expired {
+                    tokio::time::sleep(aged).await;
+                }
+                let key = format!("election/{name}");
+                etcd_c
+                    .put(
+                        key.as_str(),
+                        "holder",
+                        Some(PutOptions::new().with_lease(lease)),
+                    )
+                    .await
+                    .expect("put");
+                match kind {
+                    Short::Expired => {}
+                    Short::Revoked => {
+                        tokio::time::sleep(held).await;
+                        etcd_c.lease_revoke(lease).await.expect("revoke");
+                    }
+                    Short::Deleted => {
+                        tokio::time::sleep(held).await;
+                        // The lease is left to run out (5 s): revoked at
+                        // once it would race the watcher's lookup, which
+                        // would find it gone.
+                        etcd_c.delete(key.as_str(), None).await.expect("delete");
+                    }
+                }
+            });
+        }
+    }
+    while let Some(r) = holders.join_next().await {
+        r.expect("holder task");
+    }
+
+    let mut causes: HashMap<String, EndCause> = HashMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while causes.len() < truth.len() {
+        let u = tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("ends seen: {} of {}", causes.len(), truth.len()))
+            .expect("watcher alive");
+        if let Update::Batch(b) = u {
+            for e in b.events {
+                if let EventKind::TermEnded { cause, .. } = e.kind {
+                    causes.insert(e.election, cause);
+                }
+            }
+        }
+    }
+    task.abort();
+
+    let mut contradictions = Vec::new();
+    let mut known: HashMap<Short, usize> = HashMap::new();
+    println!("truth     right  unknown  wrong");
+    for kind in [Short::Revoked, Short::Deleted, Short::Expired] {
+        let (mut right, mut unknown, mut wrong) = (0, 0, 0);
+        for (name, k) in &truth {
+            if *k != kind {
+                continue;
+            }
+            let cause = causes[name];
+            match (kind, cause) {
+                (_, EndCause::Unknown) => unknown += 1,
+                (Short::Revoked, EndCause::Resigned)
+                | (Short::Deleted, EndCause::Deleted)
+                | (Short::Expired, EndCause::Expired) => right += 1,
+                _ => {
+                    wrong += 1;
+                    contradictions.push((name.clone(), kind, cause));
+                }
+            }
+        }
+        known.insert(kind, right);
+        println!(
+            "{:<8}  {right:>5}  {unknown:>7}  {wrong:>5}",
+            format!("{kind:?}")
+        );
+    }
+    assert!(
+        contradictions.is_empty(),
+        "causes contradicting what happened (seed {seed}): {contradictions:?}"
+    );
+    // A lookup may miss in a loaded run (the term ends while its sample is
+    // in flight): that is `unknown`, allowed now and then, never the rule.
+    for kind in [Short::Revoked, Short::Deleted] {
+        assert!(
+            known[&kind] * 10 >= SHORT_PER_KIND * 9,
+            "{kind:?}: only {} of {SHORT_PER_KIND} short terms got their cause (seed {seed})",
+            known[&kind]
+        );
+    }
+}
+
+/// Sampling new terms as they start keeps the rate bound: with 5 samples
+/// per second allowed and 60 terms starting within a second and lasting
+/// 3 s, at most 5 samples are sent per second (plus the first interval's),
+/// whatever the number of new terms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_terms_are_sampled_within_the_rate_bound() {
+    let etcd = Etcd::start().await;
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let (tx, mut rx) = mpsc::channel(4096);
+    let cfg = WatchConfig {
+        lease_samples_per_interval: 5,
+        ..WatchConfig::default()
+    };
+    let watcher = Watcher::new(c.clone(), cfg);
+    let task = tokio::spawn(async move {
+        let _ = watcher.run(None, tx).await;
+    });
+    let mut raw = etcd.client().await;
+    let started = tokio::time::Instant::now();
+    for i in 0..60 {
+        let lease = raw.lease_grant(30, None).await.expect("grant").id();
+        raw.put(
+            format!("election/rate-{i}"),
+            "h",
+            Some(PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .expect("put");
+    }
+    let window = Duration::from_secs(3);
+    let mut samples = 0;
+    while let Ok(Some(u)) = tokio::time::timeout_at(started + window, rx.recv()).await {
+        if matches!(u, Update::LeaseSampled { .. }) {
+            samples += 1;
+        }
+    }
+    task.abort();
+    println!("{samples} lease samples in {window:?} for 60 new terms, 5 allowed per second");
+    assert!(samples > 0, "new terms are sampled");
+    assert!(
+        samples <= 5 * 4,
+        "{samples} samples in 3 s exceed 5 per second"
+    );
+}

@@ -271,7 +271,7 @@ async fn a_version_1_fence_is_migrated_with_its_token() {
     .await
     .expect("join")
     .expect("migrate and claim");
-    assert_eq!(pg.psql("v1", "SELECT version FROM tenure_schema"), "3");
+    assert_eq!(pg.psql("v1", "SELECT version FROM tenure_schema"), "4");
     assert_eq!(
         pg.psql("v1", "SELECT token, generation FROM history_writer"),
         "9|0"

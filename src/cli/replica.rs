@@ -15,6 +15,7 @@
 //! wait on the election (a watch: they take over as soon as the key goes,
 //! at most the TTL after the writer died).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -23,10 +24,11 @@ use tokio::task::JoinHandle;
 
 use crate::election::{CampaignOptions, Client, ElectionName, Leadership, Ttl};
 use crate::events::cluster::ClusterEvent;
-use crate::events::{Batch, Update};
+use crate::events::{now_ms, Batch, Update, WatchStatus};
 use crate::history::{HistoryError, Reader, RevisionSource, Store};
 use crate::telemetry::writer::HistoryWriterMetrics;
 use crate::watch::{WatchConfig, Watcher};
+use crate::web::Readiness;
 
 /// The election the replicas campaign for.
 pub const WRITER_ELECTION: &str = "tenure/history-writer";
@@ -44,6 +46,26 @@ impl History {
     pub async fn write(&self, batch: &Batch) -> Result<(), HistoryError> {
         match self {
             History::Local(store) => store.write(batch.clone()).await,
+            History::Shared(_) => Ok(()),
+        }
+    }
+
+    /// The serve loop's watcher caught up with etcd: a local history
+    /// records that it watched until now (issue 20.7: time after the last
+    /// such moment, until a watcher is live again, was not watched). The
+    /// shared history's writer records its own watcher's.
+    pub async fn heartbeat(&self, update: &Update) -> Result<(), HistoryError> {
+        match update {
+            Update::Watch(WatchStatus::CaughtUp { .. }) => self.watched(now_ms()).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// The serve loop's watcher was live at `at_ms` (at a clean stop, say):
+    /// recorded by a local history.
+    pub async fn watched(&self, at_ms: i64) -> Result<(), HistoryError> {
+        match self {
+            History::Local(store) => store.watched(at_ms).await,
             History::Shared(_) => Ok(()),
         }
     }
@@ -81,6 +103,7 @@ impl History {
         match self {
             History::Local(store) => Ok(store.close().await?),
             History::Shared(mut shared) => {
+                shared.poller.abort();
                 if let Some(stop) = shared.stop.take() {
                     let _ = stop.send(());
                 }
@@ -102,6 +125,8 @@ pub struct Shared {
     cluster: mpsc::Sender<ClusterEvent>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
+    /// Reads the database's recording status for `/readyz`.
+    poller: JoinHandle<()>,
 }
 
 /// How a replica takes part.
@@ -114,12 +139,26 @@ pub struct SharedConfig {
     /// This replica's candidate id (shown as the writer's holder).
     pub id: String,
     pub metrics: HistoryWriterMetrics,
+    /// This replica's readiness: told whether the history is being
+    /// recorded (issue 20.11).
+    pub readiness: Arc<Readiness>,
 }
+
+/// A stuck writer notes its error in the database at most this often.
+const NOTE_EVERY: Duration = Duration::from_secs(5);
+/// How often a replica reads whether the shared history is being recorded.
+const RECORDING_POLL: Duration = Duration::from_secs(1);
+/// A writer takeover takes the TTL (the dead writer's lease runs out) plus
+/// this, to open the database, claim the fence and resume.
+const TAKEOVER: Duration = Duration::from_secs(3);
 
 impl Shared {
     /// Starts campaigning. `reader` reads the shared database.
     pub fn start(client: Client, reader: Reader, cfg: SharedConfig) -> anyhow::Result<Shared> {
         let name = ElectionName::new(WRITER_ELECTION)?;
+        cfg.readiness
+            .check_recording(cfg.ttl.as_duration() + TAKEOVER);
+        let poller = tokio::spawn(poll_recording(reader.clone(), cfg.readiness.clone()));
         let (cluster, cluster_rx) = mpsc::channel(256);
         let (stop, stop_rx) = oneshot::channel();
         let task = tokio::spawn(writer_loop(
@@ -135,6 +174,7 @@ impl Shared {
             cluster,
             stop: Some(stop),
             task,
+            poller,
         })
     }
 }
@@ -207,6 +247,11 @@ async fn writer_loop(
                     "tenure: history writer: stopped writing (token {}): {e}; resigning and standing by",
                     leadership.token()
                 );
+                note_error(
+                    &cfg,
+                    format!("stopped writing (token {}): {e}", leadership.token()),
+                )
+                .await;
                 let _ = leadership.resign().await;
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -284,6 +329,7 @@ async fn write_term(
     );
     let (tx, mut rx) = mpsc::channel::<Update>(4096);
     let watcher = tokio::spawn(Watcher::new(client.clone(), cfg.watch.clone()).run(resume, tx));
+    let mut noted: Option<Instant> = None;
     let ended = loop {
         tokio::select! {
             reason = leadership.lost() => break Ended::Lost(format!("{reason:?}")),
@@ -292,6 +338,25 @@ async fn write_term(
                 let written = match u {
                     Some(Update::Batch(b)) => store.write(b).await,
                     Some(Update::Cluster { cluster_id }) => store.set_cluster(cluster_id).await,
+                    Some(Update::Watch(WatchStatus::CaughtUp { .. })) => {
+                        store.watched(now_ms()).await
+                    }
+                    Some(Update::Watch(WatchStatus::Stuck { next_revision, attempts }))
+                        if noted.is_none_or(|at: Instant| at.elapsed() >= NOTE_EVERY) =>
+                    {
+                        // Recording nothing until it delivers: say why, for
+                        // every replica's /readyz (at most every few seconds).
+                        noted = Some(Instant::now());
+                        note_error(
+                            cfg,
+                            format!(
+                                "the writer's watch keeps failing at revision {next_revision} \
+                                 ({attempts} attempts); nothing is recorded"
+                            ),
+                        )
+                        .await;
+                        Ok(())
+                    }
                     Some(_) => Ok(()),
                     None => break Ended::Failed("the history watcher stopped".into()),
                 };
@@ -308,6 +373,42 @@ async fn write_term(
     };
     watcher.abort();
     close(store, cfg, ended).await
+}
+
+/// Notes in the database why this replica, as the writer, records nothing
+/// (issue 20.11); a database that cannot take even that is only logged.
+async fn note_error(cfg: &SharedConfig, message: String) {
+    let (url, id) = (cfg.url.clone(), cfg.id.clone());
+    let noted = tokio::task::spawn_blocking(move || {
+        crate::history::record_writer_error(&url, &id, &message)
+    })
+    .await;
+    if let Ok(Err(e)) = noted {
+        eprintln!("tenure: history writer: cannot note its error in the database: {e}");
+    }
+}
+
+/// Reads, every [`RECORDING_POLL`], how far the shared history is recorded
+/// and tells `readiness` (which compares it with what this replica's own
+/// watcher has seen). A read that hangs counts as failed.
+async fn poll_recording(reader: Reader, readiness: Arc<Readiness>) {
+    loop {
+        let r = reader.clone();
+        let read = tokio::time::timeout(
+            RECORDING_POLL * 2,
+            tokio::task::spawn_blocking(move || r.writer_status()),
+        )
+        .await;
+        let status = match read {
+            Ok(Ok(Ok(Some(s)))) => Ok(s),
+            Ok(Ok(Ok(None))) => return,
+            Ok(Ok(Err(e))) => Err(e.to_string()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {:?}", RECORDING_POLL * 2)),
+        };
+        readiness.observe_recording(status);
+        tokio::time::sleep(RECORDING_POLL).await;
+    }
 }
 
 /// How a term ends on a failed write: a commit refused by the fence means

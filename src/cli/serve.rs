@@ -146,6 +146,7 @@ pub async fn run_with(
     let metrics = Arc::new(Metrics::with_options(metrics).context("creating metrics")?);
     let writer_metrics =
         telemetry::writer::HistoryWriterMetrics::register(&metrics).context("creating metrics")?;
+    let readiness = Arc::new(Readiness::with_max_elections(args.max_elections));
     let (store, resume) = match &db {
         Db::Sqlite(path) => {
             let store = Store::open(path, args.retention)
@@ -178,6 +179,7 @@ pub async fn run_with(
                         ttl: crate::election::Ttl::from_duration(args.writer_ttl)?,
                         id: replica::candidate_id(addr),
                         metrics: writer_metrics,
+                        readiness: readiness.clone(),
                     },
                 )?),
                 resume,
@@ -189,7 +191,6 @@ pub async fn run_with(
         // watcher adopts them without an event.
         metrics.adopt(&r.open_terms);
     }
-    let readiness = Arc::new(Readiness::with_max_elections(args.max_elections));
 
     let (live, _) = tokio::sync::broadcast::channel(1024);
     let (cluster_live, _) = tokio::sync::broadcast::channel(256);
@@ -294,6 +295,13 @@ pub async fn run_with(
     while let Ok(u) = rx.try_recv() {
         apply(&u, &metrics, &readiness, &store, &live, &cluster_live).await?;
     }
+    if readiness.is_ready() {
+        // Watched until this stop (issue 20.7).
+        store
+            .watched(crate::events::now_ms())
+            .await
+            .context("writing history")?;
+    }
     store
         .cluster_event(serve_event(ClusterEventKind::ServeStopped { pid }))
         .await
@@ -327,6 +335,7 @@ async fn apply(
             .await
             .context("writing history")?;
     }
+    store.heartbeat(u).await.context("writing history")?;
     if let Update::Batch(b) = u {
         store.write(b).await.context("writing history")?;
         for e in &b.events {

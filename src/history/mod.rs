@@ -50,7 +50,24 @@ use tokio::sync::{mpsc, oneshot};
 use crate::events::{Batch, Event};
 
 pub use export::terms_to_csv;
-pub use pg::{is_postgres_url, prepare as prepare_postgres, redact, PG_SCHEMA_VERSION};
+pub use pg::{
+    is_postgres_url, prepare as prepare_postgres, record_writer_error, redact, PG_SCHEMA_VERSION,
+};
+
+/// What a shared history says of its recording (issue 20.11): how far it
+/// has recorded, when its writer was last live, who writes, and the last
+/// failure a writer noted.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WriterStatus {
+    /// The stored resume revision (`None`: nothing recorded yet).
+    pub revision: Option<i64>,
+    /// When the writer's watcher was last live (a commit, a heartbeat).
+    pub watched_at_ms: Option<i64>,
+    /// The fence's token and holder (`None`: no writer yet).
+    pub writer: Option<(i64, String)>,
+    /// The last failure a writer noted: its holder, when, what.
+    pub last_error: Option<(String, i64, String)>,
+}
 pub use query::{
     ElectionSummary, OpenTerm, Query, RefusalRow, ResumePoint, TermRow, DEFAULT_LIMIT, MAX_LIMIT,
 };
@@ -324,6 +341,17 @@ impl Store {
             .map_err(|_| self.stopped())
     }
 
+    /// Records that the watcher was live (caught up with etcd) at `at_ms`:
+    /// the history then knows it watched until that moment, even when no
+    /// event came (issue 20.7). Committed with the next group.
+    pub async fn watched(&self, at_ms: i64) -> Result<()> {
+        let queue = self.queue.as_ref().ok_or(HistoryError::Closed)?;
+        queue
+            .send(Msg::Watched(at_ms))
+            .await
+            .map_err(|_| self.stopped())
+    }
+
     /// Waits until everything queued before it is committed; returns the
     /// committed resume revision (0 if none yet).
     pub async fn flush(&self) -> Result<i64> {
@@ -537,6 +565,23 @@ impl Reader {
             |c| query::changes_since(c, from_ms, max),
             |c| pg::changes_since(c, from_ms, max),
         )
+    }
+
+    /// The last moment a watcher recording into this history is known to
+    /// have been live (a batch committed, or a caught-up heartbeat), or the
+    /// newest event's arrival if later; `None`: never. What came after it,
+    /// until a watcher is live again, was not watched (issue 20.7).
+    pub fn watched_until(&self) -> Result<Option<i64>> {
+        self.run(query::watched_until, pg::watched_until)
+    }
+
+    /// What the shared history says of its recording; `None` on SQLite.
+    /// Blocking.
+    pub fn writer_status(&self) -> Result<Option<WriterStatus>> {
+        match &self.backend {
+            ReadBackend::Sqlite(_) => Ok(None),
+            ReadBackend::Postgres(pool) => pool.with(pg::writer_status).map(Some),
+        }
     }
 
     /// The shared history's writer fence: the highest writer token that has

@@ -7,7 +7,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::schema::{CLUSTER_KEY, RESUME_KEY};
+use super::schema::{CLUSTER_KEY, RESUME_KEY, WATCHED_KEY};
 use super::time::format_ms;
 use super::HistoryError;
 use crate::election::{FenceReason, Layout};
@@ -118,6 +118,14 @@ pub(super) fn resume_point(conn: &mut Connection) -> Result<Option<ResumePoint>,
         cluster_id,
         live_at_ms,
     }))
+}
+
+/// See `Reader::watched_until`.
+pub(super) fn watched_until(conn: &mut Connection) -> Result<Option<i64>, HistoryError> {
+    let heartbeat = read_state(conn, WATCHED_KEY)?;
+    let arrival: Option<i64> =
+        conn.query_row("SELECT max(at_ms) FROM events", [], |row| row.get(0))?;
+    Ok(heartbeat.max(arrival))
 }
 
 pub(super) fn read_resume(conn: &Connection) -> Result<Option<i64>, HistoryError> {

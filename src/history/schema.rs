@@ -21,6 +21,10 @@ pub(super) const RESUME_KEY: &str = "resume_revision";
 pub(super) const CLUSTER_KEY: &str = "cluster_id";
 /// The current timeline (`terms.epoch`); absent means 0.
 pub(super) const EPOCH_KEY: &str = "epoch";
+/// The last moment (unix ms) the history's watcher is known to have been
+/// live: the commit of a batch, or a caught-up heartbeat (issue 20.7).
+/// Time after it, until a watcher is live again, was not watched.
+pub(super) const WATCHED_KEY: &str = "watched_at_ms";
 
 const V1: &str = "
 CREATE TABLE terms (

@@ -9,7 +9,7 @@ use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 
 use super::query::{read_state, tag_of};
-use super::schema::{CLUSTER_KEY, EPOCH_KEY, RESUME_KEY};
+use super::schema::{CLUSTER_KEY, EPOCH_KEY, RESUME_KEY, WATCHED_KEY};
 use super::summary::Deltas;
 use super::HistoryError;
 use crate::events::cluster::ClusterEvent;
@@ -38,6 +38,8 @@ pub(super) enum Msg {
     Cluster(u64),
     /// One of etcd's own events (issue 14): stored in order, once.
     ClusterEvent(crate::events::cluster::ClusterEvent),
+    /// The watcher was live (caught up with etcd) at this moment, unix ms.
+    Watched(i64),
 }
 
 /// Why the writer stopped, for the callers that find the queue closed.
@@ -67,6 +69,11 @@ pub(super) trait WriteConn: Send + 'static {
     /// Deletes events, refusals, cluster events and ended terms older than
     /// `cutoff_ms`: `[events, refusals, terms]` deleted.
     fn prune(&mut self, cutoff_ms: i64) -> Result<[usize; 3], HistoryError>;
+    /// Called once when the queue has ended and everything is committed:
+    /// leaves the store whole in its own file (nothing to do by default).
+    fn close(&mut self) -> Result<(), HistoryError> {
+        Ok(())
+    }
 }
 
 impl WriteConn for Connection {
@@ -85,6 +92,22 @@ impl WriteConn for Connection {
 
     fn prune(&mut self, cutoff: i64) -> Result<[usize; 3], HistoryError> {
         super::summary::prune(self, cutoff)
+    }
+
+    /// Copies the WAL into the main file and truncates it (issue 20.8):
+    /// otherwise a clean exit can leave every commit in `-wal` (a read-only
+    /// reader closing last does not checkpoint), and a copy of the `.db`
+    /// file alone, the naive backup, has no tables. Waits for readers by the
+    /// busy timeout; `busy` means a reader still holds a snapshot.
+    fn close(&mut self) -> Result<(), HistoryError> {
+        let (busy, log, copied): (i64, i64, i64) =
+            self.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
+        if busy != 0 {
+            tracing::warn!(log, copied, "history: a reader kept the final checkpoint from finishing; the -wal file still holds commits");
+        }
+        Ok(())
     }
 }
 
@@ -121,7 +144,17 @@ pub(super) struct Writer<C: WriteConn> {
 impl<C: WriteConn> Writer<C> {
     /// The thread's body: returns when every sender is gone and the queue
     /// is drained, or when a commit fails for good.
-    pub(super) fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
+    pub(super) fn run(mut self, rx: mpsc::Receiver<Msg>) {
+        if self.drain(rx) {
+            if let Err(e) = self.conn.close() {
+                tracing::warn!(error = %e, "history: closing the store failed");
+            }
+        }
+    }
+
+    /// Commits what the queue brings until it ends (`true`) or a commit
+    /// fails for good (`false`).
+    fn drain(&mut self, mut rx: mpsc::Receiver<Msg>) -> bool {
         self.prune();
         let mut last_prune = Instant::now();
         let mut group: Vec<Msg> = Vec::new();
@@ -150,7 +183,7 @@ impl<C: WriteConn> Writer<C> {
                     // resumes from the stored revision and records it.
                     tracing::error!(error = %e, "history: commit refused (stale writer)");
                     *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
-                    return;
+                    return false;
                 }
                 Err(e) => {
                     let message = e.to_string();
@@ -158,7 +191,7 @@ impl<C: WriteConn> Writer<C> {
                     *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(message);
                     // Dropping the queue (and the pending flushes) tells
                     // every caller.
-                    return;
+                    return false;
                 }
             }
             if last_prune.elapsed() >= PRUNE_EVERY {
@@ -166,6 +199,7 @@ impl<C: WriteConn> Writer<C> {
                 last_prune = Instant::now();
             }
         }
+        true
     }
 
     fn commit_with_retry(&mut self, group: &[Msg]) -> Result<i64, HistoryError> {
@@ -223,9 +257,18 @@ fn commit_in(tx: &mut dyn WriteTx, group: &[Msg]) -> Result<i64, HistoryError> {
     let stored = tx.read_state(RESUME_KEY)?;
     let mut resume = stored;
     let mut epoch = tx.read_state(EPOCH_KEY)?.unwrap_or(0);
+    // A batch is committed as it arrives: the watcher was live then.
+    let mut watched = group
+        .iter()
+        .any(|m| matches!(m, Msg::Batch(_)))
+        .then(now_ms);
     for msg in group {
         let batch = match msg {
             Msg::Batch(batch) => batch,
+            Msg::Watched(at) => {
+                watched = watched.max(Some(*at));
+                continue;
+            }
             Msg::Cluster(id) => {
                 let id = *id as i64;
                 if tx.read_state(CLUSTER_KEY)? != Some(id) {
@@ -272,6 +315,12 @@ fn commit_in(tx: &mut dyn WriteTx, group: &[Msg]) -> Result<i64, HistoryError> {
     tx.finish()?;
     if let (Some(r), true) = (resume, resume != stored) {
         tx.set_state(RESUME_KEY, r)?;
+    }
+    if let Some(at) = watched {
+        // Never backwards (a clock step back, or a standby's old news).
+        if tx.read_state(WATCHED_KEY)?.is_none_or(|stored| stored < at) {
+            tx.set_state(WATCHED_KEY, at)?;
+        }
     }
     Ok(resume.unwrap_or(0))
 }

@@ -55,6 +55,10 @@ pub(super) struct Leases {
     /// Round-robin order of leading elections, each once (`queued`).
     queue: VecDeque<String>,
     queued: std::collections::HashSet<String>,
+    /// Wakes the sampler when a lease starts leading, so a new term's lease
+    /// is sampled when the term starts, not at the next round (a term of
+    /// 100 ms would end unsampled, its cause `unknown`).
+    pub(super) wake: Arc<tokio::sync::Notify>,
 }
 
 impl Leases {
@@ -63,6 +67,7 @@ impl Leases {
         if self.in_fresh.insert(election.to_owned()) {
             self.fresh.push_back(election.to_owned());
         }
+        self.wake.notify_one();
         if self.queued.insert(election.to_owned()) {
             self.queue.push_back(election.to_owned());
         }
@@ -78,19 +83,9 @@ impl Leases {
     /// Up to `budget` (election, lease) pairs: changed leases first, then
     /// round-robin; each election at most once.
     fn pick(&mut self, budget: usize) -> Vec<(String, i64)> {
-        let mut picked: Vec<(String, i64)> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        while picked.len() < budget {
-            let Some(name) = self.fresh.pop_front() else {
-                break;
-            };
-            self.in_fresh.remove(&name);
-            if let Some(&lease) = self.current.get(&name) {
-                if seen.insert(name.clone()) {
-                    picked.push((name, lease));
-                }
-            }
-        }
+        let mut picked = self.pick_fresh(budget);
+        let mut seen: std::collections::HashSet<String> =
+            picked.iter().map(|p| p.0.clone()).collect();
         let mut turns = self.queue.len();
         while picked.len() < budget && turns > 0 {
             turns -= 1;
@@ -106,6 +101,25 @@ impl Leases {
                 }
                 None => {
                     self.queued.remove(&name);
+                }
+            }
+        }
+        picked
+    }
+
+    /// Up to `budget` leases that started leading since they were last
+    /// picked, each election at most once.
+    fn pick_fresh(&mut self, budget: usize) -> Vec<(String, i64)> {
+        let mut picked: Vec<(String, i64)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        while picked.len() < budget {
+            let Some(name) = self.fresh.pop_front() else {
+                break;
+            };
+            self.in_fresh.remove(&name);
+            if let Some(&lease) = self.current.get(&name) {
+                if seen.insert(name.clone()) {
+                    picked.push((name, lease));
                 }
             }
         }
@@ -151,7 +165,9 @@ impl Sample {
 }
 
 /// Samples current leaders' leases, at most `lease_samples_per_interval`
-/// per interval, oldest first; and lapsing leases near their expiry every
+/// per interval: a new term's lease as soon as the term is applied (woken
+/// by [`Leases::leads`], so a term of 100 ms has a sample when it ends),
+/// the others round-robin; and lapsing leases near their expiry every
 /// 100 ms, so an expiry is bounded to the cadence rather than to etcd's
 /// whole seconds.
 pub(super) async fn sample_leases(
@@ -164,10 +180,25 @@ pub(super) async fn sample_leases(
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_round = Instant::now() - cfg.lease_sample_interval;
+    let Ok(wake) = leases.lock().map(|l| l.wake.clone()) else {
+        return;
+    };
+    // Samples of the current interval so far: new terms' leases, sampled
+    // as they start, draw on the same `lease_samples_per_interval` as the
+    // round, so the rate bound holds however fast terms change.
+    let mut spent = 0;
     loop {
-        tick.tick().await;
+        let ticked = tokio::select! {
+            _ = tick.tick() => true,
+            _ = wake.notified() => false,
+        };
         let now = Instant::now();
         let batch = match leases.lock() {
+            Ok(mut l) if !ticked => {
+                let fresh = l.pick_fresh(cfg.lease_samples_per_interval.saturating_sub(spent));
+                spent += fresh.len();
+                fresh
+            }
             Ok(mut l) => {
                 // The soonest to expire first.
                 let mut near: Vec<(Instant, i64, &String)> = l
@@ -186,12 +217,16 @@ pub(super) async fn sample_leases(
                     .into_iter()
                     .map(|(_, lease, e)| (e.clone(), lease))
                     .collect();
-                if now >= last_round + cfg.lease_sample_interval {
+                let picked = if now >= last_round + cfg.lease_sample_interval {
                     last_round = now;
-                    for p in l.pick(cfg.lease_samples_per_interval) {
-                        if !batch.iter().any(|b| b.1 == p.1) {
-                            batch.push(p);
-                        }
+                    l.pick(cfg.lease_samples_per_interval)
+                } else {
+                    l.pick_fresh(cfg.lease_samples_per_interval.saturating_sub(spent))
+                };
+                spent = if last_round == now { 0 } else { spent } + picked.len();
+                for p in picked {
+                    if !batch.iter().any(|b| b.1 == p.1) {
+                        batch.push(p);
                     }
                 }
                 batch

@@ -11,6 +11,7 @@ pub mod incident;
 pub mod live;
 pub mod pages;
 pub mod queue;
+pub mod recording;
 pub mod replays;
 mod scrape;
 mod text;
@@ -48,6 +49,13 @@ pub struct Readiness {
     overflows: AtomicU64,
     /// When the last of them was reported (unix ms).
     last_overflow_ms: AtomicI64,
+    /// The last moment (unix ms) this process's watcher was live: a batch
+    /// or a caught-up notice arrived (0: never).
+    live_at_ms: AtomicI64,
+    /// The highest revision of a batch with events (progress excluded).
+    event_revision: AtomicI64,
+    /// A shared history: whether it is being recorded (issue 20.11).
+    recording: std::sync::Mutex<Option<recording::Recording>>,
 }
 
 /// The cap on tracked elections was hit: changes of elections beyond it
@@ -97,6 +105,8 @@ impl Readiness {
     pub fn apply(&self, update: &Update) {
         match update {
             Update::Batch(b) => {
+                self.live_at_ms
+                    .fetch_max(crate::events::now_ms(), Ordering::Relaxed);
                 self.loaded.store(true, Ordering::Relaxed);
                 self.stuck.store(false, Ordering::Relaxed);
                 let reset = b
@@ -106,8 +116,12 @@ impl Readiness {
                 if reset {
                     // A new timeline: its revisions start lower.
                     self.revision.store(b.revision, Ordering::Relaxed);
+                    self.event_revision.store(b.revision, Ordering::Relaxed);
                 } else {
                     self.revision.fetch_max(b.revision, Ordering::Relaxed);
+                    if !b.events.is_empty() {
+                        self.event_revision.fetch_max(b.revision, Ordering::Relaxed);
+                    }
                 }
             }
             Update::Watch(WatchStatus::EtcdUp(up)) => self.etcd_up.store(*up, Ordering::Relaxed),
@@ -118,6 +132,8 @@ impl Readiness {
                     .store(crate::events::now_ms(), Ordering::Relaxed);
             }
             Update::Watch(WatchStatus::CaughtUp { revision }) => {
+                self.live_at_ms
+                    .fetch_max(crate::events::now_ms(), Ordering::Relaxed);
                 self.stuck.store(false, Ordering::Relaxed);
                 self.etcd_up.store(true, Ordering::Relaxed);
                 self.revision.fetch_max(*revision, Ordering::Relaxed);
@@ -127,9 +143,64 @@ impl Readiness {
     }
 
     pub fn is_ready(&self) -> bool {
+        self.watching() && self.not_recording().is_none()
+    }
+
+    /// This process's watcher is live: etcd answers, the snapshot is
+    /// loaded, the watch is not stuck.
+    fn watching(&self) -> bool {
         self.etcd_up.load(Ordering::Relaxed)
             && self.loaded.load(Ordering::Relaxed)
             && !self.stuck.load(Ordering::Relaxed)
+    }
+
+    /// A shared history: checks from now on that it is being recorded,
+    /// allowing a revision to stay unrecorded for `stale_after`.
+    pub fn check_recording(&self, stale_after: std::time::Duration) {
+        *self.recording.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(recording::Recording::new(stale_after));
+    }
+
+    /// What the shared history's database says now (or why it could not
+    /// be read), compared with what this replica's watcher has seen.
+    pub fn observe_recording(&self, status: Result<crate::history::WriterStatus, String>) {
+        let seen = self.event_revision.load(Ordering::Relaxed);
+        if let Some(r) = self
+            .recording
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            r.observe(
+                status,
+                seen,
+                std::time::Instant::now(),
+                crate::events::now_ms(),
+            );
+        }
+    }
+
+    /// Why the shared history is not being recorded, if it is not.
+    pub fn not_recording(&self) -> Option<String> {
+        self.recording
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(|r| r.stale(std::time::Instant::now()))
+    }
+
+    /// Since when nothing has been watched (issue 20.7): `None` while the
+    /// watcher is live (ready); else the last moment a watcher is known to
+    /// have been live, by this process or as the history records (a
+    /// heartbeat, or the newest arrival; the previous run's, after a
+    /// restart). Reads the history when not ready: blocking.
+    pub fn unwatched_since(&self, history: &Reader) -> Option<i64> {
+        if self.is_ready() {
+            return None;
+        }
+        let recorded = history.watched_until().ok().flatten();
+        let here = Some(self.live_at_ms.load(Ordering::Relaxed)).filter(|&t| t > 0);
+        Some(recorded.max(here).unwrap_or(0))
     }
 
     /// Whether the watch keeps breaking at one revision.
@@ -230,6 +301,12 @@ async fn readyz(State(s): State<Arc<AppState>>) -> impl IntoResponse {
                 s.readiness.revision()
             ),
         )
+    } else if let Some(why) = s
+        .readiness
+        .not_recording()
+        .filter(|_| s.readiness.watching())
+    {
+        (StatusCode::SERVICE_UNAVAILABLE, why)
     } else if s.readiness.stuck() {
         (
             StatusCode::SERVICE_UNAVAILABLE,

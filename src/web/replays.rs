@@ -62,6 +62,52 @@ pub fn replayed_since(marks: &[ReplayMark], revision: i64, at_ms: i64) -> Option
         .map(|r| r.since_ms)
 }
 
+/// The part of `[lo, hi)` that was not watched: from `unwatched_since`
+/// (the last moment a watcher recording this history is known to have
+/// been live, when none is live now) on. What happened in it reaches the
+/// history only when a watcher replays it, so whether an election had a
+/// leader there is unknown: leaderless time in it is a bound, never a
+/// figure (issue 20.7). `None` when everything was watched.
+pub fn not_watched(unwatched_since: Option<i64>, lo: i64, hi: i64) -> Option<(i64, i64)> {
+    unwatched_since
+        .map(|since| (since.max(lo), hi))
+        .filter(|(a, b)| b > a)
+}
+
+/// Leaderless time in `[lo, hi)`, least and most, from `spans` (a term's
+/// earliest possible start to its latest possible end, and its latest start
+/// to its earliest end), with the part not watched counted as led in the
+/// least and as leaderless in the most; open terms (`open[i]`) are taken to
+/// end where watching stopped in the most.
+pub fn leaderless_range(
+    least: &[(i64, i64)],
+    most: &[(i64, i64)],
+    lo: i64,
+    hi: i64,
+    unwatched_since: Option<i64>,
+) -> (i64, i64) {
+    let tail = not_watched(unwatched_since, lo, hi);
+    let total = |mut v: Vec<(i64, i64)>| -> i64 {
+        for s in &mut v {
+            s.1 = s.1.max(s.0);
+        }
+        v.sort();
+        crate::web::timeline::uncovered(&v, lo, hi)
+            .iter()
+            .map(|(a, b)| b - a)
+            .sum()
+    };
+    let mut least = least.to_vec();
+    least.extend(tail);
+    let most: Vec<(i64, i64)> = match tail {
+        // Nothing is known after watching stopped: a term is known to have
+        // led only until then.
+        Some((from, _)) => most.iter().map(|&(a, b)| (a, b.min(from.max(a)))).collect(),
+        None => most.to_vec(),
+    };
+    (total(least), total(most))
+}
+
 /// A recorded moment: exact, or only bounded (replayed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Moment {
@@ -185,6 +231,29 @@ mod tests {
         assert_eq!(replayed_since(&m, 8, 10_000), None);
         // A gap's reload: unknown since when.
         assert_eq!(replayed_since(&m, 9, 20_000), Some(None));
+    }
+
+    #[test]
+    fn time_not_watched_is_a_bound_not_leaderless() {
+        // A term 0..1,000, leaderless after; watched until 3,000, the
+        // report at 10,000: 2,000 certain, 7,000 unknown.
+        let spans = [(0, 1_000)];
+        assert_eq!(
+            leaderless_range(&spans, &spans, 0, 10_000, Some(3_000)),
+            (2_000, 9_000)
+        );
+        assert_eq!(
+            leaderless_range(&spans, &spans, 0, 10_000, None),
+            (9_000, 9_000)
+        );
+        // An open term (to 10,000): it may have ended when watching stopped.
+        let open = [(0, 10_000)];
+        assert_eq!(
+            leaderless_range(&open, &open, 0, 10_000, Some(3_000)),
+            (0, 7_000)
+        );
+        assert_eq!(not_watched(Some(3_000), 0, 2_000), None);
+        assert_eq!(not_watched(Some(3_000), 4_000, 9_000), Some((4_000, 9_000)));
     }
 
     #[test]

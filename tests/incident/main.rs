@@ -24,3 +24,4 @@ mod paging;
 mod replay;
 mod report;
 mod seeded;
+mod unwatched;

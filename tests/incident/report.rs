@@ -148,6 +148,14 @@ async fn report_refusals_and_leaderless_field_by_field() {
             || one.contains("match=billing%2Fledger&#38;format=md"),
         "report link"
     );
+    // The causes of the report's terms, in the one wording of every view.
+    assert!(
+        md.contains(&format!(
+            "- `expired`: {}",
+            tenure::events::EndCause::Expired.description()
+        )),
+        "{md}"
+    );
     // A pipe in a holder cannot break the table.
     assert!(md.contains("| ledger\\|c | 15 |"), "{md}");
     assert!(

@@ -94,6 +94,14 @@ async fn timeline_draws_terms_lanes_refusals_gaps_and_tables() {
     let t100 = terms.find("id=\"term-100\"").expect("term 100 row");
     assert!(t130 < t100);
     assert!(terms.contains(">expired</span>") && terms.contains(">resigned</span>"));
+    // Each cause cell's title says what the cause tells, in the one wording.
+    assert!(
+        terms.contains(&format!(
+            "title=\"{}\">expired</span>",
+            tenure::events::EndCause::Expired.description()
+        )),
+        "{terms}"
+    );
     assert!(body.contains("showing 8 of 8"), "every event of the window");
     let events = body.split("id=\"events\"").nth(1).expect("events table");
     for kind in [

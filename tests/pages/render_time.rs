@@ -32,6 +32,7 @@ async fn render_time_of_10000_terms() {
             to_ms: to,
             now_ms: now,
             known_since_ms: Some(from),
+            unwatched_since_ms: None,
             width: timeline::WIDTH,
         });
         let svg = pages::render_svg(&tl, "load");

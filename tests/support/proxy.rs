@@ -1,7 +1,10 @@
 //! A small TCP proxy on loopback for fault injection without root: it can
 //! delay traffic, and it can turn every connection open at that moment into
 //! a *half-open* one (bytes are read and silently dropped, nothing is closed,
-//! so neither end sees an error) while new connections still pass.
+//! so neither end sees an error) while new connections still pass. And it
+//! can close every connection whose answers pass a byte budget
+//! ([`Proxy::cut_after_bytes`]): a response larger than that never arrives
+//! whole, however often the client asks again.
 //!
 //! `tc netem` and toxiproxy are not available on these machines; this is the
 //! in-process replacement the design notes suggest. It runs on the runtime of
@@ -27,6 +30,11 @@ struct Shared {
     /// One flag per live connection; set = blackholed for good.
     conns: Mutex<Vec<Arc<AtomicBool>>>,
     accepted: AtomicU64,
+    /// Non-zero: a connection is closed (both ways) when more than this many
+    /// bytes from the target would have reached the client through it.
+    cut_after: AtomicU64,
+    /// Connections closed that way.
+    cut: AtomicU64,
 }
 
 pub struct Proxy {
@@ -72,10 +80,19 @@ impl Proxy {
                                 let _ = outbound.set_nodelay(true);
                                 let (ri, wi) = inbound.into_split();
                                 let (ro, wo) = outbound.into_split();
-                                tokio::join!(
-                                    pipe(ri, wo, dead.clone(), shared.clone(), true),
-                                    pipe(ro, wi, dead, shared, false)
-                                );
+                                let cut = Arc::new(tokio::sync::Notify::new());
+                                // Cut: both halves dropped, the sockets closed.
+                                tokio::select! {
+                                    _ = async {
+                                        tokio::join!(
+                                            pipe(ri, wo, dead.clone(), shared.clone(), true, cut.clone()),
+                                            pipe(ro, wi, dead, shared.clone(), false, cut.clone())
+                                        )
+                                    } => {}
+                                    _ = cut.notified() => {
+                                        shared.cut.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                }
                             }
                         });
                 }
@@ -146,6 +163,19 @@ impl Proxy {
             .abort_all();
     }
 
+    /// From now on every connection, open or new, is closed as soon as
+    /// more than `bytes` from the target would have reached the client
+    /// through it in all (counted from its start; 0 turns it off). An
+    /// answer bigger than that is cut part-way on every attempt.
+    pub fn cut_after_bytes(&self, bytes: u64) {
+        self.shared.cut_after.store(bytes, Ordering::SeqCst);
+    }
+
+    /// Connections closed by [`Proxy::cut_after_bytes`] so far.
+    pub fn cut(&self) -> u64 {
+        self.shared.cut.load(Ordering::Relaxed)
+    }
+
     /// Connections accepted so far.
     pub fn accepted(&self) -> u64 {
         self.shared.accepted.load(Ordering::Relaxed)
@@ -168,13 +198,21 @@ async fn pipe(
     dead: Arc<AtomicBool>,
     shared: Arc<Shared>,
     up: bool,
+    cut: Arc<tokio::sync::Notify>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
+    let mut passed: u64 = 0;
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        passed += n as u64;
+        let limit = shared.cut_after.load(Ordering::SeqCst);
+        if !up && limit > 0 && passed > limit {
+            cut.notify_one();
+            std::future::pending::<()>().await;
+        }
         if dead.load(Ordering::SeqCst) {
             // Half-open: swallow everything, close nothing.
             continue;

@@ -42,9 +42,10 @@ use super::HistoryError;
 
 pub(super) use read::{
     activity, changes_since, cluster_baseline, cluster_events, events, refusals, resume_point,
-    terms, writer_fence, PgPool,
+    terms, watched_until, writer_fence, writer_status, PgPool,
 };
 pub use schema::{prepare, PG_SCHEMA_VERSION};
+pub use write::record_writer_error;
 pub(super) use write::PgWriter;
 
 /// No read or write statement runs longer.

@@ -10,7 +10,7 @@ use super::{connect, redact, Conn};
 use crate::events::cluster::{ClusterBaseline, ClusterEvent};
 use crate::events::Event;
 use crate::history::query::{OpenTerm, Query, RefusalRow, ResumePoint, TermRow};
-use crate::history::schema::{CLUSTER_KEY, RESUME_KEY};
+use crate::history::schema::{CLUSTER_KEY, RESUME_KEY, WATCHED_KEY};
 use crate::history::time::format_ms;
 use crate::history::window::{Activity, MAX_ACTIVE};
 use crate::history::HistoryError;
@@ -81,6 +81,17 @@ fn state(tx: &mut Transaction<'_>, key: &str) -> Result<Option<i64>, HistoryErro
         .query_opt("SELECT value FROM watcher_state WHERE key = $1", &[&key])?
         .map(|r| r.try_get(0))
         .transpose()?)
+}
+
+/// See `Reader::watched_until`.
+pub(in crate::history) fn watched_until(client: &mut Client) -> Result<Option<i64>, HistoryError> {
+    let mut tx = snapshot(client)?;
+    let heartbeat = state(&mut tx, WATCHED_KEY)?;
+    let arrival: Option<i64> = tx
+        .query_one("SELECT max(at_ms) FROM events", &[])?
+        .try_get(0)?;
+    tx.commit()?;
+    Ok(heartbeat.max(arrival))
 }
 
 pub(in crate::history) fn resume_point(
@@ -337,6 +348,38 @@ pub(in crate::history) fn cluster_baseline(
 
 /// The fence row: the highest writer token that has written, and its holder
 /// (`None` before any writer).
+/// See `Reader::writer_status`.
+pub(in crate::history) fn writer_status(
+    client: &mut Client,
+) -> Result<crate::history::WriterStatus, HistoryError> {
+    let mut tx = snapshot(client)?;
+    let revision = state(&mut tx, RESUME_KEY)?;
+    let watched_at_ms = state(&mut tx, WATCHED_KEY)?;
+    let row = tx.query_one(
+        "SELECT token, holder, last_error, last_error_holder, last_error_at_ms
+         FROM history_writer WHERE id = 1",
+        &[],
+    )?;
+    let token: i64 = row.try_get(0)?;
+    let error: Option<String> = row.try_get(2)?;
+    let error_holder: Option<String> = row.try_get(3)?;
+    let error_at: Option<i64> = row.try_get(4)?;
+    tx.commit()?;
+    Ok(crate::history::WriterStatus {
+        revision,
+        watched_at_ms,
+        writer: if token > 0 {
+            Some((token, row.try_get(1)?))
+        } else {
+            None
+        },
+        last_error: match (error, error_at) {
+            (Some(e), Some(at)) => Some((error_holder.unwrap_or_default(), at, e)),
+            _ => None,
+        },
+    })
+}
+
 pub(in crate::history) fn writer_fence(
     client: &mut Client,
 ) -> Result<Option<(i64, String)>, HistoryError> {

@@ -88,8 +88,17 @@ const V2: &str = r#"
 ALTER TABLE history_writer ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;
 "#;
 
+/// Version 3: the writer's last failure, so that every replica's `/readyz`
+/// can say why nothing is being recorded (issue 20.11): which replica, when,
+/// and its error.
+const V3: &str = r#"
+ALTER TABLE history_writer ADD COLUMN IF NOT EXISTS last_error TEXT;
+ALTER TABLE history_writer ADD COLUMN IF NOT EXISTS last_error_holder TEXT;
+ALTER TABLE history_writer ADD COLUMN IF NOT EXISTS last_error_at_ms BIGINT;
+"#;
+
 /// Every migration, in order; `tenure_schema.version` counts those applied.
-const MIGRATIONS: &[&str] = &[V1, V2, super::summary::MIGRATION];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, super::summary::MIGRATION];
 
 /// The PostgreSQL schema version this build writes and reads.
 pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

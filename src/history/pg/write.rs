@@ -322,3 +322,20 @@ impl WriteTx for PgTx<'_, '_> {
         Ok(())
     }
 }
+
+/// Records why the writer `holder` stopped recording (its commit refused,
+/// its watch stuck), on a connection of its own, so that every replica's
+/// `/readyz` can say it (issue 20.11). Not fenced: it is a note, not
+/// history. Blocking.
+pub fn record_writer_error(url: &str, holder: &str, message: &str) -> Result<(), HistoryError> {
+    let mut conn = connect(url, "")?;
+    let now = crate::events::now_ms();
+    conn.get()?
+        .execute(
+            "UPDATE history_writer SET last_error = $1, last_error_holder = $2, \
+             last_error_at_ms = $3 WHERE id = 1",
+            &[&message, &holder, &now],
+        )
+        .map_err(|e| with_url(e.into(), url))?;
+    Ok(())
+}

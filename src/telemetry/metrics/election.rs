@@ -91,6 +91,10 @@ pub(super) struct Election {
     /// `leaderless_seconds_total`; `None` while someone leads, or before the
     /// first term end this process saw.
     leaderless_since_ms: Option<i64>,
+    /// Leaderless when the watcher stopped being live: the time until it
+    /// is live again is not counted (nobody watched), and counting resumes
+    /// then if still leaderless (issue 20.7).
+    leaderless_paused: bool,
     /// This process saw a term of it end (its current term, or the last
     /// one): from then on `leaderless_seconds_total` has a series.
     lost_leader: bool,
@@ -113,6 +117,7 @@ impl Election {
             lease_remaining: None,
             waiting: 0,
             leaderless_since_ms: None,
+            leaderless_paused: false,
             lost_leader: false,
         }
     }
@@ -160,6 +165,7 @@ impl Election {
                 }
                 self.accrue_leaderless(event.at_ms);
                 self.leaderless_since_ms = None;
+                self.leaderless_paused = false;
                 let s = &mut self.series;
                 s.has_leader = 1;
                 s.leader_changes += 1;
@@ -250,6 +256,24 @@ impl Election {
     /// leader).
     pub fn shows_leaderless(&self) -> bool {
         self.lost_leader
+    }
+
+    /// The watcher stopped being live at `at_ms`: leaderless time stops
+    /// growing.
+    pub fn pause_leaderless(&mut self, at_ms: i64) {
+        self.accrue_leaderless(at_ms);
+        if self.leaderless_since_ms.take().is_some() {
+            self.leaderless_paused = true;
+        }
+    }
+
+    /// The watcher is live again at `at_ms`: an election still without a
+    /// leader counts leaderless time from then on (what it replays next
+    /// moves that as it does for live events).
+    pub fn resume_leaderless(&mut self, at_ms: i64) {
+        if std::mem::take(&mut self.leaderless_paused) && self.term.is_none() {
+            self.leaderless_since_ms = Some(at_ms);
+        }
     }
 
     /// Adds the leaderless time up to `until_ms` to the counter.

@@ -89,8 +89,8 @@ pub const TERM_DURATION_BUCKETS: &[f64] = &[
 
 const TERM_DURATION_HELP: &str = "Duration of ended terms whose start and end were both seen \
     (terms first seen in a snapshot, or ended in compacted history, are not observed).";
-const TERM_ENDS_HELP: &str = "Terms ended, by cause: resigned, expired, deleted, superseded, \
-    unknown (ended in compacted history).";
+const TERM_ENDS_HELP: &str = "Terms ended, by cause: resigned (given up), expired (lease ran \
+    out), deleted (key deleted while its lease lived), superseded, unknown (tenure cannot tell).";
 
 const fn family(
     id: Id,
@@ -180,7 +180,8 @@ pub const FAMILIES: [Family; 24] = [
         Id::Leaderless,
         "tenure_election_leaderless_seconds_total",
         "Seconds the election had no leader since a term end seen by this \
-         process; grows while it is leaderless.",
+         process; grows while it is leaderless and the watcher is live (not \
+         while etcd is unreachable: that time is not known).",
         Counter,
         &["election"],
         Election,

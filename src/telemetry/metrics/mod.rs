@@ -74,7 +74,7 @@ pub mod families;
 mod registry;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use prometheus::Registry;
@@ -126,6 +126,9 @@ pub struct Metrics {
     elections: Mutex<BTreeMap<String, Election>>,
     /// Length of the last render, to size the next one's buffer.
     last_len: AtomicUsize,
+    /// The watcher is not live (etcd unreachable, the stream broken or
+    /// stuck): leaderless time does not grow until it is (issue 20.7).
+    paused: AtomicBool,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -153,6 +156,7 @@ impl Metrics {
             options,
             elections: Mutex::new(BTreeMap::new()),
             last_len: AtomicUsize::new(0),
+            paused: AtomicBool::new(false),
         })
     }
 
@@ -207,6 +211,31 @@ impl Metrics {
 
     /// Updates the metrics from one watcher update.
     pub fn apply(&self, update: &Update) {
+        self.apply_at(update, crate::events::now_ms())
+    }
+
+    /// [`apply`](Self::apply) as if the wall clock said `now_ms`.
+    pub fn apply_at(&self, update: &Update, now_ms: i64) {
+        // Leaderless time counts only while the watcher is live: it pauses
+        // when etcd is unreachable or the stream broke or is stuck, and
+        // resumes with the next batch or caught-up notice.
+        match update {
+            Update::Watch(
+                WatchStatus::EtcdUp(false) | WatchStatus::Stuck { .. } | WatchStatus::Restarted(_),
+            ) if !self.paused.swap(true, Ordering::Relaxed) => {
+                for e in self.lock().values_mut() {
+                    e.pause_leaderless(now_ms);
+                }
+            }
+            Update::Batch(_) | Update::Watch(WatchStatus::CaughtUp { .. })
+                if self.paused.swap(false, Ordering::Relaxed) =>
+            {
+                for e in self.lock().values_mut() {
+                    e.resume_leaderless(now_ms);
+                }
+            }
+            _ => {}
+        }
         match update {
             Update::Batch(batch) => {
                 let mut elections = self.lock();
@@ -295,8 +324,10 @@ impl Metrics {
     /// Elections are kept in name order, so nothing is sorted here.
     fn render_selected(&self, now_ms: i64, keep: Option<&dyn Fn(&str) -> bool>) -> String {
         let mut elections = self.lock();
-        for e in elections.values_mut() {
-            e.accrue_leaderless(now_ms);
+        if !self.paused.load(Ordering::Relaxed) {
+            for e in elections.values_mut() {
+                e.accrue_leaderless(now_ms);
+            }
         }
         // Render while holding the lock, so the output is one consistent state.
         let registry = self.registry.gather();

@@ -34,6 +34,8 @@ pub struct Row {
     pub leaderless_ms: i64,
     pub bars: Vec<timeline::Bar>,
     pub shades: Vec<timeline::Shade>,
+    /// The part of the window not watched (see `timeline::Timeline`).
+    pub not_watched: Option<timeline::Shade>,
     pub marks: Vec<timeline::Marker>,
 }
 
@@ -76,6 +78,7 @@ pub fn layout(w: &Window, now: i64, width: f64) -> Drawing {
         to_ms: w.sel.to_ms,
         now_ms: now,
         known_since_ms: None,
+        unwatched_since_ms: w.unwatched_since,
         width,
     });
     let (left, right) = (empty.plot_left.0, empty.plot_right.0);
@@ -96,6 +99,7 @@ pub fn layout(w: &Window, now: i64, width: f64) -> Drawing {
             now_ms: now,
             // Not every term was read: what looks leaderless may not be.
             known_since_ms: lane.known_since_ms.filter(|_| !lane.truncated),
+            unwatched_since_ms: w.unwatched_since,
             width,
         });
         let bars = t
@@ -126,14 +130,15 @@ pub fn layout(w: &Window, now: i64, width: f64) -> Drawing {
             label_y: Px(y + ROW_H / 2.0 + 4.0),
             changes: lane.activity.started,
             refusals: lane.activity.refusals,
-            leaderless: if lane.truncated {
-                "unknown (too many terms: narrow the window)".to_owned()
-            } else {
-                format_duration_ms(t.leaderless_ms)
+            leaderless: match (&t.not_watched, lane.truncated) {
+                (_, true) => "unknown (too many terms: narrow the window)".to_owned(),
+                (Some(nw), false) => not_watched_text(t.leaderless_ms, nw.from_ms),
+                (None, false) => format_duration_ms(t.leaderless_ms),
             },
             leaderless_ms: t.leaderless_ms,
             bars,
             shades,
+            not_watched: t.not_watched,
             marks,
         });
     }
@@ -178,6 +183,16 @@ pub fn layout(w: &Window, now: i64, width: f64) -> Drawing {
         cluster,
         now_x: (now >= w.sel.from_ms && now <= w.sel.to_ms).then(|| Px(x(now))),
     }
+}
+
+/// Leaderless time when part of the window was not watched: what was
+/// watched is a lower bound, the rest unknown (issue 20.7).
+pub fn not_watched_text(watched_ms: i64, since_ms: i64) -> String {
+    format!(
+        "unknown (≥ {}; not watched since {})",
+        format_duration_ms(watched_ms),
+        short_time(since_ms)
+    )
 }
 
 /// etcd's events as markers of a per-election drawing laid out for

@@ -38,7 +38,9 @@ pub mod report;
 pub mod window;
 
 pub use crate::web::replays::ReplayMark;
-pub use drawing::{cluster_markers, cluster_title, layout, render_svg, ClusterMark, Drawing, Row};
+pub use drawing::{
+    cluster_markers, cluster_title, layout, not_watched_text, render_svg, ClusterMark, Drawing, Row,
+};
 pub use report::{
     build_report, leaderless_stretches, report_markdown, Report, ReportClusterEvent,
     ReportElection, ReportRefusal, ReportTerm,

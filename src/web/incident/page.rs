@@ -123,7 +123,14 @@ pub(super) async fn timeline_page(
     let skip = (page - 1).saturating_mul(per_page);
     let reader = s.history.clone();
     let sel2 = sel.clone();
-    let w = match tokio::task::spawn_blocking(move || load(&reader, &sel2, skip, per_page)).await {
+    let readiness = s.readiness.clone();
+    let w = match tokio::task::spawn_blocking(move || {
+        let mut w = load(&reader, &sel2, skip, per_page)?;
+        w.unwatched_since = readiness.unwatched_since(&reader);
+        Ok::<_, crate::history::HistoryError>(w)
+    })
+    .await
+    {
         Ok(Ok(w)) => w,
         Ok(Err(e)) => {
             return error_page(

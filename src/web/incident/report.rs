@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::window::{load, select, SelectError, Window};
 use super::{bad_request, MAX_REPORT_ELECTIONS};
 use crate::events::cluster::ClusterEvent;
-use crate::events::now_ms;
+use crate::events::{now_ms, EndCause};
 use crate::history::{format_ms, TermRow};
 use crate::web::api::ApiError;
 use crate::web::timeline;
@@ -143,6 +143,8 @@ fn stretches_of(mut spans: Vec<(i64, i64)>, lo: i64, hi: i64) -> Vec<(i64, i64)>
 /// happened anywhere in their bounds: least when every replayed start came
 /// as early and every end as late as possible, most the other way round.
 /// An unknown lower bound is taken as `lo` (nothing before is counted).
+/// Time not watched (no watcher live since `w.unwatched_since`) is led in
+/// the least and leaderless in the most.
 fn leaderless_bounds(w: &Window, terms: &[TermRow], lo: i64, hi: i64, now: i64) -> (i64, i64) {
     let earliest = |rev: i64, at: i64| match w.replayed_since(rev, at) {
         Some(since) => since.unwrap_or(lo).min(at),
@@ -168,9 +170,7 @@ fn leaderless_bounds(w: &Window, terms: &[TermRow], lo: i64, hi: i64, now: i64) 
             (t.started_at_ms, end)
         })
         .collect();
-    let total =
-        |v: Vec<(i64, i64)>| -> i64 { stretches_of(v, lo, hi).iter().map(|(a, b)| b - a).sum() };
-    (total(least), total(most))
+    crate::web::replays::leaderless_range(&least, &most, lo, hi, w.unwatched_since)
 }
 
 pub fn build_report(w: &Window, now: i64) -> Report {
@@ -300,6 +300,25 @@ fn leaderless_total(e: &ReportElection) -> String {
     }
 }
 
+/// What each end cause of the report's terms tells, in the one wording
+/// every view uses (`EndCause::description`).
+fn end_causes(o: &mut String, r: &Report) {
+    use std::fmt::Write;
+    let seen: std::collections::BTreeSet<EndCause> = r
+        .elections
+        .iter()
+        .flat_map(|e| &e.terms)
+        .filter_map(|t| t.cause.as_deref().and_then(EndCause::parse))
+        .collect();
+    if seen.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\n## End causes\n");
+    for c in seen {
+        let _ = writeln!(o, "- `{c}`: {}", c.description());
+    }
+}
+
 /// A start or end time; a replayed one says what is known of it.
 fn boundary(at: &str, replayed: bool, not_before: Option<&str>) -> String {
     match (replayed, not_before) {
@@ -351,6 +370,7 @@ pub fn report_markdown(r: &Report) -> String {
             if e.truncated { "+" } else { "" }
         );
     }
+    end_causes(&mut o, r);
     let _ = writeln!(o, "\n## etcd events\n");
     if r.etcd_events.is_empty() {
         let _ = writeln!(o, "None recorded in the window.");
@@ -457,11 +477,14 @@ pub(super) async fn report(
     let sel = select(q.from.as_deref(), q.to.as_deref(), q.glob.as_deref(), now)
         .map_err(|SelectError::Bad(m)| bad_request(m))?;
     let reader = s.history.clone();
-    let w = tokio::task::spawn_blocking(move || load(&reader, &sel, 0, MAX_REPORT_ELECTIONS))
-        .await
-        .map_err(|e| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-        })??;
+    let readiness = s.readiness.clone();
+    let w = tokio::task::spawn_blocking(move || {
+        let mut w = load(&reader, &sel, 0, MAX_REPORT_ELECTIONS)?;
+        w.unwatched_since = readiness.unwatched_since(&reader);
+        Ok::<_, crate::history::HistoryError>(w)
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))??;
     let r = build_report(&w, now);
     if format == "json" {
         return Ok(Json(r).into_response());
@@ -511,6 +534,7 @@ mod tests {
             gaps: Vec::new(),
             replays: Vec::new(),
             cluster: Vec::new(),
+            unwatched_since: None,
         }
     }
 

@@ -123,6 +123,9 @@ pub struct Window {
     /// Revisions whose changes were replayed, not seen as they happened.
     pub replays: Vec<ReplayMark>,
     pub cluster: Vec<ClusterEvent>,
+    /// No watcher has been live since then (`None`: one is live now): time
+    /// after it was not watched (see `replays::not_watched`).
+    pub unwatched_since: Option<i64>,
 }
 
 impl Window {
@@ -232,6 +235,7 @@ pub fn load(
         gaps,
         replays,
         cluster,
+        unwatched_since: None,
     })
 }
 

@@ -106,6 +106,8 @@ pub(super) struct History {
     pub(super) known_since_ms: Option<i64>,
     /// etcd's own events in the window (issue 14).
     pub(super) cluster: Vec<ClusterEvent>,
+    /// No watcher has been live since then (`None`: one is live now).
+    pub(super) unwatched_since: Option<i64>,
 }
 
 enum PageError {
@@ -196,6 +198,7 @@ fn load_history(
         cluster: reader.cluster_events(&q)?,
         summary,
         window,
+        unwatched_since: None,
     })
 }
 
@@ -298,8 +301,12 @@ async fn timeline_page(
 
     let reader = s.history.clone();
     let n = name.to_string();
-    let history =
-        tokio::task::spawn_blocking(move || load_history(&reader, &n, from, to, limit, now));
+    let readiness = s.readiness.clone();
+    let history = tokio::task::spawn_blocking(move || {
+        let mut h = load_history(&reader, &n, from, to, limit, now)?;
+        h.unwatched_since = readiness.unwatched_since(&reader);
+        Ok::<_, history::HistoryError>(h)
+    });
     let etcd = tokio::time::timeout(ETCD_WAIT, s.client.leader(name));
     let (history, etcd) = tokio::join!(history, etcd);
     let h = match history {

@@ -115,7 +115,10 @@ impl PageInput<'_> {
             svg_narrow,
             terms_drawn: tl.terms_drawn,
             terms_merged: tl.terms_merged,
-            leaderless_total: format_duration_ms(tl.leaderless_ms),
+            leaderless_total: match &tl.not_watched {
+                Some(nw) => incident::not_watched_text(tl.leaderless_ms, nw.from_ms),
+                None => format_duration_ms(tl.leaderless_ms),
+            },
             leaderless_count: tl.leaderless.iter().map(|s| s.count).sum(),
             refusal_count: h.refusals.len(),
             gap_count: h.gaps.len(),
@@ -142,6 +145,7 @@ impl PageInput<'_> {
             to_ms: w.to_ms,
             now_ms: self.now,
             known_since_ms: h.known_since_ms,
+            unwatched_since_ms: h.unwatched_since,
             width: timeline::WIDTH,
         };
         let mut tl = timeline::layout(&input);
@@ -466,6 +470,8 @@ struct TermView {
     duration: String,
     cause: String,
     cause_class: &'static str,
+    /// What the cause tells (`EndCause::description`), as the cell's title.
+    cause_title: &'static str,
     revisions: String,
     from_snapshot: bool,
 }
@@ -559,6 +565,10 @@ fn term_view(t: &TermRow, hue: u16, replays: &[ReplayMark], now: i64) -> TermVie
         ),
         (false, None) => ("ended".to_owned(), "warn"),
     };
+    let cause_title = match (open, t.end_cause) {
+        (false, Some(c)) => c.description(),
+        _ => "",
+    };
     // A term already running when tenure first saw it began at some unknown
     // moment before: its duration is a lower bound.
     let start = if t.from_snapshot {
@@ -592,6 +602,7 @@ fn term_view(t: &TermRow, hue: u16, replays: &[ReplayMark], now: i64) -> TermVie
         },
         cause,
         cause_class,
+        cause_title,
         revisions: match t.ended_revision {
             Some(e) => format!("{} → {e}", t.started_revision),
             None => format!("{} →", t.started_revision),

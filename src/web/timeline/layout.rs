@@ -257,6 +257,25 @@ pub fn layout(input: &Input<'_>) -> Timeline {
         }
     });
 
+    let not_watched =
+        crate::web::replays::not_watched(input.unwatched_since_ms, from, to.min(input.now_ms)).map(
+            |(a, b)| {
+                let (x0, x1) = (scale.x(a), scale.x(b));
+                Shade {
+                    x: Px(x0),
+                    w: Px((x1 - x0).max(MIN_BAR)),
+                    from_ms: a,
+                    to_ms: b,
+                    count: 1,
+                    title: format!(
+                "not watched since {}: no watcher of tenure was live (stopped, or cut off from \
+                 etcd); whether there was a leader is unknown until one replays this",
+                short_time(a)
+            ),
+                }
+            },
+        );
+
     Timeline {
         width: Px(width),
         height: Px(height),
@@ -270,6 +289,7 @@ pub fn layout(input: &Input<'_>) -> Timeline {
         bars,
         leaderless,
         no_data,
+        not_watched,
         refusals,
         gaps,
         cluster: Vec::new(),

@@ -16,7 +16,11 @@ pub(super) fn leaderless_shades(
         return (Vec::new(), 0);
     };
     let lo = scale.from.max(known);
-    let hi = scale.to.min(input.now_ms);
+    // Only what was watched: after the last live moment nothing is known.
+    let hi = scale
+        .to
+        .min(input.now_ms)
+        .min(input.unwatched_since_ms.unwrap_or(i64::MAX));
     if lo >= hi {
         return (Vec::new(), 0);
     }

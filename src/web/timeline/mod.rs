@@ -117,6 +117,10 @@ pub struct Input<'a> {
     /// The earliest time the history covers for this election (the start
     /// of its first stored term); `None`: no term is known at all.
     pub known_since_ms: Option<i64>,
+    /// No watcher has been live since then (`None`: one is live now): the
+    /// rest of the window was not watched, and whether the election had a
+    /// leader there is unknown (issue 20.7; `replays::not_watched`).
+    pub unwatched_since_ms: Option<i64>,
     /// Width of the drawing in SVG user units (see [`WIDTH`]).
     pub width: f64,
 }
@@ -271,6 +275,9 @@ pub struct Timeline {
     pub leaderless: Vec<Shade>,
     /// The part of the window before the history's first term.
     pub no_data: Option<Shade>,
+    /// The part of the window after the last moment a watcher was live,
+    /// when none is now: not watched, not leaderless (shaded as no data).
+    pub not_watched: Option<Shade>,
     pub refusals: Vec<Marker>,
     pub gaps: Vec<Marker>,
     /// etcd's own events (issue 14): set by the page after layout
@@ -284,7 +291,8 @@ pub struct Timeline {
     pub terms_merged: usize,
     /// Holders sharing the "other" lane.
     pub other_holders: usize,
-    /// Total leaderless time in the window, ms.
+    /// Total leaderless time in the window, ms (in the part watched: with
+    /// `not_watched`, a lower bound).
     pub leaderless_ms: i64,
 }
 

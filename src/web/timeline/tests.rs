@@ -50,6 +50,7 @@ fn input<'a>(terms: &'a [TermRow], from: i64, to: i64, now: i64) -> Input<'a> {
         to_ms: to,
         now_ms: now,
         known_since_ms: terms.iter().map(|t| t.started_at_ms).min(),
+        unwatched_since_ms: None,
         width: WIDTH,
     }
 }

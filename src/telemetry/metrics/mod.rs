@@ -123,7 +123,9 @@ pub struct Metrics {
     registry: Registry,
     p: Process,
     options: MetricsOptions,
-    elections: Mutex<BTreeMap<String, Election>>,
+    /// By name, so a render needs no sort; boxed, so a tree node (eleven
+    /// slots) holds pointers, not eleven elections (issue 23).
+    elections: Mutex<BTreeMap<String, Box<Election>>>,
     /// Length of the last render, to size the next one's buffer.
     last_len: AtomicUsize,
     /// The watcher is not live (etcd unreachable, the stream broken or
@@ -172,7 +174,7 @@ impl Metrics {
         &self.registry
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Election>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Box<Election>>> {
         self.elections.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -180,14 +182,14 @@ impl Metrics {
     /// (allocating only then).
     fn election<'a>(
         &self,
-        elections: &'a mut BTreeMap<String, Election>,
+        elections: &'a mut BTreeMap<String, Box<Election>>,
         name: &str,
-    ) -> Option<&'a mut Election> {
+    ) -> Option<&'a mut Box<Election>> {
         let name = cap_label(name, MAX_ELECTION_LABEL_BYTES);
         if !elections.contains_key(name) {
             elections.insert(
                 name.to_owned(),
-                Election::new(self.options.per_election_detail),
+                Box::new(Election::new(self.options.per_election_detail)),
             );
             self.p.elections.set(elections.len() as i64);
         }
@@ -333,7 +335,7 @@ impl Metrics {
         let registry = self.registry.gather();
         let selected: Vec<(&str, &Election)> = elections
             .iter()
-            .map(|(n, e)| (n.as_str(), e))
+            .map(|(n, e)| (n.as_str(), &**e))
             .filter(|(n, _)| keep.is_none_or(|k| k(n)))
             .collect();
         let hint = if keep.is_none() {

@@ -114,7 +114,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
                 )
                 .baseline_samples("raw etcd txn (1 compare + put)", &b)
                 .paired_ratio(&acc, &b)
-                .note("2 compares, put with prev_kv, get of the leader key, as Client::fence's fast path sends it: the floor for the fence's own txn"),
+                .note("3 compares (the token floor's included), put with prev_kv, get of the leader key, as Client::fence's fast path sends it: the floor for the fence's own txn"),
             );
         }
     }
@@ -178,6 +178,7 @@ fn shaped_txn(
     let fence = k.fence_key(n, resource);
     let (leader, fence_b) = (leader.as_bytes(), fence.as_bytes());
     let is_current = Compare::create_revision(leader, CompareOp::Equal, token);
+    let floor = k.floor_key();
     let accept = |prev: bool| {
         [
             TxnOp::put(
@@ -194,12 +195,24 @@ fn shaped_txn(
                 .when([is_current])
                 .and_then([TxnOp::put(fence_b, pad_token(token), None)])
         }
+        // With the token floor's two branches (no floor; a floor below the
+        // token): the first one taken when etcd was never restored.
         Shape::AcceptBranch => Txn::new()
             .when([
-                is_current,
+                is_current.clone(),
                 Compare::value(fence_b, CompareOp::Less, pad_token(token + 1)),
+                Compare::version(floor.as_bytes(), CompareOp::Equal, 0),
             ])
-            .and_then(accept(true)),
+            .and_then(accept(true))
+            .or_else([TxnOp::txn(
+                Txn::new()
+                    .when([
+                        is_current,
+                        Compare::value(fence_b, CompareOp::Less, pad_token(token + 1)),
+                        Compare::value(floor.as_bytes(), CompareOp::Less, pad_token(token)),
+                    ])
+                    .and_then(accept(true)),
+            )]),
         Shape::Full => {
             let refusal = k.refusal_key(n, resource);
             let refuse = |reason: &str| {
@@ -210,7 +223,7 @@ fn shaped_txn(
                     TxnOp::get(fence_b, None),
                 ]
             };
-            Txn::new()
+            let decide = Txn::new()
                 .when([
                     is_current.clone(),
                     Compare::value(fence_b, CompareOp::Less, pad_token(token + 1)),
@@ -235,7 +248,16 @@ fn shaped_txn(
                                         .or_else(refuse("term_ended")),
                                 )]),
                         )]),
+                )]);
+            // The token floor first, as Client::fence sends it.
+            Txn::new()
+                .when([Compare::value(
+                    floor.as_bytes(),
+                    CompareOp::Greater,
+                    pad_token(token - 1),
                 )])
+                .and_then([TxnOp::get(floor.as_bytes(), None)])
+                .or_else([TxnOp::txn(decide)])
         }
     }
 }
@@ -272,7 +294,16 @@ pub async fn shaped_rate(
                 let resp = tokio::time::timeout(Duration::from_secs(10), raw.txn(txn))
                     .await
                     .map_err(|_| anyhow!("raw txn timed out"))??;
-                if !resp.succeeded() {
+                // The full txn's first level is the floor's: accepted is
+                // its else branch's nested txn succeeding.
+                let accepted = match shape {
+                    Shape::Full => !resp.succeeded()
+                        && resp.op_responses().into_iter().any(
+                            |r| matches!(r, etcd_client::TxnOpResponse::Txn(t) if t.succeeded()),
+                        ),
+                    _ => resp.succeeded(),
+                };
+                if !accepted {
                     bail!("raw txn compare failed");
                 }
                 count.fetch_add(1, Ordering::Relaxed);

@@ -173,6 +173,17 @@ pub enum EventKind {
         to_revision: i64,
         since_ms: Option<i64>,
     },
+    /// This election and `other` both hold keys while one's name is a
+    /// proper path prefix of the other's (`orders`, `orders/primary`):
+    /// etcd's own `Election` of the shorter (`etcdctl elect`, Go's
+    /// `concurrency.Election`) takes the longer one's keys for its
+    /// candidates, so its etcd clients queue behind a key that never goes,
+    /// and tenure may name a leader etcd's clients do not. Recorded once per
+    /// election when the collision arises (tenure refuses new campaigns of
+    /// either name meanwhile).
+    NameCollision {
+        other: String,
+    },
     /// etcd's timeline was replaced: its revision went behind the stored one
     /// (a restore from `etcdctl snapshot save`, a new cluster) or its cluster
     /// id changed. History up to `from_revision` belongs to the old timeline
@@ -202,6 +213,7 @@ impl EventKind {
             EventKind::Unobserved { .. } => "unobserved",
             EventKind::CandidateQueued { .. } => "candidate_queued",
             EventKind::CandidateLeft { .. } => "candidate_left",
+            EventKind::NameCollision { .. } => "name_collision",
         }
     }
 }

@@ -425,3 +425,80 @@ async fn auth_misconfigurations_fail_fast_with_one_line() {
         text(&out.stderr)
     );
 }
+
+/// The command never inherits a credential tenure was given (issue 20.9):
+/// its environment, read from /proc/PID/environ while it runs, holds none
+/// of the secrets, whichever way they came (password variables, `NAME:PASSWORD`
+/// users, a password file, serve's API token, a PostgreSQL URL with a
+/// password); the non-secret settings stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_inherits_no_credential() {
+    let etcd = auth_etcd().await;
+    let ep = etcd.endpoint();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pw = dir.path().join("writer.pw");
+    std::fs::write(&pw, "writer-pw\n").expect("password file");
+    let pw = pw.display().to_string();
+    let secrets = ["writer-pw", "api-s3cret", "db-s3cret", pw.as_str()];
+    let db = "postgres://tenure:db-s3cret@127.0.0.1/tenure";
+    let cases: [Vec<(&str, &str)>; 3] = [
+        vec![
+            ("TENURE_USER", "writer"),
+            ("TENURE_PASSWORD", "writer-pw"),
+            ("ETCDCTL_PASSWORD", "writer-pw"),
+            ("ETCDCTL_USER", "writer:writer-pw"),
+            ("TENURE_API_TOKEN", "api-s3cret"),
+            ("TENURE_DB", db),
+        ],
+        vec![("TENURE_USER", "writer:writer-pw")],
+        vec![("ETCDCTL_USER", "writer"), ("TENURE_PASSWORD_FILE", &pw)],
+    ];
+    for (i, env) in cases.iter().enumerate() {
+        let sub = dir.path().join(i.to_string());
+        std::fs::create_dir(&sub).expect("dir");
+        let election = format!("env-{i}");
+        let h =
+            support::holder::Holder::start_env(&ep, &election, &sub, &["--ttl", "5"], env).await;
+        let environ = std::fs::read(format!("/proc/{}/environ", h.cmd_pid)).expect("environ");
+        let vars: Vec<String> = environ
+            .split(|b| *b == 0)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect();
+        let leaked: Vec<&String> = vars
+            .iter()
+            .filter(|v| secrets.iter().any(|s| v.contains(s)))
+            .collect();
+        println!("[figure] case {i}: the command's credentials: {leaked:?}");
+        assert!(
+            leaked.is_empty(),
+            "case {i}: the command inherits {leaked:?}"
+        );
+        let has = |want: &str| vars.iter().any(|v| v == want);
+        assert!(has(&format!("TENURE_ENDPOINTS={ep}")), "case {i}: {vars:?}");
+        assert!(
+            has(&format!("TENURE_ELECTION={election}")),
+            "case {i}: {vars:?}"
+        );
+        assert!(
+            has(&format!("TENURE_TOKEN={}", h.token)),
+            "case {i}: {vars:?}"
+        );
+        if i < 2 {
+            assert!(
+                has("TENURE_USER=writer"),
+                "case {i}: the user name stays: {vars:?}"
+            );
+        } else {
+            assert!(
+                has("ETCDCTL_USER=writer"),
+                "case {i}: the user name stays: {vars:?}"
+            );
+        }
+        if i == 0 {
+            assert!(
+                vars.iter().all(|v| !v.starts_with("TENURE_DB=")),
+                "a URL with a password goes: {vars:?}"
+            );
+        }
+    }
+}

@@ -297,7 +297,10 @@ async fn frozen_etcd_leader(rounds: usize) -> (Vec<Takeover>, usize) {
                         );
                         dirs.push(tempdir());
                         let dir = dirs[dirs.len() - 1].path();
-                        old = Holder::start(&eps, election, dir, &["--ttl", TTL]).await;
+                        // Waiting: the ended term's key may outlive it by
+                        // its TTL (its resignation unanswered mid-turmoil).
+                        let args = ["--wait", "--ttl", TTL];
+                        old = Holder::start(&eps, election, dir, &args).await;
                     }
                 }
             }

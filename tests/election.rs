@@ -220,11 +220,18 @@ async fn loss_signal_fires_before_lease_expiry_when_etcd_is_unreachable() {
         fired - stopped,
         earliest_expiry.saturating_duration_since(fired)
     );
-    assert!(
-        matches!(reason, LossReason::RenewalDeadline { .. }),
-        "{reason:?}"
-    );
-    assert!(fired >= valid_until, "fired before the deadline");
+    // The renewal deadline, or (when etcd froze between a confirmed renewal
+    // and the key read that follows it) the key's own bound: one TTL after
+    // its last confirmed read, which is then up to TTL/3 older than the
+    // renewal, so it can fire a little before the renewal deadline. Both are
+    // losses before etcd could expire the lease.
+    match reason {
+        LossReason::RenewalDeadline { .. } => {
+            assert!(fired >= valid_until, "fired before the deadline")
+        }
+        LossReason::KeyUnconfirmed { .. } => {}
+        other => panic!("{other:?}"),
+    }
     assert!(
         fired < earliest_expiry,
         "fired after the lease could have expired"

@@ -408,3 +408,202 @@ async fn a_deletion_without_tenures_marker_kills_at_once() {
     );
     assert_eq!(h.exit_code(Duration::from_secs(10)).await, Some(4));
 }
+
+/// A term whose key cannot be read is lost after a TTL, though its
+/// lease is renewed (issue 20.3). etcd here serves at most two streams per
+/// connection: the holder's keepalive and its key watch take both, and its
+/// key reads wait for a slot that never comes. etcd's own record (a watch
+/// of the key) shows the term alive when the command died.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_cannot_read_its_key_stops_within_ttl_minus_margin() {
+    let flags = support::EtcdFlags {
+        https: false,
+        args: vec!["--max-concurrent-streams".into(), "2".into()],
+    };
+    let etcd = Etcd::start_with(flags).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let keylog = KeyLog::start(etcd.client().await, "election/unread").await;
+    // TTL 6: margin 1.5 s; the key read every 2 s.
+    let mut h = Holder::start(&etcd.endpoint(), "unread", dir.path(), &["--ttl", "6"]).await;
+    let led = now_ns();
+    let dead = support::holder::dead_within(h.pgid, Duration::from_secs(15)).await;
+    println!(
+        "[figure] key reads unanswered, lease renewed (TTL 6 s): command group dead {}",
+        dead.map_or("never (15 s)".to_owned(), |d| format!(
+            "{:.0} ms after leading",
+            ms(d - led)
+        ))
+    );
+    let dead = dead.expect("the holder ran on with its key unconfirmed for 15 s");
+    // The last confirmed read was at the earliest when the term began: the
+    // loss comes a TTL (6 s) after it; the command, which ignores SIGTERM,
+    // gets the 1.25 s grace (the lease lives on: nobody else can have the
+    // key for want of an answer), then SIGKILL.
+    assert!(
+        dead - led < 8_000_000_000,
+        "dead {:.0} ms after leading",
+        ms(dead - led)
+    );
+    // etcd still held the term when the command last acted: the lease
+    // was renewed all along, only the key went unconfirmed.
+    let last = h.last_act();
+    let ended = keylog.changes().iter().find(|c| c.deleted).map(|c| c.at);
+    assert!(
+        ended.is_none_or(|e| e > last),
+        "etcd ended the term {:.0} ms before the command's last act: not the case under test",
+        ms(last - ended.unwrap_or(last))
+    );
+    assert_eq!(h.exit_code(Duration::from_secs(10)).await, Some(4));
+    let said = support::holder::rest_of(&mut h.lines, Duration::from_secs(5))
+        .await
+        .join("\n");
+    assert!(said.contains("not confirmed"), "tenure says why: {said}");
+}
+
+/// What tenure wrote to stderr from here until it exited.
+async fn rest(h: &mut Holder) -> String {
+    support::holder::rest_of(&mut h.lines, Duration::from_secs(10))
+        .await
+        .join("\n")
+}
+
+/// `tenure campaign` on `command` (sh -c) as the holder of `name`; returns
+/// the child once it leads, with its stderr lines.
+async fn holding(etcd: &Etcd, name: &str, script: &str) -> Holder {
+    let child = Command::new(tenure_bin())
+        .args(["campaign", name, "--ttl", "4", "--", "sh", "-c", script])
+        .env("TENURE_ENDPOINTS", etcd.endpoint())
+        .env_remove("TENURE_PREFIX")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn tenure campaign");
+    let dir = std::env::temp_dir();
+    let mut h = Holder::attach(child, &dir);
+    h.token = h.leads(Duration::from_secs(20)).await;
+    h
+}
+
+/// What tenure says about a stop is what happened (issue 20.12), checked
+/// against what the processes did: a command that acted on through
+/// SIGTERM was ended by SIGKILL, whoever sent it; one that trapped SIGTERM
+/// and exited 3 was not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stop_message_says_how_the_command_ended() {
+    let etcd = Etcd::start().await;
+    let c = tenure_client(&etcd).await;
+
+    // 1. Ignores SIGTERM, deposed: killed at the end of the 0.75 s grace.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut h = Holder::start(&etcd.endpoint(), "ends-1", dir.path(), &["--ttl", "4"]).await;
+    c.depose(&name("ends-1"))
+        .await
+        .expect("depose")
+        .expect("deposed");
+    let deposed = now_ns();
+    dead_at(h.pgid, Duration::from_secs(5)).await;
+    let acted = h.last_act() - deposed;
+    let said = rest(&mut h).await;
+    println!(
+        "[figure] ignores SIGTERM, acted {:.0} ms after the deposition: {said}",
+        ms(acted)
+    );
+    assert!(acted > 400_000_000, "SIGTERM did not end it: it acted on");
+    assert!(said.contains("killed by SIGKILL"), "{said}");
+
+    // 2. Ignores SIGTERM; tenure frozen through the deposition: its guard
+    //    SIGKILLs the group at the lease's deadline, before tenure can send
+    //    anything.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut h = Holder::start(&etcd.endpoint(), "ends-2", dir.path(), &["--ttl", "4"]).await;
+    kill(h.tenure_pid(), Signal::SIGSTOP).expect("SIGSTOP tenure");
+    c.depose(&name("ends-2"))
+        .await
+        .expect("depose")
+        .expect("deposed");
+    let deposed = now_ns();
+    dead_at(h.pgid, Duration::from_secs(10)).await;
+    let frozen = support::proc_state(h.tenure_pid().as_raw() as u32) == Some('T');
+    kill(h.tenure_pid(), Signal::SIGCONT).expect("SIGCONT tenure");
+    let acted = h.last_act() - deposed;
+    let said = rest(&mut h).await;
+    println!("[figure] guard killed the group while tenure was frozen ({acted:?} ns of acts after the deposition): {said}");
+    assert!(frozen, "tenure stayed frozen until the group was dead");
+    assert!(said.contains("killed by SIGKILL"), "{said}");
+    assert!(!said.contains("group was stopped"), "{said}");
+
+    // 3. Traps SIGTERM and exits 3: no SIGKILL was needed.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trapped = dir.path().join("trapped");
+    let script = format!(
+        r#"trap 'echo term > "{t}"; exit 3' TERM; while :; do sleep 0.05; done"#,
+        t = trapped.display()
+    );
+    let mut h = holding(&etcd, "ends-3", &script).await;
+    c.depose(&name("ends-3"))
+        .await
+        .expect("depose")
+        .expect("deposed");
+    assert_eq!(h.exit_code(Duration::from_secs(10)).await, Some(4));
+    let said = rest(&mut h).await;
+    println!("[figure] traps SIGTERM and exits 3: {said}");
+    assert!(trapped.exists(), "the trap ran");
+    assert!(said.contains("exited with status 3"), "{said}");
+    assert!(!said.contains("SIGKILL"), "{said}");
+}
+
+/// A revoke whose answer came late still reached etcd: the message must not
+/// say it failed (issue 20.12). etcd's lease list is the record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_answered_revoke_is_not_reported_as_failed() {
+    let etcd = Etcd::start().await;
+    let proxy = Proxy::start(etcd.client_addr()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = tenure_client(&etcd).await;
+    let n = name("late-revoke");
+    let opts = CampaignOptions::new(Ttl::from_secs(30).expect("ttl"));
+    let a = c
+        .campaign_wait(&n, "a", &opts, None)
+        .await
+        .expect("a leads");
+    let mut raw = c.etcd();
+    // b waits through the proxy, with a 1 s request timeout.
+    let child = spawn(
+        &proxy.endpoint(),
+        "late-revoke",
+        dir.path(),
+        &["--wait", "--ttl", "30"],
+    );
+    let mut b = Holder::attach(child, dir.path());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while raw.leases().await.expect("leases").leases().len() < 2 {
+        assert!(Instant::now() < deadline, "b never granted its lease");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Requests now arrive 1.5 s late: b's revoke times out, then lands.
+    proxy.set_delay_up(Duration::from_millis(1500));
+    kill(b.tenure_pid(), Signal::SIGTERM).expect("SIGTERM b");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while raw.leases().await.expect("leases").leases().len() > 1 {
+        assert!(Instant::now() < deadline, "b's revoke never reached etcd");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.set_delay_up(Duration::ZERO);
+    assert_eq!(b.exit_code(Duration::from_secs(15)).await, Some(143));
+    let said = support::holder::rest_of(&mut b.lines, Duration::from_secs(5))
+        .await
+        .join("\n");
+    println!("[figure] b's revoke answered late, etcd holds only a's lease; b said: {said:?}");
+    assert!(
+        !said.contains("could not revoke") && !said.contains("refused"),
+        "etcd shows the lease revoked, tenure says: {said}"
+    );
+    // Certain (nothing to say) or unknown, never a failure.
+    assert!(
+        said.is_empty() || said.contains("may have been revoked"),
+        "{said}"
+    );
+    drop(a);
+}

@@ -11,7 +11,6 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::fixtures::lead;
 use support::postgres::{revision_at, Postgres};
 use support::{Etcd, Serve};
 use tenure::election::Layout;
@@ -124,7 +123,34 @@ async fn a_new_etcd_timeline_resets_the_writer_fence_and_the_old_timeline_stays_
     let c = tenure::election::Client::connect(&[new.endpoint()], "")
         .await
         .expect("connect");
-    let l = lead(&c, "after-restore", "b", 10).await;
+    // The new etcd's revisions repeat the old one's: serve raised tenure's
+    // token floor (issue 20.1), so a campaign is refused until etcd's
+    // revision has passed it (an operator restores with --bump-revision).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let floor = loop {
+        if let Some(f) = c.floor().await.expect("floor") {
+            break f;
+        }
+        assert!(Instant::now() < deadline, "no token floor raised");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(floor >= stored, "the floor {floor} covers the old timeline");
+    let opts = tenure::election::CampaignOptions::new(support::fixtures::ttl(10));
+    let mut raw = new.client().await;
+    let l = loop {
+        match c
+            .campaign(&support::fixtures::name("after-restore"), "b", &opts)
+            .await
+        {
+            Ok(tenure::election::Campaigned::Leader(l)) => break l,
+            Err(tenure::election::Error::BelowFloor { .. }) => {
+                raw.put("filler", "x", None).await.expect("put");
+            }
+            Ok(tenure::election::Campaigned::Held(h)) => panic!("held by {h:?}"),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(l.token() > floor);
     second.caught_up(l.token()).await;
     until(
         "the new term recorded",

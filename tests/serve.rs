@@ -4,7 +4,7 @@
 mod support;
 
 use etcd_client::CompactionOptions;
-use support::fixtures::{lead, name};
+use support::fixtures::{lead, name, ttl};
 use support::{Etcd, Serve};
 use tenure::election::Client;
 use tenure::events::{EndCause, EventKind};
@@ -301,14 +301,23 @@ async fn restore_from_a_snapshot_is_recorded_as_a_reset() {
         .text()
         .await
         .expect("body");
+    let at: i64 = ready
+        .trim()
+        .rsplit(' ')
+        .next()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("{ready}"));
     assert!(
-        ready.contains(&format!("revision {}", d.token())),
+        at >= d.token() && at < old_rev,
         "readyz reports the new timeline's revision: {ready}"
     );
-    // Recording goes on in the new timeline.
+    // Recording goes on in the new timeline. Its tokens repeat the old
+    // one's: serve raised tenure's token floor (issue 20.1), so a campaign
+    // is refused until etcd's revision passes it (here: by writes; an
+    // operator restores with --bump-revision instead, tests/restore.rs).
     let t_d = d.token();
     d.resign().await.expect("resign");
-    let e = lead(&c, "jobs", "e", 30).await;
+    let e = above_the_floor(&etcd, &c, "e", old_rev).await;
     serve.caught_up(e.token()).await;
     assert_eq!(serve.metric("tenure_history_gaps_total").await, Some(1.0));
     // The timeline page marks the reset like a gap.
@@ -451,8 +460,10 @@ async fn restore_under_a_running_serve_is_recorded_as_a_reset() {
     c.depose(&name("jobs"))
         .await
         .expect("depose the restored a");
-    let d = lead(&c, "jobs", "d", 30).await;
-    assert_eq!(d.token(), t_b, "the new timeline repeats b's token");
+    // The new timeline would repeat b's token: serve raised tenure's
+    // token floor (issue 20.1), so the campaign is refused until etcd's
+    // revision passes it.
+    let d = above_the_floor(&etcd, &c, "d", old_rev).await;
     serve.caught_up(d.token()).await;
     let h = serve
         .metric(r#"tenure_election_has_leader{election="jobs"}"#)
@@ -489,9 +500,44 @@ async fn restore_under_a_running_serve_is_recorded_as_a_reset() {
             ("a".to_owned(), a_token(&terms), Some(EndCause::Resigned)),
             ("b".to_owned(), t_b, Some(EndCause::Unknown)),
             ("a".to_owned(), a_token(&terms), Some(EndCause::Deleted)),
-            ("d".to_owned(), t_b, None),
+            ("d".to_owned(), d.token(), None),
         ],
     );
+}
+
+/// Once serve has raised tenure's token floor to `old_rev` (issue 20.1), a
+/// campaign for `jobs` as `id` is refused while its token would be at or
+/// below it; past it (here: by writes; an operator restores with
+/// --bump-revision instead, tests/restore.rs) it leads with a token above
+/// every earlier one.
+async fn above_the_floor(
+    etcd: &Etcd,
+    c: &Client,
+    id: &str,
+    old_rev: i64,
+) -> tenure::election::Leadership {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while c.floor().await.expect("floor") != Some(old_rev) {
+        assert!(std::time::Instant::now() < deadline, "no floor raised");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let opts = tenure::election::CampaignOptions::new(ttl(30));
+    let mut raw = etcd.client().await;
+    loop {
+        match c.campaign(&name("jobs"), id, &opts).await {
+            Ok(tenure::election::Campaigned::Leader(l)) => {
+                assert!(l.token() > old_rev, "{} > {old_rev}", l.token());
+                return l;
+            }
+            Err(tenure::election::Error::BelowFloor { floor, token, .. }) => {
+                assert_eq!(floor, old_rev);
+                assert!(token <= old_rev);
+                raw.put("filler", "x", None).await.expect("put");
+            }
+            Ok(tenure::election::Campaigned::Held(h)) => panic!("held by {h:?}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
 }
 
 fn a_token(terms: &[(String, i64, Option<EndCause>)]) -> i64 {

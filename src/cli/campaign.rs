@@ -1,8 +1,10 @@
 //! `tenure campaign NAME -- CMD`: run a program while leader.
 //!
 //! The program gets `TENURE_ELECTION`, `TENURE_HOLDER`, `TENURE_TOKEN` and
-//! `TENURE_LEASE_ID` in its environment and runs in a guarded process group
-//! (`group.rs`, `guard.rs`). The safety promise: when leadership is lost,
+//! `TENURE_LEASE_ID` in its environment, none of tenure's credentials
+//! (`secrets.rs`), and runs in a guarded process group (`group.rs`,
+//! `guard.rs`, `exec.rs`). A guard that dies is a loss: the group is
+//! stopped at once. The safety promise: when leadership is lost,
 //! the whole group gets SIGTERM, and SIGKILL after `--grace` but in any
 //! case [`KILL_SLACK`] before the earliest moment etcd can expire the
 //! term's lease; so for a loss by expiry the command is dead before another
@@ -15,12 +17,15 @@
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use std::os::unix::process::ExitStatusExt;
+
 use anyhow::Context;
 use clap::Args;
 use futures_util::FutureExt;
+use nix::sys::signal::Signal as Sig;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use super::group::{Group, Stopped};
+use super::group::{Ended, Group, Stopped};
 use super::stderr::say;
 use super::{parse_seconds, EXIT_LOST, EXIT_REFUSED, EXIT_USAGE};
 use crate::election::deadline::{Deadline, Stamp};
@@ -142,6 +147,8 @@ enum Outcome {
     Exited(std::io::Result<ExitStatus>),
     Lost(LossReason),
     Signal(ShutdownSignal),
+    /// The guard exited: the command has no dead man's switch any more.
+    GuardDied(std::io::Result<ExitStatus>),
 }
 
 pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
@@ -208,12 +215,16 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
         leadership.ttl()
     ));
 
-    let env = [
-        ("TENURE_ELECTION", name.to_string()),
-        ("TENURE_HOLDER", id.clone()),
-        ("TENURE_TOKEN", leadership.token().to_string()),
-        ("TENURE_LEASE_ID", leadership.lease_id().to_string()),
-    ];
+    let mut env = super::secrets::scrub(|k| std::env::var_os(k));
+    env.extend(
+        [
+            ("TENURE_ELECTION", name.to_string()),
+            ("TENURE_HOLDER", id.clone()),
+            ("TENURE_TOKEN", leadership.token().to_string()),
+            ("TENURE_LEASE_ID", leadership.lease_id().to_string()),
+        ]
+        .map(|(k, v)| (k.to_owned(), Some(v.into()))),
+    );
     let hard_deadline = |l: &Leadership| l.expiry_earliest().before(KILL_SLACK);
     // An answer that came late may already be past its deadline: then the
     // command must not start at all.
@@ -251,7 +262,10 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
         tokio::select! {
             biased;
             reason = leadership.lost() => break Outcome::Lost(reason),
-            status = group.wait() => break Outcome::Exited(status),
+            end = group.ended() => break match end {
+                Ended::Guard(status) => Outcome::GuardDied(status),
+                Ended::Command(status) => Outcome::Exited(status),
+            },
             sig = shutdown.recv() => break Outcome::Signal(sig),
             // Each confirmed renewal moves the guard's deadline on.
             _ = validity.changed() => group.kill_at(hard_deadline(&leadership)),
@@ -261,12 +275,17 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
         Outcome::Lost(reason) => {
             let lost_at = Stamp::now();
             // The grace is for an end tenure knows about: its own renewal
-            // deadline (the lease still lives for the margin) or an
-            // operator's depose (tenure's end marker). When etcd ended the
-            // term by itself, or the lease is gone, another candidate may
-            // lead already: no grace.
+            // deadline (the lease still lives for the margin), its key
+            // unconfirmed for as long (an outage, mostly: etcd cannot have
+            // handed the key on for want of an answer, and a depose missed
+            // meanwhile is at most a TTL old), or an operator's
+            // depose (tenure's end marker). When etcd ended the term by
+            // itself, the lease is gone, or etcd refuses the holder its
+            // key, another candidate may lead already: no grace.
             let graceful = match &reason {
-                LossReason::RenewalDeadline { .. } | LossReason::HostSuspended => true,
+                LossReason::RenewalDeadline { .. }
+                | LossReason::HostSuspended
+                | LossReason::KeyUnconfirmed { .. } => true,
                 LossReason::KeyDeleted { .. } => {
                     leadership.ended_by_tenure(&reason, MARKER_READ).await == Some(true)
                 }
@@ -283,6 +302,7 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
                     leadership.token()
                 ),
                 lost_at,
+                grace,
                 &stopped,
             );
             resign_quietly(leadership).await;
@@ -311,9 +331,32 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
                 ShutdownSignal::Term => "SIGTERM",
                 ShutdownSignal::Int => "SIGINT",
             };
-            report_stop(format_args!("stopping on {sig_name}"), at, &stopped);
+            report_stop(format_args!("stopping on {sig_name}"), at, grace, &stopped);
             resign_quietly(leadership).await;
             Ok(sig.exit_code())
+        }
+        Outcome::GuardDied(status) => {
+            // Nothing would stop the command if tenure died now, and a
+            // guard killed from outside may mean worse: stop it at once.
+            let at = Stamp::now();
+            let stopped = group.stop(at.after(Duration::ZERO)).await;
+            let how = match &status {
+                Ok(s) => ended(s),
+                Err(e) => format!("could not be waited for ({e})"),
+            };
+            report_stop(
+                format_args!(
+                    "the guard of the command's group (pid {}) {how}: the command had no dead \
+                     man's switch left; leadership of {name} (token {}) given up",
+                    group.pgid(),
+                    leadership.token()
+                ),
+                at,
+                Duration::ZERO,
+                &stopped,
+            );
+            resign_quietly(leadership).await;
+            Ok(EXIT_LOST)
         }
     }
 }
@@ -323,15 +366,38 @@ fn kill_deadline(from: Stamp, grace: Duration, hard: Deadline) -> Deadline {
     from.after(grace).min(hard)
 }
 
-fn report_stop(what: std::fmt::Arguments<'_>, from: Stamp, stopped: &Stopped) {
+/// Says what was done and what the kernel reports: how the command ended
+/// (its wait status, not what tenure meant to do: the guard may have
+/// SIGKILLed it first, or it may have exited on SIGTERM), whether anything
+/// of its group needed SIGKILL, and when it was all dead.
+fn report_stop(what: std::fmt::Arguments<'_>, from: Stamp, grace: Duration, stopped: &Stopped) {
     let took = from.mono.elapsed();
-    let how = if stopped.killed {
-        "killed with SIGKILL after the grace period"
-    } else {
-        "stopped"
+    let sigkill = |s: &ExitStatus| s.signal() == Some(Sig::SIGKILL as i32);
+    let command = match &stopped.status {
+        None => "the command could not be reaped".to_owned(),
+        Some(s) if stopped.before && sigkill(s) => "before tenure stopped it, the command was \
+            killed by SIGKILL (by its guard at the lease's deadline, or by another process)"
+            .to_owned(),
+        Some(s) if stopped.before => format!("before tenure stopped it, the command {}", ended(s)),
+        Some(s) if sigkill(s) && !stopped.at_deadline => "the command was killed by SIGKILL \
+            before the grace ran out (not by tenure: by another process)"
+            .to_owned(),
+        Some(s) if sigkill(s) && grace.is_zero() => {
+            "the command was killed by SIGKILL at once (no grace)".to_owned()
+        }
+        Some(s) if sigkill(s) => format!(
+            "the command outlived SIGTERM and was killed by SIGKILL when the grace ({grace:?}) \
+             ran out"
+        ),
+        Some(s) => format!("the command {}", ended(s)),
+    };
+    let stragglers = match stopped.stragglers {
+        0 => String::new(),
+        1 => "; SIGKILL ended 1 other process of its group".to_owned(),
+        n => format!("; SIGKILL ended {n} other processes of its group"),
     };
     say(format_args!(
-        "{what}; the command's group was {how}, dead {took:?} after that"
+        "{what}; {command}{stragglers}; the group was dead {took:?} after that"
     ));
     if !stopped.survivors.is_empty() {
         say(format_args!(
@@ -341,16 +407,34 @@ fn report_stop(what: std::fmt::Arguments<'_>, from: Stamp, stopped: &Stopped) {
     }
 }
 
+/// "exited with status N", "was killed by SIGTERM", as a wait status says.
+fn ended(status: &ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (_, Some(sig)) => match Sig::try_from(sig) {
+            Ok(s) => format!("was killed by {}", s.as_str()),
+            Err(_) => format!("was killed by signal {sig}"),
+        },
+        _ => format!("ended ({status})"),
+    }
+}
+
 async fn resign_quietly(leadership: Leadership) {
-    if let Err(e) = leadership.resign().await {
-        say(format_args!(
-            "resigning failed ({e}); the lease will expire after its TTL"
-        ));
+    let ttl = leadership.ttl();
+    match leadership.resign().await {
+        Ok(()) => {}
+        // A request that got no answer may have been applied.
+        Err(e) if e.is_unavailable() => say(format_args!(
+            "resigning got no answer from etcd ({e}): the term may have ended; if not, its \
+             lease expires within its TTL ({ttl:?})"
+        )),
+        Err(e) => say(format_args!(
+            "etcd refused the resignation ({e}); the lease expires within its TTL ({ttl:?})"
+        )),
     }
 }
 
 fn exit_code(status: ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
     status
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))

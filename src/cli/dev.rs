@@ -122,6 +122,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
         max_body: 16 * 1024,
         cluster_poll: Duration::from_secs(2),
         writer_ttl: Duration::from_secs(5),
+        // Its etcd is new at every start: a kept history would read as a
+        // reset each time, and a floor would refuse the demo's campaigns.
+        raise_token_floor: false,
     };
     let code = serve::run_until(client, serve_args, async {
         let _ = shutdown_signal().await;

@@ -10,10 +10,20 @@
 //! "Dead" means no process of the group is left that can run: the command
 //! is reaped and every other member is gone or a zombie (a zombie cannot
 //! act; reaping it is its new parent's business).
+//!
+//! The guard shows in `ps` as `tenure-guard` (its argv[0] and its kernel
+//! name). tenure waits on it like on the command: a guard that dies leaves
+//! the command without its switch, which `tenure campaign` treats as a loss.
+//! The command is started through `tenure __exec` (`exec.rs`), which arms
+//! PR_SET_PDEATHSIG, from a thread of tenure's that lasts as long as the
+//! group (the signal follows the forking thread, not the process). Its
+//! environment is tenure's without the credentials (`secrets.rs`).
 
+use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::fd::AsFd;
-use std::os::unix::process::CommandExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -35,15 +45,33 @@ pub struct Group {
     command: Child,
     pid: u32,
     pgid: Pid,
-    guard: std::process::Child,
+    guard: Child,
     to_guard: std::fs::File,
     exited: Option<ExitStatus>,
+    guard_exited: Option<ExitStatus>,
+    /// Keeps the thread that forked the command alive (see `spawn_kept`);
+    /// dropped with the group.
+    _keeper: std::sync::mpsc::Sender<()>,
 }
 
-/// How a stop went, for the log and for tests.
+/// What [`Group::ended`] saw end, with its wait status.
+pub enum Ended {
+    Guard(std::io::Result<ExitStatus>),
+    Command(std::io::Result<ExitStatus>),
+}
+
+/// How a stop went, as the kernel reported it: for the message and tests.
 pub struct Stopped {
-    /// True when SIGKILL had to be sent before the command exited.
-    pub killed: bool,
+    /// How the command ended (`None`: it could not be reaped).
+    pub status: Option<ExitStatus>,
+    /// The command had ended before the stop began (before SIGTERM).
+    pub before: bool,
+    /// The command's end was seen at or after the kill deadline: the
+    /// SIGKILL of the schedule (tenure's, or its guard's) ended it.
+    pub at_deadline: bool,
+    /// Other processes of the group still running when the group got its
+    /// final SIGKILL (a grandchild that outlived the command).
+    pub stragglers: usize,
     /// Group members still alive after the SIGKILL settled (normally none).
     pub survivors: Vec<i32>,
 }
@@ -51,15 +79,20 @@ pub struct Stopped {
 impl Group {
     /// Starts the guard, tells it `kill_at`, then starts `argv` in the
     /// guard's process group: the command never runs without a deadline.
+    /// `env` changes the environment both inherit (`None`: removed).
     pub fn spawn(
         argv: &[String],
-        env: &[(&str, String)],
+        env: &[(String, Option<OsString>)],
         kill_at: Deadline,
     ) -> anyhow::Result<Self> {
+        let program = argv.first().context("no command to run")?;
+        // Found before anything starts, so a typo is an error of its own
+        // (the exec happens in `tenure __exec`, which could only exit 127).
+        find_program(OsStr::new(program)).with_context(|| format!("starting {program:?}"))?;
         // /proc/self/exe, not the path: a package upgrade may have replaced
         // the file since tenure started (hours ago, for a waiting
         // candidate); the running binary's inode is still there.
-        let exe = std::path::PathBuf::from("/proc/self/exe");
+        let exe = PathBuf::from("/proc/self/exe");
         // Close-on-exec: the command must not hold the write end, or the
         // pipe would not close when tenure dies.
         let (from_tenure, to_guard) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
@@ -72,35 +105,39 @@ impl Group {
             nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
         )
         .context("making the guard's pipe non-blocking")?;
-        let guard = std::process::Command::new(&exe)
+        let mut guard = Command::new(&exe);
+        guard
+            .arg0(super::guard::NAME)
             .arg(super::guard::ARG)
             .stdin(Stdio::from(from_tenure))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .process_group(0)
+            .process_group(0);
+        with_env(&mut guard, env);
+        let mut guard = guard
             .spawn()
             .with_context(|| format!("starting the guard process ({})", exe.display()))?;
-        let guard_pid = i32::try_from(guard.id()).context("guard pid out of range")?;
+        let guard_pid = guard
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .context("the guard's pid")?;
         let mut to_guard = to_guard;
         if let Err(e) = to_guard.write_all(format!("{}\n", kill_at.boot.as_nanos()).as_bytes()) {
-            let mut guard = guard;
-            let _ = guard.kill();
-            let _ = guard.wait();
+            let _ = guard.start_kill();
             return Err(e).context("telling the guard its first deadline");
         }
-        let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..]).process_group(guard_pid);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let command = match cmd.spawn() {
+        let mut cmd = Command::new(&exe);
+        cmd.arg(super::exec::ARG)
+            .arg(std::process::id().to_string())
+            .args(argv)
+            .process_group(guard_pid);
+        with_env(&mut cmd, env);
+        let (command, keeper) = match spawn_kept(cmd) {
             Ok(c) => c,
             Err(e) => {
                 // Dropping the pipe makes the guard kill its (empty) group.
                 drop(to_guard);
-                let mut guard = guard;
-                let _ = guard.wait();
-                return Err(e).with_context(|| format!("starting {:?}", argv[0]));
+                return Err(e).with_context(|| format!("starting {program:?}"));
             }
         };
         let pid = command
@@ -113,6 +150,8 @@ impl Group {
             guard,
             to_guard,
             exited: None,
+            guard_exited: None,
+            _keeper: keeper,
         })
     }
 
@@ -126,11 +165,21 @@ impl Group {
 
     /// Tells the guard to kill the group at `at` unless told a new time.
     pub fn kill_at(&mut self, at: Deadline) {
+        if self.guard_exited.is_some() {
+            // Known: `tenure campaign` stops the group itself.
+            return;
+        }
         let line = format!("{}\n", at.boot.as_nanos());
         if let Err(e) = self.to_guard.write_all(line.as_bytes()) {
-            if e.kind() != std::io::ErrorKind::WouldBlock {
+            // Full: the guard acts on the deadline it has. Closed: the guard
+            // is gone, which `ended` reports (a loss: the group is stopped).
+            if !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::BrokenPipe
+            ) {
                 super::stderr::say(format_args!(
-                    "the guard of the command's group is gone ({e}); tenure still stops the command itself"
+                    "telling the guard of the command's group its deadline failed ({e}); it \
+                     acts on the one it has"
                 ));
             }
         }
@@ -146,39 +195,160 @@ impl Group {
         Ok(s)
     }
 
+    /// Resolves when the command or the guard has exited. The guard first
+    /// when both have (it kills the group with itself at its deadline):
+    /// without it nothing but tenure itself would stop the command.
+    pub async fn ended(&mut self) -> Ended {
+        if let Some(s) = self.guard_exited {
+            return Ended::Guard(Ok(s));
+        }
+        if let Some(s) = self.exited {
+            return Ended::Command(Ok(s));
+        }
+        tokio::select! {
+            biased;
+            s = self.guard.wait() => {
+                if let Ok(s) = &s {
+                    self.guard_exited = Some(*s);
+                }
+                Ended::Guard(s)
+            }
+            s = self.command.wait() => {
+                if let Ok(s) = &s {
+                    self.exited = Some(*s);
+                }
+                Ended::Command(s)
+            }
+        }
+    }
+
+    /// Resolves when the guard has exited.
+    async fn guard_exited(&mut self) -> std::io::Result<ExitStatus> {
+        if let Some(s) = self.guard_exited {
+            return Ok(s);
+        }
+        let s = self.guard.wait().await?;
+        self.guard_exited = Some(s);
+        Ok(s)
+    }
+
     /// SIGTERM to the group; SIGKILL to the group when the command has not
     /// exited by `kill_at`, or right after it exits (its stragglers get no
     /// grace of their own); then waits until nothing of the group can run.
     /// The guard is told `kill_at` first, so the schedule holds even if
     /// this process freezes halfway.
     pub async fn stop(&mut self, kill_at: Deadline) -> Stopped {
+        if self.exited.is_none() {
+            if let Ok(Some(s)) = self.command.try_wait() {
+                self.exited = Some(s);
+            }
+        }
+        let before = self.exited.is_some();
         self.kill_at(kill_at);
         let _ = killpg(self.pgid, Signal::SIGTERM);
-        let killed = if self.exited.is_some() {
+        // Whoever sent the SIGKILL (tenure, or the guard told the same
+        // deadline): the command's end was seen at or after the deadline.
+        let at_deadline = if before {
             false
         } else {
             tokio::select! {
-                _ = self.wait() => false,
+                biased;
+                _ = self.wait() => kill_at.has_passed(),
                 _ = kill_at.wait() => true,
             }
         };
-        self.finish(killed).await
+        let mut stopped = self.finish(at_deadline).await;
+        stopped.before = before;
+        stopped
     }
 
     /// SIGKILL to the whole group (stragglers and the guard), reaps the
     /// command, and waits until no member can run.
-    pub async fn finish(&mut self, killed: bool) -> Stopped {
+    pub async fn finish(&mut self, at_deadline: bool) -> Stopped {
+        let (guard, command) = (self.pgid.as_raw(), i32::try_from(self.pid).unwrap_or(0));
+        let stragglers = live_members(self.pgid.as_raw())
+            .into_iter()
+            .filter(|p| *p != guard && *p != command)
+            .count();
         let _ = killpg(self.pgid, Signal::SIGKILL);
-        let _ = self.wait().await;
-        let _ = tokio::task::block_in_place(|| self.guard.wait());
+        let status = self.wait().await.ok();
+        let _ = self.guard_exited().await;
         let settle = Stamp::now().after(KILL_SETTLE);
         let mut survivors = live_members(self.pgid.as_raw());
         while !survivors.is_empty() && !settle.has_passed() {
             tokio::time::sleep(POLL).await;
             survivors = live_members(self.pgid.as_raw());
         }
-        Stopped { killed, survivors }
+        Stopped {
+            status,
+            before: false,
+            at_deadline,
+            stragglers,
+            survivors,
+        }
     }
+}
+
+fn with_env(cmd: &mut Command, env: &[(String, Option<OsString>)]) {
+    for (k, v) in env {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+}
+
+/// Forks `cmd` from a thread of its own, which lasts until the returned
+/// sender is dropped (with the group). PR_SET_PDEATHSIG, armed in the
+/// command by `tenure __exec`, fires when the thread that forked it exits;
+/// tokio's threads come and go (a blocking-pool thread ends after 10 s
+/// idle, `block_in_place` hands a worker's place to another), and none of
+/// that may kill the command.
+fn spawn_kept(mut cmd: Command) -> std::io::Result<(Child, std::sync::mpsc::Sender<()>)> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
+    let (child_tx, child_rx) = std::sync::mpsc::channel();
+    let (keep_tx, keep_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("tenure-command".into())
+        .spawn(move || {
+            let _runtime = runtime.enter();
+            let spawned = cmd.spawn();
+            let started = spawned.is_ok();
+            if child_tx.send(spawned).is_err() || !started {
+                return;
+            }
+            // Nothing is ever sent: this returns when the group is dropped.
+            let _ = keep_rx.recv();
+        })?;
+    let child = child_rx.recv().map_err(|_| {
+        std::io::Error::other("the thread starting the command ended before it could")
+    })??;
+    Ok((child, keep_tx))
+}
+
+/// Where `program` is, as execvp(3) will look for it: a path as given, a
+/// bare name in `$PATH`; it must be an executable file.
+fn find_program(program: &OsStr) -> std::io::Result<PathBuf> {
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    // As the exec would say it: "No such file or directory (os error 2)".
+    let not_found = || std::io::Error::from(nix::errno::Errno::ENOENT);
+    if program.as_encoded_bytes().contains(&b'/') {
+        let p = PathBuf::from(program);
+        return if executable(&p) {
+            Ok(p)
+        } else if p.exists() {
+            Err(std::io::Error::from(nix::errno::Errno::EACCES))
+        } else {
+            Err(not_found())
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| executable(p))
+        .ok_or_else(not_found)
 }
 
 impl Drop for Group {

@@ -17,6 +17,11 @@
 //! before the command does. It blocks SIGTERM, SIGINT, SIGHUP and SIGQUIT,
 //! so the SIGTERM that asks the command to finish does not end the guard.
 //!
+//! It names itself `tenure-guard` (PR_SET_NAME; tenure gives it that
+//! argv[0] too), so `ps` says what it is, not `exe`. `tenure campaign`
+//! waits on it: a guard that dies is a loss there, the group is stopped at
+//! once.
+//!
 //! Deliberately absent: the network, etcd, logging. It must stay small
 //! enough to be right by reading it.
 
@@ -32,10 +37,18 @@ use crate::election::deadline::boottime;
 /// The hidden subcommand `tenure campaign` starts the guard with.
 pub const ARG: &str = "__guard";
 
+/// The guard's name in `ps`: its argv[0] and its kernel name (PR_SET_NAME,
+/// at most 15 bytes).
+pub const NAME: &str = "tenure-guard";
+
 /// How often the guard reads the clock while a deadline is pending.
 const TICK: Duration = Duration::from_millis(20);
 
 pub fn main() -> i32 {
+    // What `ps` and /proc/PID/comm show (argv[0] is set by tenure).
+    if let Ok(name) = std::ffi::CString::new(NAME) {
+        let _ = nix::sys::prctl::set_name(&name);
+    }
     let mut blocked = SigSet::empty();
     for s in [
         Signal::SIGTERM,

@@ -8,10 +8,13 @@
 
 mod campaign;
 mod dev;
+mod exec;
+mod floor;
 mod group;
 mod guard;
 mod history;
 mod replica;
+mod secrets;
 mod serve;
 mod stderr;
 
@@ -228,6 +231,10 @@ pub fn main() -> i32 {
     if std::env::args_os().nth(1).is_some_and(|a| a == guard::ARG) {
         return guard::main();
     }
+    // The step that arms the command's parent-death signal, then becomes it.
+    if std::env::args_os().nth(1).is_some_and(|a| a == exec::ARG) {
+        return exec::main();
+    }
     let code = run_cli();
     // tenure's own messages are queued (stderr::say): give them a moment to
     // reach stderr, but never hang on a stderr nobody reads.
@@ -255,6 +262,7 @@ fn run_cli() -> i32 {
             stderr::say(format_args!("error: {e:#}"));
             match e.downcast_ref::<Error>() {
                 Some(Error::NotHolder { .. }) => EXIT_REFUSED,
+                Some(Error::NameCollision { .. }) => EXIT_USAGE,
                 _ => EXIT_ERROR,
             }
         }
@@ -454,6 +462,14 @@ async fn run_connected(client: &Client, cli: Cli) -> anyhow::Result<i32> {
                     println!("  {}. {} waits (token {})", i + 1, w.holder, w.token);
                 }
             }
+            if let Some(floor) = status.below_floor {
+                stderr::say(format_args!(
+                    "tenure: token {} is at or below tenure's token floor {floor}: this term \
+                     dates from before etcd was restored from a snapshot, and its fences are \
+                     refused (docs/operations.md, Restoring etcd)",
+                    status.leader.token
+                ));
+            }
             Ok(EXIT_OK)
         }
         Command::Observe { name, json, queue } => {
@@ -482,7 +498,10 @@ async fn run_connected(client: &Client, cli: Cli) -> anyhow::Result<i32> {
                     _ = &mut stop => return Ok(EXIT_OK),
                 };
                 let Some(seen) = change else {
-                    return Ok(EXIT_ERROR);
+                    return match observer.take_error() {
+                        Some(e) => Err(e.into()),
+                        None => Ok(EXIT_ERROR),
+                    };
                 };
                 match (json, queue) {
                     (true, true) => println!("{}", serde_json::to_string(&seen)?),

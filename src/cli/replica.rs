@@ -202,7 +202,11 @@ async fn writer_loop(
             let stopped = async {
                 let _ = (&mut stop).await;
             };
-            let campaign = client.campaign_wait_until(&name, &cfg.id, &opts, None, stopped);
+            // The writer's token fences only the database, whose fence
+            // starts a new generation when etcd starts over: not refused
+            // by tenure's token floor (else no writer after a restore).
+            let writer = client.clone().without_token_floor();
+            let campaign = writer.campaign_wait_until(&name, &cfg.id, &opts, None, stopped);
             tokio::pin!(campaign);
             loop {
                 tokio::select! {

@@ -18,6 +18,7 @@ use crate::events::{Event, Update};
 use crate::history::{Db, Store};
 use crate::telemetry::{self, Metrics, MetricsOptions};
 // Issue 15: a SQLite file of one's own, or a PostgreSQL history shared by replicas.
+use super::floor::FloorKeeper;
 use super::replica::{self, History};
 use crate::watch::{WatchConfig, Watcher};
 use crate::web::api::RateLimiter;
@@ -73,6 +74,11 @@ pub struct ServeArgs {
     /// incident view: 2 + members small requests each time (0 turns it off).
     #[arg(long, env = "TENURE_CLUSTER_POLL", default_value = "2s", value_parser = parse_duration)]
     pub cluster_poll: Duration,
+
+    /// Raise tenure's token floor when etcd starts over (always, but for
+    /// `tenure dev`, whose etcd is new at every start).
+    #[arg(skip = true)]
+    pub raise_token_floor: bool,
 }
 
 /// `tenure serve`'s command line: the server's flags, and what the metrics
@@ -191,6 +197,7 @@ pub async fn run_with(
         // watcher adopts them without an event.
         metrics.adopt(&r.open_terms);
     }
+    let mut floors = FloorKeeper::new(client.clone(), readiness.clone(), args.raise_token_floor);
 
     let (live, _) = tokio::sync::broadcast::channel(1024);
     let (cluster_live, _) = tokio::sync::broadcast::channel(256);
@@ -248,6 +255,11 @@ pub async fn run_with(
     let baseline = tokio::task::spawn_blocking(move || baseline_reader.cluster_baseline())
         .await?
         .context("reading the recorded etcd cluster events")?;
+    if let Some(floor) = baseline.floor {
+        // A reset recorded before: the floor is at least its revision (a
+        // serve that stopped before raising it, or an etcd replaced since).
+        floors.raise(floor);
+    }
     let (ctx, mut crx) = mpsc::channel::<ClusterEvent>(256);
     let poller = (!args.cluster_poll.is_zero()).then(|| {
         let timeout = client
@@ -276,7 +288,12 @@ pub async fn run_with(
     loop {
         tokio::select! {
             update = rx.recv() => match update {
-                Some(u) => apply(&u, &metrics, &readiness, &store, &live, &cluster_live).await?,
+                Some(u) => {
+                    if let Update::Batch(b) = &u {
+                        floors.on_batch(b);
+                    }
+                    apply(&u, &metrics, &readiness, &store, &live, &cluster_live).await?
+                }
                 None => {
                     eprintln!("tenure: the watcher stopped");
                     code = 1;

@@ -39,6 +39,27 @@ pub enum Error {
         current: Option<Box<Leader>>,
     },
 
+    /// The election's name and another election's keys overlap in etcd's
+    /// own `Election` layout (one name is a path prefix of the other).
+    #[error(
+        "election {name} collides with the key {key:?}: etcd's own Election layout (etcdctl \
+         elect, Go's concurrency.Election) takes every key under election/NAME/ for a candidate \
+         of NAME, so no election's name may be a path prefix of another's; name it so that it \
+         is no prefix of another election and lies under none (e.g. {})",
+        .name.replace('/', "-")
+    )]
+    NameCollision { name: String, key: String },
+
+    /// A token at or below tenure's token floor: etcd was restored from a
+    /// snapshot and its revisions repeat tokens handed out before.
+    #[error("{}", describe_floor(*.token, *.floor, *.revision))]
+    BelowFloor {
+        token: i64,
+        floor: i64,
+        /// etcd's revision when it said so.
+        revision: i64,
+    },
+
     #[error("no leadership of {name} within {waited:?}")]
     Timeout { name: String, waited: Duration },
 
@@ -91,7 +112,12 @@ fn access_error(e: &etcd_client::Error) -> Option<Error> {
     let etcd_client::Error::GRpcStatus(s) = e else {
         return None;
     };
-    let m = s.message();
+    access_error_in(s.message())
+}
+
+/// The same, from the words of etcd's message (a gRPC status, a watch's
+/// cancel reason).
+fn access_error_in(m: &str) -> Option<Error> {
     let auth = |reason: &str| {
         Some(Error::Auth {
             user: None,
@@ -130,6 +156,25 @@ impl From<etcd_client::Error> for Error {
     }
 }
 
+fn describe_floor(token: i64, floor: i64, revision: i64) -> String {
+    if revision <= floor {
+        format!(
+            "etcd's revision {revision} is at or below tenure's token floor {floor}: etcd was \
+             restored from a snapshot without --bump-revision and its revisions repeat tokens \
+             handed out before, so token {token} is refused; restore it again with `etcdutl \
+             snapshot restore --bump-revision 1000000000 --mark-compacted` (docs/operations.md, \
+             Restoring etcd)"
+        )
+    } else {
+        format!(
+            "token {token} is at or below tenure's token floor {floor}: it dates from before \
+             etcd was restored from a snapshot, when a term of the other timeline may have had \
+             it too; campaign again for a token above the floor (docs/operations.md, Restoring \
+             etcd)"
+        )
+    }
+}
+
 fn describe_current(current: &Option<Box<Leader>>) -> String {
     match current {
         Some(l) => format!("it is held by {:?} with token {}", l.holder, l.token),
@@ -154,6 +199,14 @@ fn is_connection_failure(message: &str) -> bool {
 }
 
 impl Error {
+    /// A watch cancelled by etcd with `reason` for want of permission or
+    /// authentication, as the error a request refused for it is; `None`
+    /// for any other cancellation.
+    pub(crate) fn from_refusal(reason: &str) -> Option<Error> {
+        access_error_in(reason)
+            .filter(|e| matches!(e, Error::PermissionDenied { .. } | Error::Auth { .. }))
+    }
+
     /// Names the etcd user in an authentication or permission error.
     pub fn with_user(self, user: Option<&str>) -> Self {
         match self {

@@ -21,14 +21,22 @@
 //! higher token), `no_leader` (no leader key), `term_ended` (the leader key
 //! belongs to another term). A deposed leader is refused even at a resource
 //! that has not yet seen the newer token, because the leader key is checked.
+//!
+//! Before any of that, the same txn compares the token with tenure's token
+//! floor (`P election/~floor`, see `floor.rs`): a token at or below it
+//! dates from before etcd was restored from a snapshot and may repeat one
+//! handed out before; it is refused with [`Error::BelowFloor`], writing
+//! nothing (no refusal record: it says nothing about the resource, and the
+//! fence keys of a restored etcd hold values of the old timeline).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use serde::Serialize;
 
 use super::campaign::header_revision;
+use super::floor::floor_value;
 use super::keys::{self, pad_token, parse_padded_token};
 use super::{Client, ElectionName, Error};
 
@@ -184,7 +192,8 @@ impl Client {
             ]
         };
         let is_current = Compare::create_revision(leader, CompareOp::Equal, token);
-        let txn = Txn::new()
+        let floor_key = self.keys.floor_key();
+        let decide = Txn::new()
             .when([
                 is_current.clone(),
                 // A value compare on a missing key is false: the first write
@@ -208,8 +217,19 @@ impl Client {
                             )]),
                     )]),
             )]);
+        // The floor first: a token at or below it decides nothing (a value
+        // compare on a missing floor is false: no floor, no refusal).
+        let txn = Txn::new()
+            .when([Compare::value(
+                floor_key.as_bytes(),
+                CompareOp::Greater,
+                pad_token(token.saturating_sub(1)),
+            )])
+            .and_then([TxnOp::get(floor_key.as_bytes(), None)])
+            .or_else([TxnOp::txn(decide)]);
         let resp = self.op(self.etcd().txn(txn)).await?;
         let revision = header_revision(&resp)?;
+        let resp = below_floor(resp, token, revision)?;
         let mut decision = FenceDecision {
             accepted: false,
             reason: None,
@@ -271,23 +291,46 @@ impl Client {
     ) -> Result<Option<FenceDecision>, Error> {
         let fence = self.keys.fence_key(name, resource);
         let (leader, fence) = (leader_key.as_bytes(), fence.as_bytes());
+        let floor_key = self.keys.floor_key();
         let mut compares = vec![
             Compare::create_revision(leader, CompareOp::Equal, token),
             Compare::value(fence, CompareOp::Less, pad_token(token.saturating_add(1))),
         ];
         compares.extend(extra);
-        let txn = Txn::new().when(compares).and_then([
-            TxnOp::put(
-                fence,
-                pad_token(token),
-                Some(PutOptions::new().with_prev_key()),
-            ),
-            TxnOp::get(leader, None),
-        ]);
+        let accept = || {
+            [
+                TxnOp::put(
+                    fence,
+                    pad_token(token),
+                    Some(PutOptions::new().with_prev_key()),
+                ),
+                TxnOp::get(leader, None),
+            ]
+        };
+        // Without a floor (the common case), or with one below the token:
+        // two branches of one txn, since a value compare on a missing key
+        // is false.
+        let mut no_floor = compares.clone();
+        no_floor.push(Compare::version(floor_key.as_bytes(), CompareOp::Equal, 0));
+        let mut above_floor = compares;
+        above_floor.push(Compare::value(
+            floor_key.as_bytes(),
+            CompareOp::Less,
+            pad_token(token),
+        ));
+        let txn = Txn::new()
+            .when(no_floor)
+            .and_then(accept())
+            .or_else([TxnOp::txn(Txn::new().when(above_floor).and_then(accept()))]);
         let resp = self.op(self.etcd().txn(txn)).await?;
-        if !resp.succeeded() {
-            return Ok(None);
-        }
+        let resp = if resp.succeeded() {
+            resp
+        } else {
+            match resp.op_responses().into_iter().next() {
+                Some(TxnOpResponse::Txn(inner)) if inner.succeeded() => inner,
+                _ => return Ok(None),
+            }
+        };
         let mut decision = FenceDecision {
             accepted: true,
             reason: None,
@@ -301,6 +344,31 @@ impl Client {
         };
         read_branch(&resp.op_responses(), leader, &mut decision);
         Ok(Some(decision))
+    }
+}
+
+/// The fence txn's floor level: when its branch was taken (the floor is at
+/// or above the token), the refusal; else the decision's nested txn.
+fn below_floor(resp: TxnResponse, token: i64, revision: i64) -> Result<TxnResponse, Error> {
+    let mut ops = resp.op_responses().into_iter();
+    if resp.succeeded() {
+        let floor = ops
+            .find_map(|r| match r {
+                TxnOpResponse::Get(g) => g.kvs().first().map(|kv| floor_value(kv.value())),
+                _ => None,
+            })
+            .unwrap_or(i64::MAX);
+        return Err(Error::BelowFloor {
+            token,
+            floor,
+            revision,
+        });
+    }
+    match ops.next() {
+        Some(TxnOpResponse::Txn(t)) => Ok(t),
+        _ => Err(Error::Protocol(
+            "fence txn: nested txn response missing".into(),
+        )),
     }
 }
 

@@ -7,6 +7,7 @@
 //! | `P fence/<name>/<resource>`           | last accepted token, 20 digits         |
 //! | `P fence/<name>/<resource>/~refusal`  | the latest refusal, JSON               |
 //! | `P election/~end/<name>`              | how tenure last ended a term, JSON     |
+//! | `P election/~floor`                   | tenure's token floor, 20 digits        |
 //!
 //! The end marker lives outside every election's own prefix: etcd's
 //! `concurrency.Election` (and `etcdctl elect`) takes *every* key under
@@ -34,6 +35,8 @@ pub const REFUSAL_SEGMENT: &str = "~refusal";
 /// the last segment of the legacy marker `P election/<name>/~end`. `~` is
 /// never part of a valid election name.
 pub const END_MARKER_SEGMENT: &str = "~end";
+/// The last segment of the token floor's key, `P election/~floor`.
+pub const FLOOR_SEGMENT: &str = "~floor";
 
 /// Why tenure itself ended a term; the value of the end marker key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -87,6 +90,14 @@ impl ElectionName {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Every proper path prefix of the name, shortest first: `a`, `a/b`
+    /// for `a/b/c`. Each is a valid name (its segments are).
+    pub fn ancestors(&self) -> impl Iterator<Item = ElectionName> + '_ {
+        self.0
+            .match_indices('/')
+            .map(|(i, _)| ElectionName(self.0[..i].to_owned()))
     }
 }
 
@@ -236,6 +247,26 @@ impl Keys {
         (start, end)
     }
 
+    /// The keys of election `name` that sort in `[P election/<name>,
+    /// P election/<name>/g)`: its single key and every queue candidate
+    /// (a lower-case hex lease id sorts below `g`), with, at most, some
+    /// keys of elections nested under it, which [`classify`] tells apart.
+    /// Read (keys only) for each proper path prefix of a campaign's name:
+    /// an election there would take the campaign's key for a candidate.
+    pub fn own_keys_range(&self, name: &ElectionName) -> (String, String) {
+        let start = self.leader_key(name);
+        let end = format!("{start}/g");
+        (start, end)
+    }
+
+    /// `P election/~floor`: tenure's token floor (see
+    /// `election::floor`). Under no `Election` prefix of a valid name and
+    /// in no `election_range` (`~` sorts after every name byte), inside the
+    /// watch range.
+    pub fn floor_key(&self) -> String {
+        format!("{}election/{}", self.prefix, FLOOR_SEGMENT)
+    }
+
     /// `P election/~end/<name>`: written (without a lease, overwritten: one
     /// key per election) with the deletion of a leader key when tenure ends a
     /// term, so watchers know why it ended. No etcd `Election` prefix covers
@@ -302,6 +333,8 @@ pub enum SchemaKey {
         name: ElectionName,
         resource: String,
     },
+    /// `P election/~floor`, tenure's token floor.
+    Floor,
 }
 
 /// Why a key under the prefix is not part of the schema.
@@ -321,6 +354,9 @@ impl Keys {
         let rest = key.strip_prefix(prefix).ok_or(NotSchema::Outside)?;
         if let Some(rest) = rest.strip_prefix(b"election/") {
             let rest = std::str::from_utf8(rest).map_err(|_| NotSchema::Invalid)?;
+            if rest == FLOOR_SEGMENT {
+                return Ok(SchemaKey::Floor);
+            }
             let valid = |n: &str| ElectionName::new(n).map_err(|_| NotSchema::Invalid);
             if let Some(name) = rest
                 .strip_prefix(END_MARKER_SEGMENT)
@@ -392,6 +428,29 @@ pub fn classify(keys: &Keys, name: &ElectionName, key: &[u8], lease: i64) -> Opt
     }
 }
 
+/// Whether `key` (bound to `lease`) makes election `name` collide with
+/// another in etcd's own `Election` layout, which takes *every* key under
+/// `P election/<name>/` for a candidate of `name`:
+///
+/// - a key under `P election/<name>/` that is not one of `name`'s queue
+///   candidates (nor the legacy end marker): the key of an election nested
+///   under `name` (`<name>/primary`), a candidate etcd would queue;
+/// - the key of an election whose name is a proper path prefix of `name`
+///   (its single key, or one of its queue candidates): that election's
+///   etcd clients would queue behind `name`'s key.
+pub fn collides(keys: &Keys, name: &ElectionName, key: &[u8], lease: i64) -> bool {
+    let own = keys.leader_key(name);
+    if let Some(last) = key
+        .strip_prefix(own.as_bytes())
+        .and_then(|r| r.strip_prefix(b"/"))
+    {
+        let queued = lease != 0 && last == lease_hex(lease).as_bytes();
+        return !queued && last != END_MARKER_SEGMENT.as_bytes();
+    }
+    name.ancestors()
+        .any(|m| classify(keys, &m, key, lease).is_some())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,6 +496,53 @@ mod tests {
         assert!(pad_token(451) < pad_token(1_000_000));
         assert_eq!(pad_token(453).len(), 20);
         assert_eq!(parse_padded_token(pad_token(453).as_bytes()), Some(453));
+    }
+
+    #[test]
+    fn ancestors_and_collisions() {
+        let n = ElectionName::new("a/b/c").unwrap();
+        let up: Vec<String> = n.ancestors().map(|m| m.to_string()).collect();
+        assert_eq!(up, ["a", "a/b"]);
+        assert_eq!(ElectionName::new("a").unwrap().ancestors().count(), 0);
+        let keys = Keys::new("p/");
+        let orders = ElectionName::new("orders").unwrap();
+        let primary = ElectionName::new("orders/primary").unwrap();
+        // orders: a nested election's key collides; its own queue
+        // candidates, the legacy marker and siblings do not.
+        assert!(collides(&keys, &orders, b"p/election/orders/primary", 7));
+        assert!(collides(&keys, &orders, b"p/election/orders/1f/x", 0x1f));
+        assert!(!collides(&keys, &orders, b"p/election/orders/1f", 0x1f));
+        assert!(!collides(&keys, &orders, b"p/election/orders/~end", 0));
+        assert!(!collides(&keys, &orders, b"p/election/orders-x", 0));
+        assert!(!collides(&keys, &orders, b"p/election/orders", 5));
+        // orders/primary: the single key or a queue candidate of orders.
+        assert!(collides(&keys, &primary, b"p/election/orders", 5));
+        assert!(collides(&keys, &primary, b"p/election/orders/2a", 0x2a));
+        assert!(!collides(&keys, &primary, b"p/election/orders/other", 0x2a));
+        assert!(!collides(&keys, &primary, b"p/election/orders/primary", 9));
+        // Every candidate of an ancestor lies in its own-keys range.
+        let (s, e) = keys.own_keys_range(&orders);
+        for k in [
+            "p/election/orders",
+            "p/election/orders/0",
+            "p/election/orders/ffffffffffffffff",
+        ] {
+            assert!(s.as_str() <= k && k < e.as_str(), "{k}");
+        }
+        assert!(e.as_str() <= "p/election/orders/~end");
+        // The floor is tenure's, in the watch range, in no election's.
+        assert_eq!(keys.floor_key(), "p/election/~floor");
+        assert_eq!(
+            keys.parse(keys.floor_key().as_bytes(), 0),
+            Ok(SchemaKey::Floor)
+        );
+        let (ws, we) = keys.watch_range();
+        assert!(ws <= keys.floor_key() && keys.floor_key() < we);
+        for n in ["a", "zzz", "Z", "9"] {
+            let n = ElectionName::new(n).unwrap();
+            let (s, e) = keys.election_range(&n);
+            assert!(!(s <= keys.floor_key() && keys.floor_key() < e));
+        }
     }
 
     #[test]

@@ -7,6 +7,14 @@
 //! probed with a progress request and reopened when even that is not
 //! answered: a watch on a dead member can hang without an error.
 //!
+//! A stream that ends before it was of use (cancelled by etcd, refused, or
+//! broken within [`HEALTHY_AFTER`] of opening) is reopened only after a
+//! backoff, 50 ms doubling to 2 s: etcd cancels a watch it does not permit
+//! at once, and reopening at once made tens of thousands of streams a
+//! minute. A cancellation for want of permission or authentication is
+//! handed to the caller ([`WatchItem::Denied`], [`Watched::Denied`]): a
+//! holder must treat its key as unseen, a waiter must stop.
+//!
 //! Used by the election core (waiting campaigns, the leader's own key,
 //! observe) and by the watcher, which also reads the progress and
 //! reconnection items.
@@ -14,9 +22,23 @@
 use std::time::Duration;
 
 use etcd_client::{Client as EtcdClient, Event, WatchOptions, WatchStream};
+use tokio::time::Instant;
+
+use super::Error;
 
 /// How long a watch stream may stay silent before it is probed.
 pub const DEFAULT_PROBE_AFTER: Duration = Duration::from_secs(5);
+
+/// The first wait before reopening a stream that ended before it was of use.
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+/// The longest wait between two reopens.
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// A stream that lived this long (and was not cancelled) was of use: the
+/// next reopen is immediate and the backoff starts over.
+pub const HEALTHY_AFTER: Duration = Duration::from_secs(1);
+/// A message that repeats (a watch refused again and again) is logged at
+/// most once per this interval, with a count.
+pub const REPEAT_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Why the stream was reopened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,12 +69,57 @@ pub enum WatchItem {
     Opened { member_id: u64 },
     /// Opening the stream failed (etcd unreachable); retrying with backoff.
     Unavailable(String),
+    /// etcd cancelled the watch for want of permission or authentication
+    /// (its role lost the grant, the user is gone). Calling on reopens it
+    /// after a backoff; etcd may grant it again.
+    Denied(Error),
 }
 
-/// What [`RangeWatch::next`] returns: events, or "re-read the state".
+/// What [`RangeWatch::next`] returns: events, "re-read the state", or
+/// "etcd does not let you watch this".
 pub enum Watched {
     Events(Vec<Event>),
     Compacted,
+    /// etcd refused the watch (permission or authentication): nothing that
+    /// happens to the range is seen until that changes.
+    Denied(Error),
+}
+
+/// A message that can repeat fast (a watch refused again and again): the
+/// first occurrence is logged, then at most one per interval, with how many
+/// there were since the last one logged.
+#[derive(Debug)]
+pub struct Repeats {
+    every: Duration,
+    last: Option<Instant>,
+    count: u64,
+}
+
+impl Repeats {
+    pub fn new(every: Duration) -> Self {
+        Self {
+            every,
+            last: None,
+            count: 0,
+        }
+    }
+
+    /// Counts one occurrence; `Some(n)` when it is to be logged now: `n`
+    /// occurrences since the last one logged, this one included.
+    pub fn hit(&mut self) -> Option<u64> {
+        self.hit_at(Instant::now())
+    }
+
+    fn hit_at(&mut self, now: Instant) -> Option<u64> {
+        self.count += 1;
+        match self.last {
+            Some(t) if now.saturating_duration_since(t) < self.every => None,
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.count))
+            }
+        }
+    }
 }
 
 pub struct RangeWatch {
@@ -62,7 +129,14 @@ pub struct RangeWatch {
     next_rev: i64,
     stream: Option<WatchStream>,
     probe_after: Duration,
+    /// The wait before the next reopen of a stream that was of no use.
     backoff: Duration,
+    /// Not before this instant is a stream opened again.
+    reopen_at: Option<Instant>,
+    /// When the current stream was created.
+    opened: Option<Instant>,
+    /// Reopens logged by [`RangeWatch::next`], at most once per interval.
+    repeats: Repeats,
     /// The largest watch response accepted (`None`: etcd-client's 4 MiB).
     max_message_bytes: Option<usize>,
     /// etcd's revision when the current stream was created (its `created`
@@ -86,7 +160,10 @@ impl RangeWatch {
             next_rev: from_rev,
             stream: None,
             probe_after: DEFAULT_PROBE_AFTER,
-            backoff: Duration::from_millis(50),
+            backoff: BACKOFF_MIN,
+            reopen_at: None,
+            opened: None,
+            repeats: Repeats::new(REPEAT_LOG_EVERY),
             max_message_bytes: None,
             opened_at: None,
         }
@@ -136,11 +213,33 @@ impl RangeWatch {
         self.stream = None;
     }
 
+    /// The stream ended: reopen at once if it was of use (lived
+    /// [`HEALTHY_AFTER`], not cancelled), else after the backoff, which
+    /// doubles up to 2 s.
+    fn ended(&mut self, of_use: bool) {
+        self.stream = None;
+        let lived = self
+            .opened
+            .take()
+            .is_some_and(|t| t.elapsed() >= HEALTHY_AFTER);
+        if of_use && lived {
+            self.backoff = BACKOFF_MIN;
+        } else {
+            self.reopen_at = Some(Instant::now() + self.backoff);
+            self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+        }
+    }
+
     /// The next events, or news about the stream. Retries for as long as
     /// the caller waits; cancel it by dropping the future.
     pub async fn next_item(&mut self) -> WatchItem {
         loop {
             if self.stream.is_none() {
+                // Cancel-safe: the pause is over only once it was slept.
+                if let Some(at) = self.reopen_at {
+                    tokio::time::sleep_until(at).await;
+                    self.reopen_at = None;
+                }
                 let mut opts = WatchOptions::new()
                     .with_start_revision(self.next_rev)
                     .with_prev_key();
@@ -160,14 +259,26 @@ impl RangeWatch {
                     Ok(Ok(s)) => {
                         self.stream = Some(s);
                         self.opened_at = None;
+                        self.opened = Some(Instant::now());
                     }
                     failed => {
                         let why = match failed {
                             Ok(Err(e)) => e.to_string(),
-                            _ => format!("no answer within {:?}", self.probe_after),
+                            _ => {
+                                // etcd restored from a snapshot forgot its
+                                // simple auth tokens (they live in the
+                                // WAL): a watch opened with one is never
+                                // answered. Authenticate again (a no-op
+                                // without a user) before the next try.
+                                let _ = tokio::time::timeout(
+                                    self.probe_after,
+                                    self.client.refresh_token(),
+                                )
+                                .await;
+                                format!("no answer within {:?}", self.probe_after)
+                            }
                         };
-                        tokio::time::sleep(self.backoff).await;
-                        self.backoff = (self.backoff * 2).min(Duration::from_secs(2));
+                        self.ended(false);
                         return WatchItem::Unavailable(why);
                     }
                 }
@@ -187,7 +298,7 @@ impl RangeWatch {
                     match answered {
                         Some(m) => m,
                         None => {
-                            self.stream = None;
+                            self.ended(true);
                             return WatchItem::Reopening(Reopened::Stalled);
                         }
                     }
@@ -195,25 +306,32 @@ impl RangeWatch {
             };
             match message {
                 Ok(Some(resp)) => {
-                    self.backoff = Duration::from_millis(50);
                     if resp.canceled() {
-                        self.stream = None;
                         if resp.compact_revision() > 0 {
+                            // Not a failure: the caller re-reads and resumes.
+                            self.stream = None;
+                            self.opened = None;
                             return WatchItem::Compacted {
                                 compact_revision: resp.compact_revision(),
                             };
                         }
-                        tracing::debug!(
-                            reason = resp.cancel_reason(),
-                            "watch cancelled by etcd; reopening"
-                        );
-                        if resp.cancel_reason().contains("invalid auth token") {
+                        // A cancelled watch was of no use, however long its
+                        // stream lived: back off before the next one.
+                        self.ended(false);
+                        let reason = resp.cancel_reason();
+                        if reason.contains("invalid auth token")
+                            || reason.contains("auth revision is old")
+                        {
                             // An expired token cancels a new watch instead
                             // of failing the call, so etcd-client does not
                             // re-authenticate: do it before reopening.
                             let _ =
                                 tokio::time::timeout(self.probe_after, self.client.refresh_token())
                                     .await;
+                            return WatchItem::Reopening(Reopened::Cancelled);
+                        }
+                        if let Some(denied) = Error::from_refusal(reason) {
+                            return WatchItem::Denied(denied);
                         }
                         return WatchItem::Reopening(Reopened::Cancelled);
                     }
@@ -249,23 +367,50 @@ impl RangeWatch {
                     }
                 }
                 Ok(None) | Err(_) => {
-                    self.stream = None;
+                    self.ended(true);
                     return WatchItem::Reopening(Reopened::StreamError);
                 }
             }
         }
     }
 
-    /// Only events and compaction; the rest is handled here.
+    /// Only events, compaction and refusal; the rest is handled here.
     pub async fn next(&mut self) -> Watched {
         loop {
             match self.next_item().await {
                 WatchItem::Events(events) => return Watched::Events(events),
                 WatchItem::Compacted { .. } => return Watched::Compacted,
-                WatchItem::Reopening(why) => tracing::debug!(?why, "watch reopening"),
-                WatchItem::Unavailable(why) => tracing::debug!(%why, "watch unavailable; retrying"),
+                WatchItem::Denied(e) => return Watched::Denied(e),
+                WatchItem::Reopening(why) => {
+                    if let Some(times) = self.repeats.hit() {
+                        tracing::debug!(?why, times, "watch reopening");
+                    }
+                }
+                WatchItem::Unavailable(why) => {
+                    if let Some(times) = self.repeats.hit() {
+                        tracing::debug!(%why, times, "watch unavailable; retrying");
+                    }
+                }
                 WatchItem::Progress { .. } | WatchItem::Opened { .. } => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_message_is_logged_once_per_interval_with_a_count() {
+        let mut r = Repeats::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        assert_eq!(r.hit_at(t0), Some(1), "the first is logged");
+        for i in 0..999 {
+            assert_eq!(r.hit_at(t0 + Duration::from_millis(i * 10)), None);
+        }
+        let later = t0 + Duration::from_secs(10);
+        assert_eq!(r.hit_at(later), Some(1000), "then one line says how many");
+        assert_eq!(r.hit_at(later), None);
     }
 }

@@ -106,6 +106,15 @@ pub enum LossReason {
         token: i64,
         revision: i64,
     },
+    /// etcd refused to let the holder read or watch its own leader key
+    /// (permission or authentication: its role lost the grant, its user is
+    /// gone). It can no longer see its term end; the lease may well be
+    /// renewed still, since etcd does not check keepalives against roles.
+    AccessDenied { reason: String },
+    /// The leader key was not read back with this term's token for a TTL
+    /// (reads failed or went unanswered while keepalives passed): the
+    /// holder cannot tell whether the term was ended.
+    KeyUnconfirmed { ttl: Duration },
     /// The holder resigned.
     Resigned,
     /// The process received SIGTERM or SIGINT and resigned.
@@ -133,6 +142,15 @@ impl std::fmt::Display for LossReason {
             } => write!(
                 f,
                 "the leader key was taken over by {holder:?} (token {token}) at revision {revision}"
+            ),
+            LossReason::AccessDenied { reason } => write!(
+                f,
+                "etcd refused this holder its own leader key, so it cannot see its term end: {reason}"
+            ),
+            LossReason::KeyUnconfirmed { ttl } => write!(
+                f,
+                "the leader key was not confirmed for the TTL ({ttl:?}) though the lease was \
+                 renewed: this holder cannot tell whether its term was ended"
             ),
             LossReason::Resigned => f.write_str("resigned"),
             LossReason::Signal => f.write_str("resigned on SIGTERM/SIGINT"),

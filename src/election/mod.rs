@@ -12,6 +12,7 @@ mod connect;
 pub mod deadline;
 mod error;
 pub mod fence;
+mod floor;
 pub mod keys;
 pub mod keywatch;
 pub mod lease;
@@ -77,6 +78,11 @@ pub struct LeaderStatus {
     pub revision: i64,
     /// Candidates queued behind the leader (queue layout), next first.
     pub waiting: Vec<Leader>,
+    /// tenure's token floor, when the leader's token is at or below it: a
+    /// term from before etcd was restored from a snapshot, whose fences
+    /// are refused (see `floor.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub below_floor: Option<i64>,
 }
 
 /// Picks the leader among the keys of one election's range: the key with the
@@ -109,6 +115,9 @@ pub struct Client {
     endpoints: std::sync::Arc<[String]>,
     /// TLS files and etcd user, for [`Client::reconnect`] and error messages.
     config: std::sync::Arc<ConnectConfig>,
+    /// Campaigns refuse a token at or below tenure's token floor (see
+    /// `floor.rs`); off only for terms whose token fences nothing.
+    token_floor: bool,
 }
 
 impl Client {
@@ -170,6 +179,7 @@ impl Client {
             etcd: std::sync::Arc::new(etcd),
             keys: Keys::new(prefix),
             op_timeout: DEFAULT_OP_TIMEOUT,
+            token_floor: true,
             endpoints: std::sync::Arc::from(Vec::new()),
             config: std::sync::Arc::new(ConnectConfig::plain()),
         }
@@ -177,6 +187,16 @@ impl Client {
 
     pub fn with_op_timeout(mut self, op_timeout: Duration) -> Self {
         self.op_timeout = op_timeout;
+        self
+    }
+
+    /// The same client, whose campaigns do not refuse a token at or below
+    /// tenure's token floor. Only for a term whose token fences nothing in
+    /// etcd's keyspace or outside: `tenure serve`'s history writer, whose
+    /// database fence starts a new generation when etcd starts over. Its
+    /// fences still refuse such tokens.
+    pub fn without_token_floor(mut self) -> Self {
+        self.token_floor = false;
         self
     }
 
@@ -221,7 +241,22 @@ impl Client {
 
     /// Who leads `name` now, with the lease's remaining TTL.
     pub async fn leader(&self, name: &ElectionName) -> Result<Option<LeaderStatus>, Error> {
-        let (kvs, revision) = self.read_election(name).await?;
+        // The election and the floor, at one revision.
+        let (start, end) = self.keys.election_range(name);
+        let txn = Txn::new().and_then([
+            TxnOp::get(start, Some(GetOptions::new().with_range(end))),
+            TxnOp::get(self.keys.floor_key(), None),
+        ]);
+        let resp = self.op(self.etcd().txn(txn)).await?;
+        let revision = campaign::header_revision(&resp)?;
+        let mut gets = resp.op_responses().into_iter().filter_map(|r| match r {
+            etcd_client::TxnOpResponse::Get(g) => Some(g.kvs().to_vec()),
+            _ => None,
+        });
+        let kvs = gets.next().unwrap_or_default();
+        let floor = gets
+            .next()
+            .and_then(|f| f.first().map(|kv| floor::floor_value(kv.value())));
         let Some(leader) = pick_leader(&self.keys, name, &kvs) else {
             return Ok(None);
         };
@@ -237,11 +272,13 @@ impl Client {
             .into_iter()
             .filter(|c| c.token > leader.token)
             .collect();
+        let below_floor = floor.filter(|f| leader.token <= *f);
         Ok(Some(LeaderStatus {
             leader,
             ttl_remaining_seconds,
             revision,
             waiting,
+            below_floor,
         }))
     }
 

@@ -24,6 +24,8 @@ pub struct Observed {
 pub struct Observer {
     rx: mpsc::Receiver<Observed>,
     task: JoinHandle<()>,
+    /// Why the task ended, when etcd refused it the election.
+    failed: std::sync::Arc<std::sync::Mutex<Option<Error>>>,
     /// The leader `next` returned last (`None` before the first call).
     reported: Option<Option<Leader>>,
 }
@@ -32,12 +34,30 @@ impl Observer {
     pub(crate) async fn start(client: Client, name: ElectionName) -> Result<Self, Error> {
         let (kvs, revision) = client.read_election(&name).await?;
         let (tx, rx) = mpsc::channel(64);
-        let task = tokio::spawn(run(client, name, kvs, revision, tx));
+        let failed: std::sync::Arc<std::sync::Mutex<Option<Error>>> = Default::default();
+        let task = tokio::spawn({
+            let failed = std::sync::Arc::clone(&failed);
+            async move {
+                let user = client.connect_config().user().map(str::to_owned);
+                if let Some(e) = run(client, name, kvs, revision, tx).await {
+                    if let Ok(mut f) = failed.lock() {
+                        *f = Some(e.with_user(user.as_deref()));
+                    }
+                }
+            }
+        });
         Ok(Self {
             rx,
             task,
+            failed,
             reported: None,
         })
+    }
+
+    /// After [`Observer::next`] returned `None`: why, when etcd refused
+    /// the watch (permission or authentication).
+    pub fn take_error(&mut self) -> Option<Error> {
+        self.failed.lock().ok()?.take()
     }
 
     /// The next leader change; `None` only if the observer's task ended.
@@ -83,7 +103,7 @@ async fn run(
     kvs: Vec<KeyValue>,
     revision: i64,
     tx: mpsc::Sender<Observed>,
-) {
+) -> Option<Error> {
     let mut keys: BTreeMap<Vec<u8>, KeyValue> =
         kvs.into_iter().map(|kv| (kv.key().to_vec(), kv)).collect();
     let leader_of = |keys: &BTreeMap<Vec<u8>, KeyValue>| {
@@ -96,7 +116,7 @@ async fn run(
     };
     let mut last = leader_of(&keys);
     if tx.send(last.clone()).await.is_err() {
-        return;
+        return None;
     }
     let (start, end) = client.keys().election_range(&name);
     let mut watch = RangeWatch::new(&client.etcd(), start, Some(end.into_bytes()), revision + 1);
@@ -126,6 +146,7 @@ async fn run(
                     continue;
                 }
             },
+            Watched::Denied(e) => return Some(e),
         }
         let now = leader_of(&keys);
         let queue = |o: &Observed| -> Vec<(i64, String)> {
@@ -137,7 +158,7 @@ async fn run(
         if !same_term(&last.leader, &now.leader) || queue(&last) != queue(&now) {
             last = now.clone();
             if tx.send(now).await.is_err() {
-                return;
+                return None;
             }
         }
     }

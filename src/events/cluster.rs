@@ -271,6 +271,10 @@ pub struct ClusterBaseline {
     pub members: std::collections::BTreeMap<String, String>,
     /// Alarms recorded as raised and not cleared: (member id hex, alarm).
     pub alarms: std::collections::BTreeSet<(String, String)>,
+    /// The highest revision of a timeline etcd no longer has (the largest
+    /// `from_revision` of the recorded resets): tenure's token floor must
+    /// be at least this.
+    pub floor: Option<i64>,
 }
 
 impl ClusterBaseline {
@@ -298,6 +302,9 @@ impl ClusterBaseline {
                 }
                 ClusterEventKind::AlarmCleared { member_id, alarm } => {
                     b.alarms.remove(&(member_id.clone(), alarm.clone()));
+                }
+                ClusterEventKind::Reset { from_revision, .. } => {
+                    b.floor = b.floor.max(Some(*from_revision));
                 }
                 _ => {}
             }

@@ -63,7 +63,7 @@ pub(super) fn events(conn: &Connection, q: &Query) -> Result<Vec<ClusterEvent>, 
 pub(super) fn baseline(conn: &Connection) -> Result<ClusterBaseline, HistoryError> {
     let mut stmt = conn.prepare_cached(
         "SELECT json FROM (SELECT id, json FROM cluster_events \
-         WHERE type IN ('member_added', 'member_removed', 'alarm_raised', 'alarm_cleared') \
+         WHERE type IN ('member_added', 'member_removed', 'alarm_raised', 'alarm_cleared', 'reset') \
          ORDER BY id DESC LIMIT ?1) ORDER BY id",
     )?;
     let mut events: Vec<ClusterEvent> = stmt

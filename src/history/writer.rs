@@ -352,9 +352,10 @@ pub(super) fn event_row(
         EventKind::FenceAccepted { token, .. } | EventKind::FenceRefused { token, .. } => {
             (Some(*token), None)
         }
-        EventKind::Gap { .. } | EventKind::Reset { .. } | EventKind::Unobserved { .. } => {
-            (None, None)
-        }
+        EventKind::Gap { .. }
+        | EventKind::Reset { .. }
+        | EventKind::Unobserved { .. }
+        | EventKind::NameCollision { .. } => (None, None),
     };
     Ok((json, token, holder))
 }
@@ -484,7 +485,8 @@ fn apply(
         | EventKind::Reset { .. }
         | EventKind::Unobserved { .. }
         | EventKind::CandidateQueued { .. }
-        | EventKind::CandidateLeft { .. } => {}
+        | EventKind::CandidateLeft { .. }
+        | EventKind::NameCollision { .. } => {}
     }
     Ok(())
 }

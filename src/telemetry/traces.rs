@@ -414,6 +414,6 @@ pub fn record_event(event: &Event) {
             let _entered = span.enter();
             tracing::debug!("queue changed");
         }
-        EventKind::FenceAccepted { .. } => {}
+        EventKind::FenceAccepted { .. } | EventKind::NameCollision { .. } => {}
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use etcd_client::{GetOptions, KeyValue};
 use tokio::sync::mpsc;
 
+use super::contradiction::contradiction;
 use super::{report_waiting, send, Closed, Kv, OpenTerm, Resume, State, Watcher};
 use super::{MAX_MESSAGE_BYTES, SNAPSHOT_PAGE_KEYS};
 use crate::election::Error;
@@ -69,7 +70,26 @@ impl Watcher {
                     self.check_progress_order().await;
                     if let Some(r) = &resume {
                         let other_cluster = r.cluster_id.is_some_and(|c| c != cluster);
-                        if other_cluster || (!at_resume && revision < r.revision) {
+                        let keys = self.client.keys();
+                        let contradicted =
+                            || contradiction(keys, r, &kvs, revision, self.cfg.max_elections);
+                        let why = if other_cluster || (!at_resume && revision < r.revision) {
+                            Some(String::new())
+                        } else if reset {
+                            None
+                        } else {
+                            contradicted()
+                        };
+                        if let Some(why) = why {
+                            if !why.is_empty() {
+                                tracing::warn!(
+                                    stored = r.revision,
+                                    revision,
+                                    %why,
+                                    "etcd's state contradicts the history: etcd started over \
+                                     under the same cluster id (a restore from a snapshot)"
+                                );
+                            }
                             reset = true;
                             if at_resume {
                                 // Read again, at the new timeline's present.
@@ -122,7 +142,13 @@ impl Watcher {
                                 .as_ref()
                                 .map(|r| r.open_terms.as_slice())
                                 .unwrap_or(&[]);
-                            let (events, statuses) = state.load(revision, &kvs, open, at_ms);
+                            let (mut events, statuses) = state.load(revision, &kvs, open, at_ms);
+                            if at_resume {
+                                // Collisions present at the stored revision
+                                // were recorded when they arose.
+                                events
+                                    .retain(|e| !matches!(e.kind, EventKind::NameCollision { .. }));
+                            }
                             if let (Some(r), false) = (&resume, at_resume) {
                                 batch.push(Event {
                                     revision,

@@ -14,7 +14,8 @@
 //! The watcher never stores or renders: it sends updates down one channel.
 //!
 //! By job: this file holds the watch loop; `load` the snapshot, resume and
-//! reset, `apply` a batch of watch events, `causes` the end-cause lookup,
+//! reset, `contradiction` whether etcd's state contradicts the history
+//! (a restore under the same cluster id), `apply` a batch of watch events, `causes` the end-cause lookup,
 //! `leases` the lease sampler, `replay` what a new stream replays.
 
 pub mod cluster;
@@ -22,6 +23,7 @@ pub mod state;
 
 mod apply;
 mod causes;
+mod contradiction;
 mod leases;
 mod load;
 mod replay;
@@ -32,7 +34,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::election::keywatch::{RangeWatch, Reopened, WatchItem};
+use crate::election::keywatch::{RangeWatch, Reopened, Repeats, WatchItem, REPEAT_LOG_EVERY};
 use crate::election::Client;
 use crate::events::{now_ms, Batch, RestartReason, Update, WatchStatus};
 pub use crate::events::{OpenTerm, ResumePoint as Resume};
@@ -178,9 +180,36 @@ impl Watcher {
         // Why the stream is being reopened, until a new one is created (the
         // reconnect is recorded then, with the member that serves it).
         let mut reconnecting: Option<RestartReason> = None;
+        // A broken stream's check for a replaced etcd got no answer.
+        let mut ask_replaced = false;
+        // The connection that asks whether etcd is another timeline: the
+        // watch's own after a stall (the old one may be half-open, and a
+        // check on it would only time out).
+        let mut asker = self.client.etcd();
         let mut last_forget = Instant::now();
+        // Repeated trouble (a role revoked: every reopen refused) is logged
+        // once per interval, with a count; RangeWatch paces the reopens.
+        let (mut denied_log, mut reopen_log, mut stuck_log) = (
+            Repeats::new(REPEAT_LOG_EVERY),
+            Repeats::new(REPEAT_LOG_EVERY),
+            Repeats::new(REPEAT_LOG_EVERY),
+        );
         loop {
-            let item = watch.next_item().await;
+            let item = match watch.next_item().await {
+                // A refusal is a reopen too, said once with its cause.
+                WatchItem::Denied(e) => {
+                    if let Some(times) = denied_log.hit() {
+                        tracing::error!(
+                            error = %e.with_user(self.client.connect_config().user()),
+                            times,
+                            "etcd refused the watch; retrying with backoff, nothing is recorded \
+                             until it is granted again"
+                        );
+                    }
+                    WatchItem::Reopening(Reopened::Cancelled)
+                }
+                other => other,
+            };
             // When the events arrived: their deletions happened before it.
             let received = Instant::now();
             let now_up = !matches!(item, WatchItem::Unavailable(_));
@@ -287,11 +316,14 @@ impl Watcher {
                         Reopened::Stalled => RestartReason::Stalled,
                         Reopened::Cancelled => RestartReason::Cancelled,
                     };
-                    tracing::warn!(
-                        reason = reason.as_str(),
-                        next = watch.next_revision(),
-                        "watch stream lost; reopening"
-                    );
+                    if let Some(times) = reopen_log.hit() {
+                        tracing::warn!(
+                            reason = reason.as_str(),
+                            next = watch.next_revision(),
+                            times,
+                            "watch stream lost; reopening"
+                        );
+                    }
                     let next = watch.next_revision();
                     failing = if failing.0 == next {
                         (next, failing.1 + 1)
@@ -299,11 +331,13 @@ impl Watcher {
                         (next, 1)
                     };
                     if failing.1 >= STUCK_AFTER_ATTEMPTS {
-                        tracing::error!(
-                            next_revision = next,
-                            attempts = failing.1,
-                            "the watch keeps failing at one revision; nothing is recorded"
-                        );
+                        if stuck_log.hit().is_some() {
+                            tracing::error!(
+                                next_revision = next,
+                                attempts = failing.1,
+                                "the watch keeps failing at one revision; nothing is recorded"
+                            );
+                        }
                         send(
                             tx,
                             Update::Watch(WatchStatus::Stuck {
@@ -319,6 +353,7 @@ impl Watcher {
                         // on it would hang again. Use a new one.
                         if let Some(fresh) = self.client.reconnect().await {
                             watch.set_client(&fresh);
+                            asker = fresh;
                         }
                     }
                     send(tx, Update::Watch(WatchStatus::Restarted(reason))).await?;
@@ -333,10 +368,14 @@ impl Watcher {
                     // another timeline (a restore, a new cluster). A watch from
                     // a future revision just waits, and etcd that orders
                     // progress notifications (3.4.25+, 3.5.8+) never answers a
-                    // progress request on it, so every stall must ask too
-                    // (after a stall the client is a fresh connection: the old
-                    // one may be half-open; the check has its own timeout).
-                    if self.replaced(applied, cluster).await {
+                    // progress request on it, so a stall asks too (after a
+                    // stall the client is a fresh connection: the old one may
+                    // be half-open; the check has its own timeout).
+                    let replaced = self.replaced(&asker, applied, cluster).await;
+                    // Not answered (etcd is restarting): asked again as
+                    // soon as the new stream exists, not a probe later.
+                    ask_replaced = replaced.is_none();
+                    if replaced == Some(true) {
                         (applied, cluster) = self
                             .reset(&mut state, applied, cluster, replay.since_ms, tx)
                             .await?;
@@ -348,6 +387,8 @@ impl Watcher {
                 WatchItem::Unavailable(why) => {
                     tracing::debug!(%why, "etcd unavailable for the watch; retrying")
                 }
+                // Turned into a reopen above.
+                WatchItem::Denied(_) => {}
                 WatchItem::Opened { member_id } => {
                     if let Some(reason) = reconnecting.take() {
                         tracing::info!(
@@ -360,6 +401,16 @@ impl Watcher {
                             Update::Watch(WatchStatus::Reconnected { reason, member_id }),
                         )
                         .await?;
+                    }
+                    if std::mem::take(&mut ask_replaced)
+                        && self.replaced(&asker, applied, cluster).await == Some(true)
+                    {
+                        (applied, cluster) = self
+                            .reset(&mut state, applied, cluster, replay.since_ms, tx)
+                            .await?;
+                        watch.resume_after(applied);
+                        live_at_ms = now_ms();
+                        replay = Replay::since(live_at_ms);
                     }
                 }
             }
@@ -388,16 +439,28 @@ impl Watcher {
     }
 
     /// Whether etcd now is another timeline than the one applied so far:
-    /// another cluster id, or a revision behind `applied`. `false` when etcd
-    /// does not answer (the watch's own retries handle that).
-    async fn replaced(&self, applied: i64, cluster: u64) -> bool {
-        let mut etcd = self.client.etcd();
-        let asked = tokio::time::timeout(REPLACED_CHECK_TIMEOUT, etcd.status()).await;
+    /// another cluster id, or a revision behind `applied`. `None` when etcd
+    /// does not answer. Asked with a count of the watch range's first key
+    /// (its header has both), not `Status`: etcd 3.5 with authentication
+    /// answers `Status` to root only, and serve's role may only read.
+    async fn replaced(
+        &self,
+        asker: &etcd_client::Client,
+        applied: i64,
+        cluster: u64,
+    ) -> Option<bool> {
+        let mut etcd = asker.clone();
+        let (start, _) = self.client.keys().watch_range();
+        let count = etcd_client::GetOptions::new().with_count_only();
+        let asked =
+            tokio::time::timeout(REPLACED_CHECK_TIMEOUT, etcd.get(start, Some(count))).await;
         let Ok(Ok(resp)) = asked else {
-            return false;
+            return None;
         };
-        resp.header()
-            .is_some_and(|h| h.cluster_id() != cluster || h.revision() < applied)
+        Some(
+            resp.header()
+                .is_some_and(|h| h.cluster_id() != cluster || h.revision() < applied),
+        )
     }
 
     /// Sends statuses on, logging overflows (the first ten, then every

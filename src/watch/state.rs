@@ -110,6 +110,13 @@ pub struct State {
     elections: HashMap<String, Election>,
     /// Elections whose candidates changed since [`State::waiting_changes`].
     dirty: std::collections::HashSet<String>,
+    /// Pairs of elections (ancestor, nested) that both hold keys: etcd's
+    /// own `Election` of the ancestor takes the nested one's keys for its
+    /// candidates. Reported once when they arise.
+    collisions: std::collections::HashSet<(String, String)>,
+    /// The elections that hold keys, in order: the ones nested under a
+    /// name are one range of it (`name/` up to `name0`).
+    holding: std::collections::BTreeSet<String>,
 }
 
 impl State {
@@ -119,6 +126,8 @@ impl State {
             max_elections,
             elections: HashMap::new(),
             dirty: Default::default(),
+            collisions: Default::default(),
+            holding: Default::default(),
         }
     }
 
@@ -247,7 +256,74 @@ impl State {
                 }
             }
         }
+        let before = std::mem::take(&mut self.collisions);
+        self.holding = self
+            .elections
+            .iter()
+            .filter(|(_, e)| !e.candidates.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect();
+        let names: Vec<String> = self.holding.iter().cloned().collect();
+        for name in names {
+            for pair in self.collisions_of(&name) {
+                if self.collisions.insert(pair.clone()) && !before.contains(&pair) {
+                    events.extend(collision_events(revision, at_ms, &pair));
+                }
+            }
+        }
         (events, statuses)
+    }
+
+    /// The collisions election `name` takes part in now: with every
+    /// election whose name is a proper path prefix of it, and every one
+    /// nested under it, that holds keys while it does too.
+    fn collisions_of(&self, name: &str) -> Vec<(String, String)> {
+        if !self.holding.contains(name) {
+            return Vec::new();
+        }
+        let mut pairs: Vec<(String, String)> = name
+            .match_indices('/')
+            .map(|(i, _)| &name[..i])
+            .filter(|a| self.holding.contains(*a))
+            .map(|a| (a.to_owned(), name.to_owned()))
+            .collect();
+        // `/` sorts right below `0`: every name under `name/` is here.
+        let nested = format!("{name}/")..format!("{name}0");
+        pairs.extend(
+            self.holding
+                .range(nested)
+                .map(|n| (name.to_owned(), n.clone())),
+        );
+        pairs
+    }
+
+    /// Records the collisions that arose or ended with the changes of
+    /// the `touched` elections; returns an event per election of each
+    /// collision that arose.
+    fn update_collisions(&mut self, touched: &[String], revision: i64, at_ms: i64) -> Vec<Event> {
+        for name in touched {
+            let holds = self
+                .elections
+                .get(name)
+                .is_some_and(|e| !e.candidates.is_empty());
+            if holds {
+                self.holding.insert(name.clone());
+            } else {
+                self.holding.remove(name);
+            }
+        }
+        let holding = &self.holding;
+        self.collisions
+            .retain(|(a, d)| holding.contains(a) && holding.contains(d));
+        let mut out = Vec::new();
+        for name in touched {
+            for pair in self.collisions_of(name) {
+                if self.collisions.insert(pair.clone()) {
+                    out.extend(collision_events(revision, at_ms, &pair));
+                }
+            }
+        }
+        out
     }
 
     /// Applies every change of one complete revision and returns its
@@ -344,12 +420,15 @@ impl State {
                         Err(_) => statuses.push(WatchStatus::IgnoredKey),
                     }
                 }
+                // tenure's token floor: not an election's.
+                (SchemaKey::Floor, _) => {}
                 // Deleted markers, fence keys and refusal records: nothing happened.
                 (_, Change::Delete { .. }) => {}
             }
         }
 
         let mut out = Vec::new();
+        let collisions = self.update_collisions(&touched, revision, at_ms);
         self.dirty.extend(touched.iter().cloned());
         for name in touched {
             let Some(e) = self.elections.get_mut(&name) else {
@@ -429,6 +508,7 @@ impl State {
                 }
             }
         }
+        out.extend(collisions.into_iter().map(Pending::done));
         for (name, c) in left {
             out.push(Pending::done(event(
                 revision,
@@ -541,6 +621,32 @@ fn pick(candidates: &Candidates, revision: i64, at_ms: i64) -> Option<Term> {
             started_revision: revision,
             started_at_ms: at_ms,
         })
+}
+
+/// A collision between `ancestor` and `nested`, on the page of each.
+fn collision_events(
+    revision: i64,
+    at_ms: i64,
+    (ancestor, nested): &(String, String),
+) -> [Event; 2] {
+    [
+        event(
+            revision,
+            at_ms,
+            ancestor,
+            EventKind::NameCollision {
+                other: nested.clone(),
+            },
+        ),
+        event(
+            revision,
+            at_ms,
+            nested,
+            EventKind::NameCollision {
+                other: ancestor.clone(),
+            },
+        ),
+    ]
 }
 
 fn event(revision: i64, at_ms: i64, election: &str, kind: EventKind) -> Event {

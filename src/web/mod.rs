@@ -56,6 +56,9 @@ pub struct Readiness {
     event_revision: AtomicI64,
     /// A shared history: whether it is being recorded (issue 20.11).
     recording: std::sync::Mutex<Option<recording::Recording>>,
+    /// Why tenure's token floor could not be raised after a reset (not
+    /// ready until it is: tokens of the restored range are not refused).
+    floor_problem: std::sync::Mutex<Option<String>>,
 }
 
 /// The cap on tracked elections was hit: changes of elections beyond it
@@ -152,6 +155,19 @@ impl Readiness {
         self.etcd_up.load(Ordering::Relaxed)
             && self.loaded.load(Ordering::Relaxed)
             && !self.stuck.load(Ordering::Relaxed)
+            && self.floor_problem().is_none()
+    }
+
+    /// Says why the token floor could not be raised (`None`: it was).
+    pub fn set_floor_problem(&self, problem: Option<String>) {
+        *self.floor_problem.lock().unwrap_or_else(|p| p.into_inner()) = problem;
+    }
+
+    pub fn floor_problem(&self) -> Option<String> {
+        self.floor_problem
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// A shared history: checks from now on that it is being recorded,
@@ -293,7 +309,12 @@ async fn readyz(State(s): State<Arc<AppState>>) -> impl IntoResponse {
         .cap_reached()
         .map(|c| format!("{}\n", c.sentence()))
         .unwrap_or_default();
-    if s.readiness.is_ready() {
+    if let Some(problem) = s.readiness.floor_problem() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {problem}\n{cap}"),
+        )
+    } else if s.readiness.is_ready() {
         (
             StatusCode::OK,
             format!(

@@ -270,10 +270,95 @@ impl Etcd {
         self.m().recent_logs()
     }
 
+    /// `etcdctl snapshot save PATH`; returns the revision the snapshot
+    /// holds (etcd's revision right after it was taken, when nothing
+    /// writes meanwhile).
+    pub async fn snapshot_save(&self, path: &Path) -> i64 {
+        let out = tokio::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoint()))
+            .args(["snapshot", "save"])
+            .arg(path)
+            .output()
+            .await
+            .expect("run etcdctl snapshot save");
+        assert!(
+            out.status.success(),
+            "etcdctl snapshot save: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut c = self.client().await;
+        c.get("any", None)
+            .await
+            .expect("get")
+            .header()
+            .map(|h| h.revision())
+            .unwrap_or_default()
+    }
+
+    /// Restores `snapshot` the way an operator does after losing etcd:
+    /// stops the member, restores into a new data dir with the same
+    /// `--name`, peer URL and cluster token (so the same member and cluster
+    /// ids), and starts it again on the same ports. `bump`: the documented
+    /// procedure, `etcdutl snapshot restore --bump-revision N
+    /// --mark-compacted`; `None`: a plain `etcdutl snapshot restore`, which
+    /// puts etcd's revision back to the snapshot's. The tool is
+    /// [`etcdutl_bin`] (etcd 3.4 has none: 3.5's restores its snapshots).
+    pub async fn restore(&mut self, snapshot: &Path, bump: Option<u64>) {
+        self.kill().await;
+        let m = &mut self.group.members[0];
+        m.restores += 1;
+        let data = m.tmp.path().join(format!("data-restored-{}", m.restores));
+        let peer = m.peer_url();
+        let mut cmd = tokio::process::Command::new(etcdutl_bin());
+        cmd.args(["snapshot", "restore"])
+            .arg(snapshot)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--name", &m.name])
+            .args(["--initial-cluster", &m.initial_cluster])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster-token", &m.token]);
+        if let Some(n) = bump {
+            cmd.args(["--bump-revision", &n.to_string(), "--mark-compacted"]);
+        }
+        let out = cmd
+            .output()
+            .await
+            .unwrap_or_else(|e| panic!("run {} snapshot restore: {e}", etcdutl_bin().display()));
+        assert!(
+            out.status.success(),
+            "{} snapshot restore: {}",
+            etcdutl_bin().display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        m.data_dir = data;
+        self.restart().await;
+    }
+
     /// How long the last (re)start took from spawn to readiness.
     pub fn last_ready_after(&self) -> Option<Duration> {
         self.m().last_ready_after
     }
+}
+
+/// `etcdutl`: `$TENURE_TEST_ETCDUTL`, else the one beside the etcd under
+/// test, else etcd 3.5.30's from `scripts/setup.sh`, else `etcdutl` on
+/// PATH. etcd 3.4 ships none; 3.5's restores a 3.4 snapshot for a 3.4
+/// server (the revision bump included: measured with 3.4.23).
+pub fn etcdutl_bin() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("TENURE_TEST_ETCDUTL") {
+        return p.into();
+    }
+    let beside = etcd_bin().with_file_name("etcdutl");
+    if beside.exists() {
+        return beside;
+    }
+    let setup = Path::new("/opt/tenure-etcd-3.5.30/bin/etcdutl");
+    if setup.exists() {
+        return setup.to_owned();
+    }
+    "etcdutl".into()
 }
 
 /// Three real etcd members on loopback forming one cluster.

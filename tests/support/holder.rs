@@ -70,24 +70,44 @@ pub fn pgid_of(pid: i32) -> Option<i32> {
 
 /// Polls until no process of `pgid` can run; returns when (wall clock, ns).
 pub async fn dead_at(pgid: i32, within: Duration) -> i128 {
+    match dead_within(pgid, within).await {
+        Some(at) => at,
+        None => panic!(
+            "group {pgid} still alive after {within:?}: {:?}",
+            live_members(pgid)
+        ),
+    }
+}
+
+/// [`dead_at`], or `None` when the group still runs after `within`.
+pub async fn dead_within(pgid: i32, within: Duration) -> Option<i128> {
     // Scanning /proc is blocking work: on a thread of its own it never
     // starves the test's runtime (which also runs the fault proxies).
     tokio::task::spawn_blocking(move || {
         let deadline = Instant::now() + within;
         loop {
             if live_members(pgid).is_empty() {
-                return now_ns();
+                return Some(now_ns());
             }
-            assert!(
-                Instant::now() < deadline,
-                "group {pgid} still alive after {within:?}: {:?}",
-                live_members(pgid)
-            );
+            if Instant::now() >= deadline {
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(3));
         }
     })
     .await
     .expect("the /proc scan panicked")
+}
+
+/// The lines tenure wrote to stderr after what was read so far, until it
+/// closed it (exited) or `within` passed.
+pub async fn rest_of(lines: &mut Lines<BufReader<ChildStderr>>, within: Duration) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut rest = Vec::new();
+    while let Ok(Ok(Some(line))) = tokio::time::timeout_at(deadline, lines.next_line()).await {
+        rest.push(line);
+    }
+    rest
 }
 
 /// A `tenure campaign` running [`STUBBORN`].
@@ -103,7 +123,18 @@ pub struct Holder {
 
 impl Holder {
     pub async fn start(endpoint: &str, election: &str, dir: &Path, args: &[&str]) -> Holder {
-        let child = spawn(endpoint, election, dir, args);
+        Holder::start_env(endpoint, election, dir, args, &[]).await
+    }
+
+    /// [`Holder::start`] with extra environment (an etcd user, its password).
+    pub async fn start_env(
+        endpoint: &str,
+        election: &str,
+        dir: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Holder {
+        let child = spawn_env(endpoint, election, dir, args, env);
         let mut h = Holder::attach(child, dir);
         h.token = h.leads(Duration::from_secs(20)).await;
         h.find_group().await;
@@ -220,6 +251,17 @@ impl Drop for Holder {
 }
 
 pub fn spawn(endpoint: &str, election: &str, dir: &Path, args: &[&str]) -> Child {
+    spawn_env(endpoint, election, dir, args, &[])
+}
+
+/// [`spawn`] with extra environment variables.
+pub fn spawn_env(
+    endpoint: &str,
+    election: &str,
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Child {
     Command::new(tenure_bin())
         .arg("campaign")
         .arg(election)
@@ -229,6 +271,7 @@ pub fn spawn(endpoint: &str, election: &str, dir: &Path, args: &[&str]) -> Child
         .env_remove("TENURE_PREFIX")
         .env("TENURE_TIMEOUT", "1")
         .env("ACTS", dir.join("acts"))
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -204,6 +204,8 @@ pub(super) struct Member {
     pub(super) spawns: u32,
     pub(super) last_ready_after: Option<Duration>,
     pub(super) flags: EtcdFlags,
+    /// Snapshot restores so far (each into a new data dir).
+    pub(super) restores: u32,
     // Last field: removed only after Drop killed the process.
     pub(super) tmp: TempDir,
 }
@@ -231,6 +233,7 @@ impl Member {
             spawns: 0,
             last_ready_after: None,
             flags: flags.clone(),
+            restores: 0,
             tmp,
         }
     }

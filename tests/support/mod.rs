@@ -53,7 +53,7 @@ mod serve;
 pub mod wait;
 mod webdriver;
 #[allow(unused_imports)]
-pub use etcd::{Etcd, EtcdCluster, LEADER_TIMEOUT, START_ATTEMPTS};
+pub use etcd::{etcdutl_bin, Etcd, EtcdCluster, LEADER_TIMEOUT, START_ATTEMPTS};
 #[allow(unused_imports)]
 pub use member::{etcd_bin, etcd_version, EtcdFlags, LOG_RING, READY_TIMEOUT};
 #[allow(unused_imports)]

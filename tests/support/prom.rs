@@ -26,3 +26,13 @@ pub async fn etcd_metric(endpoint: &str, series: &str) -> Option<f64> {
 pub async fn etcd_watchers(endpoint: &str) -> Option<f64> {
     etcd_metric(endpoint, "etcd_debugging_mvcc_watcher_total").await
 }
+
+/// Watch streams a member has started since it started (gRPC's own
+/// counter: every reopen of a watch is one more).
+pub async fn etcd_watch_streams(endpoint: &str) -> Option<f64> {
+    etcd_metric(
+        endpoint,
+        r#"grpc_server_started_total{grpc_method="Watch",grpc_service="etcdserverpb.Watch",grpc_type="bidi_stream"}"#,
+    )
+    .await
+}

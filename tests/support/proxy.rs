@@ -113,6 +113,8 @@ impl Proxy {
     }
 
     /// Adds `d` of latency to every chunk in both directions (0 removes it).
+    /// Chunks in flight are delayed independently: a request sent while
+    /// another is delayed arrives `d` after it was sent, not `2 d`.
     pub fn set_delay(&self, d: Duration) {
         self.shared
             .delay_us
@@ -192,6 +194,9 @@ impl Drop for Proxy {
     }
 }
 
+/// Forwards `from` to `to`. Each chunk is written `delay` after it was
+/// read, independently of the chunks before it (a link with latency, not a
+/// slow one: chunks in flight do not add up their delays), in order.
 async fn pipe(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
@@ -200,34 +205,54 @@ async fn pipe(
     up: bool,
     cut: Arc<tokio::sync::Notify>,
 ) {
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut passed: u64 = 0;
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        passed += n as u64;
-        let limit = shared.cut_after.load(Ordering::SeqCst);
-        if !up && limit > 0 && passed > limit {
-            cut.notify_one();
-            std::future::pending::<()>().await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let reader = {
+        let dead = dead.clone();
+        async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut passed: u64 = 0;
+            loop {
+                let n = match from.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                passed += n as u64;
+                let limit = shared.cut_after.load(Ordering::SeqCst);
+                if !up && limit > 0 && passed > limit {
+                    cut.notify_one();
+                    std::future::pending::<()>().await;
+                }
+                if dead.load(Ordering::SeqCst) {
+                    // Half-open: swallow everything, close nothing.
+                    continue;
+                }
+                let mut delay = shared.delay_us.load(Ordering::Relaxed);
+                if up {
+                    delay += shared.delay_up_us.load(Ordering::Relaxed);
+                }
+                let due = tokio::time::Instant::now() + Duration::from_micros(delay);
+                if tx.send((due, buf[..n].to_vec())).is_err() {
+                    break;
+                }
+            }
         }
-        if dead.load(Ordering::SeqCst) {
-            // Half-open: swallow everything, close nothing.
-            continue;
+    };
+    let writer = {
+        let dead = dead.clone();
+        async move {
+            while let Some((due, bytes)) = rx.recv().await {
+                tokio::time::sleep_until(due).await;
+                if dead.load(Ordering::SeqCst) {
+                    continue;
+                }
+                if to.write_all(&bytes).await.is_err() {
+                    break;
+                }
+            }
+            to
         }
-        let mut delay = shared.delay_us.load(Ordering::Relaxed);
-        if up {
-            delay += shared.delay_up_us.load(Ordering::Relaxed);
-        }
-        if delay > 0 {
-            tokio::time::sleep(Duration::from_micros(delay)).await;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            break;
-        }
-    }
+    };
+    let ((), mut to) = tokio::join!(reader, writer);
     if !dead.load(Ordering::SeqCst) {
         let _ = to.shutdown().await;
     } else {

@@ -6,7 +6,10 @@ use etcd_client::{
 };
 
 use super::{header_revision, Attempt, Backoff};
-use crate::election::{pick_leader, Client, ElectionName, Error, Layout, Leader};
+use crate::election::floor::floor_value;
+use crate::election::{
+    keys, pick_leader, Client, ElectionName, EndMarkerCause, Error, Layout, Leader,
+};
 
 impl Client {
     /// One attempt whose outcome is never left unknown: a retryable error
@@ -51,11 +54,12 @@ impl Client {
             return self.try_queue(name, candidate, lease_id).await;
         }
         let key = self.keys.leader_key(name);
-        let (created, revision, kvs) = self
+        let placed = self
             .create_and_read(name, &key, candidate, lease_id)
             .await?;
+        let (revision, kvs) = (placed.revision, &placed.kvs);
         let single = kvs.iter().find(|kv| kv.key() == key.as_bytes());
-        let ours = if created {
+        let ours = if placed.created {
             // The put happened at the txn's revision: that is the key's
             // CreateRevision, the term's token.
             Some(revision)
@@ -64,7 +68,9 @@ impl Client {
                 .filter(|kv| kv.lease() == lease_id)
                 .map(|kv| kv.create_revision())
         };
-        let leader = pick_leader(&self.keys, name, &kvs);
+        self.refuse(name, &placed, ours.map(|t| (key.as_str(), t)))
+            .await?;
+        let leader = pick_leader(&self.keys, name, kvs);
         let Some(token) = ours else {
             let holder = single
                 .map(|kv| Leader::from_kv(name, kv, Layout::Single))
@@ -98,51 +104,194 @@ impl Client {
         }
     }
 
+    /// Refuses a campaign that must not go on, after deleting the key it
+    /// wrote (`own`: the key and its CreateRevision, under which it is
+    /// deleted, with an end marker saying `resigned`; its lease is the
+    /// caller's to revoke):
+    ///
+    /// - its name collides with another election's keys in etcd's own
+    ///   `Election` layout ([`keys::collides`]): [`Error::NameCollision`];
+    /// - its token is at or below tenure's token floor, or, holding no key,
+    ///   etcd's next revision is (any token it could get is):
+    ///   [`Error::BelowFloor`]. [`Client::create_and_read`] writes no key
+    ///   at or below the floor; one written before the floor was raised
+    ///   (an earlier attempt whose answer was lost) is deleted here.
+    pub(super) async fn refuse(
+        &self,
+        name: &ElectionName,
+        placed: &Placed,
+        own: Option<(&str, i64)>,
+    ) -> Result<(), Error> {
+        let refusal = if let Some(key) = &placed.collision {
+            Some(Error::NameCollision {
+                name: name.to_string(),
+                key: key.clone(),
+            })
+        } else {
+            // Its token, or the lowest it could get: the next revision.
+            let at = own.map_or(placed.revision.saturating_add(1), |(_, token)| token);
+            placed
+                .floor
+                .filter(|floor| self.token_floor && at <= *floor)
+                .map(|floor| Error::BelowFloor {
+                    token: at,
+                    floor,
+                    revision: placed.revision,
+                })
+        };
+        let Some(refusal) = refusal else {
+            return Ok(());
+        };
+        if let Some((key, token)) = own {
+            match self
+                .end_term(name, key, token, 0, EndMarkerCause::Resigned)
+                .await
+            {
+                Ok(()) | Err(Error::NotHolder { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(%key, error = %e, "could not delete the refused campaign's key; it goes with its lease")
+                }
+            }
+        }
+        Err(refusal)
+    }
+
     /// The campaign txn of both layouts: `If(CreateRevision(key) == 0)
-    /// Then(Put(key, candidate, lease))`, reading the whole election in
-    /// both branches (a candidate of the other layout may lead it). Returns
-    /// whether the key was created, the txn's revision (the key's
-    /// CreateRevision when created) and the election's keys.
+    /// Then(Put(key, candidate, lease))`, reading in both branches the
+    /// whole election (a candidate of the other layout may lead it),
+    /// tenure's token floor, and the own keys of every election whose name
+    /// is a proper path prefix of `name` (keys only): everything the
+    /// campaign decides on, at the txn's revision, in one round trip.
+    ///
+    /// The put also requires that there is no token floor. Where there is
+    /// one (after a restore) and the key was free, a second txn puts it if
+    /// the floor is below the first one's revision + 1, which the token
+    /// will be at least: a token at or below the floor is never written
+    /// (the caller refuses when etcd's revision is not past the floor).
     pub(super) async fn create_and_read(
         &self,
         name: &ElectionName,
         key: &str,
         candidate: &str,
         lease_id: i64,
-    ) -> Result<(bool, i64, Vec<KeyValue>), Error> {
+    ) -> Result<Placed, Error> {
+        let mut placed = self
+            .create_and_read_once(name, key, candidate, lease_id, None)
+            .await?;
+        for _ in 0..3 {
+            let free = !placed.kvs.iter().any(|kv| kv.key() == key.as_bytes());
+            match placed.floor {
+                Some(floor)
+                    if self.token_floor && free && !placed.created && placed.revision >= floor =>
+                {
+                    placed = self
+                        .create_and_read_once(name, key, candidate, lease_id, Some(placed.revision))
+                        .await?;
+                }
+                _ => break,
+            }
+        }
+        Ok(placed)
+    }
+
+    /// One campaign txn; `past`: put only if the token floor is below
+    /// `past + 1` (else only if there is none).
+    async fn create_and_read_once(
+        &self,
+        name: &ElectionName,
+        key: &str,
+        candidate: &str,
+        lease_id: i64,
+        past: Option<i64>,
+    ) -> Result<Placed, Error> {
         let (start, end) = self.keys.election_range(name);
-        let read = || {
-            TxnOp::get(
-                start.clone(),
-                Some(GetOptions::new().with_range(end.clone())),
-            )
+        let floor_key = self.keys.floor_key();
+        let ancestors: Vec<(String, String)> = name
+            .ancestors()
+            .map(|m| self.keys.own_keys_range(&m))
+            .collect();
+        let reads = || {
+            let mut ops = vec![
+                TxnOp::get(
+                    start.clone(),
+                    Some(GetOptions::new().with_range(end.clone())),
+                ),
+                TxnOp::get(floor_key.clone(), None),
+            ];
+            ops.extend(ancestors.iter().map(|(s, e)| {
+                TxnOp::get(
+                    s.clone(),
+                    Some(GetOptions::new().with_range(e.clone()).with_keys_only()),
+                )
+            }));
+            ops
+        };
+        let mut then = vec![TxnOp::put(
+            key.as_bytes(),
+            candidate,
+            Some(PutOptions::new().with_lease(lease_id)),
+        )];
+        then.extend(reads());
+        let floor_ok = match past {
+            // Without tenure's floor check (`without_token_floor`), and
+            // when the floor is known to be below the token.
+            _ if !self.token_floor => Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
+            None => Compare::version(floor_key.as_bytes(), CompareOp::Equal, 0),
+            Some(r) => Compare::value(
+                floor_key.as_bytes(),
+                CompareOp::Less,
+                keys::pad_token(r.saturating_add(1)),
+            ),
         };
         let txn = Txn::new()
-            .when([Compare::create_revision(
-                key.as_bytes(),
-                CompareOp::Equal,
-                0,
-            )])
-            .and_then([
-                TxnOp::put(
-                    key.as_bytes(),
-                    candidate,
-                    Some(PutOptions::new().with_lease(lease_id)),
-                ),
-                read(),
+            .when([
+                Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
+                floor_ok,
             ])
-            .or_else([read()]);
+            .and_then(then)
+            .or_else(reads());
         let resp = self.op(self.etcd().txn(txn)).await?;
         let revision = header_revision(&resp)?;
-        let kvs = resp
-            .op_responses()
-            .into_iter()
-            .filter_map(|r| match r {
-                TxnOpResponse::Get(g) => Some(g.kvs().to_vec()),
-                _ => None,
+        let mut gets = resp.op_responses().into_iter().filter_map(|r| match r {
+            TxnOpResponse::Get(g) => Some(g.kvs().to_vec()),
+            _ => None,
+        });
+        let kvs = gets.next().unwrap_or_default();
+        let floor = gets
+            .next()
+            .and_then(|f| f.first().map(|kv| floor_value(kv.value())));
+        let collides = |kv: &&KeyValue| keys::collides(&self.keys, name, kv.key(), kv.lease());
+        let collision = kvs
+            .iter()
+            .find(collides)
+            .map(|kv| kv.key().to_vec())
+            .or_else(|| {
+                gets.flatten()
+                    .find(|kv| keys::collides(&self.keys, name, kv.key(), kv.lease()))
+                    .map(|kv| kv.key().to_vec())
             })
-            .flatten()
-            .collect();
-        Ok((resp.succeeded(), revision, kvs))
+            .map(|k| String::from_utf8_lossy(&k).into_owned());
+        Ok(Placed {
+            created: resp.succeeded(),
+            revision,
+            kvs,
+            collision,
+            floor,
+        })
     }
+}
+
+/// What one campaign txn did and read, at its revision.
+pub(super) struct Placed {
+    /// The candidate's key was created by this txn.
+    pub(super) created: bool,
+    /// The txn's revision (the key's CreateRevision when created).
+    pub(super) revision: i64,
+    /// Every key of the election, both layouts.
+    pub(super) kvs: Vec<KeyValue>,
+    /// A key that collides with the election's name
+    /// ([`keys::collides`]), if any.
+    pub(super) collision: Option<String>,
+    /// tenure's token floor, if one was ever raised.
+    pub(super) floor: Option<i64>,
 }

@@ -105,7 +105,8 @@ impl Client {
                             break
                         }
                         Watched::Events(_) => {}
-                        Watched::Compacted => break,
+                        // Refused: the next attempt's request says why.
+                        Watched::Compacted | Watched::Denied(_) => break,
                     }
                 }
             };

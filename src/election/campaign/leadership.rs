@@ -7,7 +7,7 @@ use etcd_client::{GetOptions, PutOptions, TxnOp, TxnResponse};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::term_watch::watch_leader_key;
+use super::term_watch::{watch_leader_key, Pace};
 use super::CampaignOptions;
 use crate::election::deadline::Deadline;
 use crate::election::lease::{deadline_reason, mark_lost, wait_lost, LossReason, Session};
@@ -47,7 +47,10 @@ impl Leadership {
             client.clone(),
             key.clone(),
             token,
-            session.ttl / 3,
+            Pace {
+                ttl: session.ttl,
+                margin: session.margin,
+            },
             session.state.clone(),
         ));
         let signals = opts.resign_on_signal.then(|| {

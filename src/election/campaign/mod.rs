@@ -182,14 +182,7 @@ impl Client {
         // here and wait for etcd's answer.
         let id = lease.load(std::sync::atomic::Ordering::SeqCst);
         if id != 0 {
-            match self.op(self.etcd().lease_revoke(id)).await {
-                Ok(_) => {}
-                Err(e) if e.is_lease_not_found() => {}
-                Err(e) => tracing::warn!(
-                    lease = id, error = %e,
-                    "could not revoke the candidate's lease; it expires after its TTL"
-                ),
-            }
+            self.revoke_candidate(id, opts.ttl).await;
         }
         match outcome {
             None => Ok(None),
@@ -198,6 +191,36 @@ impl Client {
                 waited: w,
             }),
             Some(Err(e)) => Err(e),
+        }
+    }
+
+    /// Revokes a candidate's lease before the process may exit, and says
+    /// what etcd did: a revoke that got no answer may still have been
+    /// applied, so it is sent once more (a lease already gone answers "not
+    /// found"); only etcd's own refusal is a failure.
+    async fn revoke_candidate(&self, id: i64, ttl: Ttl) {
+        let mut unanswered = None;
+        for _ in 0..2 {
+            match self.op(self.etcd().lease_revoke(id)).await {
+                Ok(_) => return,
+                Err(e) if e.is_lease_not_found() => return,
+                Err(e) if e.is_retryable() => unanswered = Some(e),
+                Err(e) => {
+                    tracing::warn!(
+                        lease = id, error = %e,
+                        "etcd refused to revoke the candidate's lease; it expires within its \
+                         TTL ({} s)", ttl.secs()
+                    );
+                    return;
+                }
+            }
+        }
+        if let Some(e) = unanswered {
+            tracing::warn!(
+                lease = id, error = %e,
+                "no answer from etcd to revoking the candidate's lease: it may have been \
+                 revoked; if not, it expires within its TTL ({} s)", ttl.secs()
+            );
         }
     }
 
@@ -212,6 +235,13 @@ impl Client {
         let mut backoff = Backoff::new();
         // The lease whose key is queued (queue layout), once it is.
         let mut queued: Option<i64> = None;
+        // Since when the attempts' outcomes are unknown (a timeout: the
+        // txn may have committed). Retries keep the lease, so a committed
+        // key is found and taken up; but answers slower than the timeout
+        // and faster than the keepalive would keep such a key alive, with
+        // no term behind it and nobody able to take over, for as long as
+        // the slowness lasts. After a TTL of not knowing the lease goes.
+        let mut unknown_since: Option<Instant> = None;
         loop {
             // The candidate's lease is kept alive while it waits, so that a
             // takeover costs one round trip after the deletion is seen.
@@ -246,7 +276,14 @@ impl Client {
                 // The txn may have committed: the next attempt, with the
                 // same lease, finds the key and knows it is ours.
                 Err(e) if e.is_retryable() => {
-                    session = Some(s);
+                    let since = *unknown_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= s.ttl {
+                        give_up_lease(s, since.elapsed(), &e).await;
+                        unknown_since = None;
+                        current_lease.store(0, std::sync::atomic::Ordering::SeqCst);
+                    } else {
+                        session = Some(s);
+                    }
                     backoff.wait(&e, "campaigning").await;
                     continue;
                 }
@@ -261,6 +298,7 @@ impl Client {
                 Err(e) => return Err(e),
             };
             backoff.reset();
+            unknown_since = None;
             let (revision, place, leader) = match attempt {
                 Attempt::Won { token, key } => {
                     return Ok(Leadership::start(
@@ -311,6 +349,11 @@ impl Client {
                         Watched::Events(_) => {}
                         // Can't know what happened: just try again.
                         Watched::Compacted => break,
+                        // A waiter that may not see the election cannot
+                        // wait for it: its lease is revoked by the caller.
+                        Watched::Denied(e) => {
+                            return Err(e.with_user(self.connect_config().user()))
+                        }
                     },
                     _ = lease_state.changed() => {
                         if !s.is_valid() {
@@ -339,6 +382,28 @@ impl Client {
                 RangeWatch::new(&self.etcd(), start, Some(end.into_bytes()), revision + 1)
             }
         }
+    }
+}
+
+/// A campaign whose attempts' outcomes stayed unknown for `unknown` (at
+/// least a TTL): its lease is revoked, which deletes the key an attempt may
+/// have written, and the campaign starts again with a new one. If the
+/// revoke's answer is lost too, the keepalive has stopped anyway: etcd
+/// expires the lease within its TTL.
+async fn give_up_lease(mut s: Session, unknown: std::time::Duration, last: &Error) {
+    tracing::warn!(
+        lease = s.lease_id,
+        unknown_ms = unknown.as_millis() as u64,
+        error = %last,
+        "the campaign's outcome stayed unknown for a TTL: revoking its lease (and any key it \
+         wrote) and campaigning again with a new one"
+    );
+    if let Err(e) = s.revoke(LossReason::Resigned).await {
+        tracing::warn!(
+            lease = s.lease_id, error = %e,
+            "could not revoke the candidate's lease; it is no longer kept alive and expires \
+             within its TTL"
+        );
     }
 }
 

@@ -34,10 +34,17 @@ impl Client {
         lease_id: i64,
     ) -> Result<Attempt, Error> {
         let key = self.keys.queue_key(name, lease_id);
-        let (_, revision, kvs) = self
+        let placed = self
             .create_and_read(name, &key, candidate, lease_id)
             .await?;
-        match queue_place(&self.keys, name, key, &kvs, revision) {
+        let own = placed
+            .kvs
+            .iter()
+            .find(|kv| kv.key() == key.as_bytes())
+            .map(|kv| kv.create_revision());
+        self.refuse(name, &placed, own.map(|t| (key.as_str(), t)))
+            .await?;
+        match queue_place(&self.keys, name, key, &placed.kvs, placed.revision) {
             Some(attempt) => Ok(attempt),
             None => Err(Error::Protocol(
                 "the queued key is missing from the txn's read".into(),
@@ -123,7 +130,8 @@ pub(super) async fn wait_in_queue(
     let mut own = RangeWatch::new(&client.etcd(), place.key.clone(), None, revision + 1);
     let own_gone = |item: Watched| match item {
         Watched::Events(events) => events.iter().any(|e| e.event_type() == EventType::Delete),
-        Watched::Compacted => true,
+        // Refused: read again, and the read says why.
+        Watched::Compacted | Watched::Denied(_) => true,
     };
     // Only the predecessor is watched. If older keys remain in the list
     // once it goes (most of them long gone: earlier terms), watching each
@@ -143,7 +151,7 @@ pub(super) async fn wait_in_queue(
             item = watch.next() => match item {
                 Watched::Events(events) if events.iter().any(|e| e.event_type() == EventType::Delete) => break,
                 Watched::Events(_) => {}
-                Watched::Compacted => return None,
+                Watched::Compacted | Watched::Denied(_) => return None,
             },
             _ = lease_state.changed() => {
                 if !session.is_valid() {

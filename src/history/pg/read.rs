@@ -330,7 +330,7 @@ pub(in crate::history) fn cluster_baseline(
     let mut events: Vec<ClusterEvent> = client
         .query(
             "SELECT json FROM (SELECT id, json FROM cluster_events
-             WHERE type IN ('member_added', 'member_removed', 'alarm_raised', 'alarm_cleared')
+             WHERE type IN ('member_added', 'member_removed', 'alarm_raised', 'alarm_cleared', 'reset')
              ORDER BY id DESC LIMIT 10000) AS recent ORDER BY id",
             &[],
         )?

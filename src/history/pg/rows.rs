@@ -225,7 +225,8 @@ impl Pending {
             | EventKind::Reset { .. }
             | EventKind::Unobserved { .. }
             | EventKind::CandidateQueued { .. }
-            | EventKind::CandidateLeft { .. } => {}
+            | EventKind::CandidateLeft { .. }
+            | EventKind::NameCollision { .. } => {}
         }
         Ok(())
     }

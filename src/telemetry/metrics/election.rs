@@ -239,7 +239,8 @@ impl Election {
             | EventKind::Reset { .. }
             | EventKind::Unobserved { .. }
             | EventKind::CandidateQueued { .. }
-            | EventKind::CandidateLeft { .. } => None,
+            | EventKind::CandidateLeft { .. }
+            | EventKind::NameCollision { .. } => None,
         }
     }
 

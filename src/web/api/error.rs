@@ -76,6 +76,14 @@ impl From<ElectionError> for ApiError {
                     .with(json!({ "current": current }))
             }
             ElectionError::Timeout { .. } => ApiError::new(StatusCode::CONFLICT, "held", msg),
+            ElectionError::NameCollision { key, .. } => {
+                ApiError::new(StatusCode::CONFLICT, "name_collision", msg)
+                    .with(json!({ "colliding_key": key }))
+            }
+            ElectionError::BelowFloor { floor, .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "below_token_floor", msg)
+                    .with(json!({ "floor": floor }))
+            }
             ElectionError::PermissionDenied { user } => ApiError::new(
                 StatusCode::FORBIDDEN,
                 "etcd_permission_denied",

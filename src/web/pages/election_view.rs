@@ -701,6 +701,15 @@ fn event_view(e: &Event) -> EventView {
             format!("{holder} left the queue without leading (token {token})"),
             false,
         ),
+        EventKind::NameCollision { other } => (
+            format!(
+                "name collision with election {other}: one name is a path prefix of the other, so \
+                 etcd's own Election of the shorter (etcdctl elect, Go's concurrency.Election) \
+                 takes the longer one's keys for its candidates; tenure refuses new campaigns of \
+                 either until one is renamed"
+            ),
+            true,
+        ),
         EventKind::Unobserved {
             from_revision,
             to_revision,

@@ -1,0 +1,201 @@
+//! Whether what etcd holds contradicts what history recorded: the sign of
+//! an etcd that started over under the same cluster id (a restore from a
+//! snapshot with the same member name and cluster token) whose new
+//! timeline already passed the revision history stored, so neither the
+//! cluster id nor a revision behind the stored one tells.
+//!
+//! In one timeline, a key with CreateRevision `c` that still exists at a
+//! later revision existed at every revision from `c` on; the leader of an
+//! election is its key with the lowest CreateRevision. So, for the terms
+//! history holds as open at its stored revision `R`:
+//!
+//! - read at `R` (a resume): every open term's key is there with its token
+//!   and its lease, and every election with keys there has an open term
+//!   whose token is the lowest of them;
+//! - read later (a gap: `R` compacted, or marked compacted by a restore
+//!   with `--mark-compacted`): a leader whose token is at or below `R`
+//!   existed at `R`, so its election had an open term there, whose token
+//!   is not above it (and if it is that term, with the same lease).
+//!
+//! The lease tells apart two timelines that happened to give the same
+//! election the same token (the same operations replayed after the
+//! restore): a new lease has another id. The holder is not compared (a
+//! proclaim changes it within a term).
+//!
+//! Anything else is another timeline. Not read as one (a false reset is a
+//! wrong answer too): an election history never tracked because more than
+//! `--max-elections` held keys is skipped when etcd holds more than that
+//! many. Not caught: a new timeline that, for every election, has the same
+//! leaders with the same tokens as the old one at `R` (for instance both
+//! empty), and a history recorded under another `--prefix` (everything
+//! differs: read as a reset).
+
+use std::collections::HashMap;
+
+use super::{Kv, Resume};
+use crate::election::keys::{Keys, SchemaKey};
+
+/// Why `kvs`, every key of the watch range read at `revision` (the resume
+/// revision itself, or later), contradicts `resume`; `None` when it does
+/// not.
+pub(super) fn contradiction(
+    keys: &Keys,
+    resume: &Resume,
+    kvs: &[Kv],
+    revision: i64,
+    max_elections: usize,
+) -> Option<String> {
+    let stored = resume.revision;
+    let exact = revision == stored;
+    // Each election's keys: (CreateRevision, lease).
+    let mut elections: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
+    for kv in kvs {
+        if let Ok(SchemaKey::Leader { name, .. }) = keys.parse(&kv.key, kv.lease) {
+            elections
+                .entry(name.to_string())
+                .or_default()
+                .push((kv.create_revision, kv.lease));
+        }
+    }
+    let open: HashMap<&str, (i64, i64)> = resume
+        .open_terms
+        .iter()
+        .map(|t| (t.election.as_str(), (t.token, t.lease_id)))
+        .collect();
+    if exact {
+        for t in &resume.open_terms {
+            let there = elections
+                .get(&t.election)
+                .is_some_and(|c| c.contains(&(t.token, t.lease_id)));
+            if !there {
+                return Some(format!(
+                    "history's open term of {} (token {}, lease {:x}) is not in etcd at \
+                     revision {stored}",
+                    t.election, t.token, t.lease_id
+                ));
+            }
+        }
+    }
+    let mut names: Vec<&String> = elections.keys().collect();
+    names.sort();
+    for name in names {
+        let Some((leader, lease)) = elections.get(name).and_then(|c| c.iter().min().copied())
+        else {
+            continue;
+        };
+        if leader > stored {
+            continue;
+        }
+        match open.get(name.as_str()) {
+            Some(&(token, _)) if leader < token => {
+                return Some(format!(
+                    "etcd's leader of {name} at revision {revision} has token {leader}, older \
+                     than the term history holds open at {stored} (token {token})"
+                ))
+            }
+            Some(&(token, open_lease)) if leader == token && lease != open_lease => {
+                return Some(format!(
+                    "etcd's leader of {name} at revision {revision} has token {token} with \
+                     lease {lease:x}; the term history holds open has lease {open_lease:x}"
+                ))
+            }
+            Some(_) => {}
+            None if elections.len() <= max_elections => {
+                return Some(format!(
+                    "{name} has a leader with token {leader} at revision {revision}, which would \
+                     have led at {stored}, but history holds no open term of it there"
+                ))
+            }
+            None => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::election::Layout;
+    use crate::events::OpenTerm;
+
+    fn kv(key: &str, create: i64) -> Kv {
+        Kv {
+            key: key.as_bytes().to_vec(),
+            value: b"v".to_vec(),
+            create_revision: create,
+            mod_revision: create,
+            lease: 0,
+        }
+    }
+
+    fn resume(revision: i64, open: &[(&str, i64)]) -> Resume {
+        Resume {
+            revision,
+            open_terms: open
+                .iter()
+                .map(|(e, t)| OpenTerm {
+                    election: (*e).into(),
+                    token: *t,
+                    holder: "h".into(),
+                    lease_id: 0,
+                    layout: Layout::Single,
+                    started_revision: *t,
+                    started_at_ms: 0,
+                })
+                .collect(),
+            cluster_id: Some(1),
+            live_at_ms: None,
+        }
+    }
+
+    #[test]
+    fn one_timeline_agrees_with_itself() {
+        let k = Keys::new("");
+        let r = resume(60, &[("x", 55), ("y", 10)]);
+        let at_r = [
+            kv("election/x", 55),
+            kv("election/y", 10),
+            kv("fence/x/db", 56),
+            kv("election/~floor", 3),
+        ];
+        assert_eq!(contradiction(&k, &r, &at_r, 60, 10), None);
+        // Later (a gap): x ended, a waiter of y leads, z is new.
+        let later = [kv("election/y/1f", 12), kv("election/z", 70)];
+        let later: Vec<Kv> = later
+            .into_iter()
+            .map(|mut k| {
+                if k.key.ends_with(b"1f") {
+                    k.lease = 0x1f;
+                }
+                k
+            })
+            .collect();
+        assert_eq!(contradiction(&k, &r, &later, 80, 10), None);
+    }
+
+    #[test]
+    fn another_timeline_contradicts_it() {
+        let k = Keys::new("");
+        let r = resume(60, &[("x", 55)]);
+        // The open term is not there.
+        assert!(contradiction(&k, &r, &[], 60, 10).is_some());
+        // Another leader, with a token history gave someone else.
+        assert!(contradiction(&k, &r, &[kv("election/x", 25)], 60, 10).is_some());
+        // The same token, another lease: the same operations replayed.
+        let mut same = kv("election/x", 55);
+        same.lease = 9;
+        assert!(contradiction(&k, &r, std::slice::from_ref(&same), 60, 10).is_some());
+        assert!(contradiction(&k, &r, &[same], 70, 10).is_some());
+        // A leader history never had.
+        let r = resume(60, &[]);
+        assert!(contradiction(&k, &r, &[kv("election/x", 25)], 60, 10).is_some());
+        // After a restore with --bump-revision: a key of the snapshot.
+        let r = resume(60, &[("x", 55)]);
+        assert!(contradiction(&k, &r, &[kv("election/x", 22)], 1_000_000_023, 10).is_some());
+        // More elections than tracked: one history never had may be one
+        // it could not track.
+        let r = resume(60, &[]);
+        let many = [kv("election/a", 5), kv("election/b", 6)];
+        assert!(contradiction(&k, &r, &many, 60, 1).is_none());
+    }
+}

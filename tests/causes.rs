@@ -364,11 +364,11 @@ async fn new_terms_are_sampled_within_the_rate_bound() {
 /// One request ending many terms (issue 23): a DeleteRange of 300 leader
 /// keys on 300 leases, one of 100 keys on one shared lease, and the
 /// revocation of a lease 50 keys share, with every request from the
-/// watcher to etcd slowed (20 ms before each chunk, one connection: 16
-/// lookups at a time still queue behind each other). Each cause against
+/// watcher to etcd slowed by 150 ms (16 lookups in flight: 400 lookups
+/// take 25 rounds, 3.75 s, past the 2 s budget). Each cause against
 /// what the test did: the two deletions are `deleted`, every one of them
 /// (they once were 400 lookups, most past the 2 s budget: `unknown`); the
-/// revoked lease's terms are never `deleted`.
+/// revoked lease's terms are `resigned` or `unknown`, never `deleted`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_request_ending_many_terms_gives_each_its_cause() {
     use support::proxy::Proxy;
@@ -429,7 +429,7 @@ async fn one_request_ending_many_terms_gives_each_its_cause() {
                 .count();
         }
     }
-    proxy.set_delay_up(Duration::from_millis(20));
+    proxy.set_delay_up(Duration::from_millis(150));
     for p in ["election/mass-", "election/shared-"] {
         let deleted = raw
             .delete(p, Some(etcd_client::DeleteOptions::new().with_prefix()))
@@ -461,9 +461,18 @@ async fn one_request_ending_many_terms_gives_each_its_cause() {
     println!("[figure] causes by what the test did: {tally:?}");
     for (name, cause) in &causes {
         if name.starts_with("revoked-") {
-            assert_ne!(*cause, EndCause::Deleted, "{name}: its lease was revoked");
+            // Revoked by the test: `resigned`, or `unknown` where the
+            // samples cannot tell, never another cause.
+            assert!(
+                matches!(cause, EndCause::Resigned | EndCause::Unknown),
+                "{name}: its lease was revoked, recorded {cause:?}"
+            );
         } else {
-            assert_eq!(*cause, EndCause::Deleted, "{name}: deleted by a DeleteRange");
+            assert_eq!(
+                *cause,
+                EndCause::Deleted,
+                "{name}: deleted by a DeleteRange"
+            );
         }
     }
 }

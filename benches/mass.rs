@@ -138,6 +138,6 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
     .median_ratio()
     .target(Target::MedianAtMost(2000.0))
     .note(format!(
-        "from sending the DeleteRange; causes read back: {deleted} deleted, {unknown} unknown, none wrong"
+        "from sending the DeleteRange; causes read back over {} runs: {deleted} deleted, {unknown} unknown, none wrong", cfg.scale_runs
     ))])
 }

@@ -2,11 +2,14 @@
 //! in, transitions out. Pure: no I/O, no clock (times are passed in), so it
 //! is tested without etcd and replays the same way every time.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use crate::election::keys::{EndMarker, EndMarkerCause, NotSchema, SchemaKey, MAX_CANDIDATE_LEN};
 use crate::election::{fence::RefusalRecord, keys::parse_padded_token, Keys, Layout};
 use crate::events::{EndCause, Event, EventKind, OpenTerm, WatchStatus};
+
+mod candidates;
+use candidates::Candidates;
 
 /// A key-value as etcd holds it (decoupled from etcd-client's type).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +54,7 @@ struct Candidate {
 
 #[derive(Debug, Default)]
 struct Election {
-    candidates: BTreeMap<Vec<u8>, Candidate>,
+    candidates: Candidates,
     leader: Option<Term>,
     last_change_ms: i64,
     /// The waiting count last handed out by [`State::waiting_changes`].
@@ -188,6 +191,9 @@ impl State {
             .map(|(n, e)| (n.clone(), e.waiting_reported))
             .collect();
         self.elections.clear();
+        // Room for them all at once: growing by doubling would move every
+        // election, and hold both tables, several times (issue 23).
+        self.elections.reserve(kvs.len().min(self.max_elections));
         let mut statuses = Vec::new();
         for kv in kvs {
             match self.keys.parse(&kv.key, kv.lease) {
@@ -602,7 +608,7 @@ fn candidate(kv: &Kv, layout: Layout) -> Candidate {
 }
 
 /// The leader among an election's keys: the lowest CreateRevision.
-fn pick(candidates: &BTreeMap<Vec<u8>, Candidate>, revision: i64, at_ms: i64) -> Option<Term> {
+fn pick(candidates: &Candidates, revision: i64, at_ms: i64) -> Option<Term> {
     candidates
         .iter()
         .min_by_key(|(_, c)| c.create_revision)

@@ -29,6 +29,7 @@ mod fence;
 mod incident;
 mod ingest;
 mod load;
+mod mass;
 mod pg;
 mod pipeline;
 mod queue;
@@ -52,8 +53,8 @@ use serde::Serialize;
 use crate::stats::Row;
 use crate::support::procfs;
 
-const ALL: [&str; 9] = [
-    "takeover", "queue", "fence", "detect", "ingest", "pg", "render", "scale", "incident",
+const ALL: [&str; 10] = [
+    "takeover", "queue", "fence", "detect", "ingest", "pg", "render", "scale", "incident", "mass",
 ];
 
 #[derive(Debug, Parser)]
@@ -70,7 +71,7 @@ struct Args {
     #[arg(long)]
     runs: Option<usize>,
     /// Only these measurements (comma-separated): takeover, queue, fence,
-    /// detect, ingest, pg, render, scale, incident.
+    /// detect, ingest, pg, render, scale, incident, mass.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Elections for the scale measurement (default 10,000 full, 1,000 smoke).
@@ -115,6 +116,8 @@ pub struct Config {
     /// Lanes of the `/timeline` measurement (5e, 5f).
     pub incident_lanes: usize,
     pub scale_runs: usize,
+    /// Leader keys deleted by one request (6h).
+    pub mass_keys: usize,
     pub scrapes: usize,
 }
 
@@ -145,6 +148,7 @@ impl Config {
             scale_elections: 10_000,
             incident_lanes: 1_000,
             scale_runs: 3,
+            mass_keys: 10_000,
             scrapes: 20,
         }
     }
@@ -171,6 +175,7 @@ impl Config {
             scale_elections: 1_000,
             incident_lanes: 100,
             scale_runs: 1,
+            mass_keys: 200,
             scrapes: 4,
         }
     }
@@ -325,6 +330,7 @@ async fn run_all(args: &Args) -> Result<usize> {
             "render" => render::run(&cfg).await,
             "scale" => scale::run(&cfg).await,
             "incident" => incident::run(&cfg).await,
+            "mass" => mass::run(&cfg).await,
             _ => unreachable!(),
         };
         let r = r.map_err(|e| e.context(format!("measurement {what}")))?;

@@ -540,11 +540,20 @@ async fn the_stop_message_says_how_the_command_ended() {
     // 3. Traps SIGTERM and exits 3: no SIGKILL was needed.
     let dir = tempfile::tempdir().expect("tempdir");
     let trapped = dir.path().join("trapped");
+    let armed = dir.path().join("armed");
     let script = format!(
-        r#"trap 'echo term > "{t}"; exit 3' TERM; while :; do sleep 0.05; done"#,
-        t = trapped.display()
+        r#"trap 'echo term > "{t}"; exit 3' TERM; : > "{a}"; while :; do sleep 0.05; done"#,
+        t = trapped.display(),
+        a = armed.display()
     );
     let mut h = holding(&etcd, "ends-3", &script).await;
+    // Deposed only once the trap is set: a SIGTERM before it is the
+    // shell's default death, which the message then rightly reports.
+    let armed_by = Instant::now() + Duration::from_secs(10);
+    while !armed.exists() {
+        assert!(Instant::now() < armed_by, "the command never set its trap");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     c.depose(&name("ends-3"))
         .await
         .expect("depose")

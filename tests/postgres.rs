@@ -229,7 +229,8 @@ async fn postgres_history_reads_back_like_sqlite() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("tenure serve --db"), "{err}");
     // Migrations are versioned in the database.
-    assert_eq!(pg.psql("single", "SELECT version FROM tenure_schema"), "3");
+    assert_eq!(pg.psql("single", "SELECT version FROM tenure_schema"), "4");
+    assert_elections_table_matches(&pg, "single");
     let fence = pg.psql("single", "SELECT token FROM history_writer");
     assert!(fence.parse::<i64>().expect("token") > 0, "fence {fence}");
     assert_eq!(shared.stop().await, Some(0));
@@ -237,6 +238,32 @@ async fn postgres_history_reads_back_like_sqlite() {
 }
 
 /// One `tenure serve` replica of the shared history.
+/// The `elections` table (issue 23), kept by the writer's multi-row
+/// statements, against the rows it summarises: no election missing or
+/// extra, every count and last event time equal.
+fn assert_elections_table_matches(pg: &Postgres, db: &str) {
+    let differing = pg.psql(
+        db,
+        "SELECT COUNT(*) FROM elections e FULL JOIN (
+             SELECT n,
+                    (SELECT COUNT(*) FROM terms WHERE election = n) AS t,
+                    (SELECT COUNT(*) FROM refusals WHERE election = n) AS r,
+                    (SELECT MAX(at_ms) FROM events WHERE election = n) AS l
+             FROM (SELECT election FROM events WHERE election <> ''
+                   UNION SELECT election FROM terms
+                   UNION SELECT election FROM refusals) AS names(n)) y
+           ON e.election = y.n
+         WHERE e.election IS NULL OR y.n IS NULL OR e.terms <> y.t OR e.refusals <> y.r
+            OR e.last_event_ms IS DISTINCT FROM y.l",
+    );
+    assert_eq!(
+        differing, "0",
+        "elections table rows differing from the history's rows"
+    );
+    let known = pg.psql(db, "SELECT COUNT(*) FROM elections");
+    assert!(known.parse::<i64>().expect("count") > 0, "{known}");
+}
+
 async fn replica(etcd: &Etcd, url: &str) -> Serve {
     Serve::start(
         &[etcd.endpoint()],
@@ -514,6 +541,7 @@ async fn replicas_survive(fault: Fault, db: &str) {
         "terms history has and etcd never had: {extra:?}"
     );
     assert_eq!(got, want, "history equals etcd's log");
+    assert_elections_table_matches(&pg, db);
     println!(
         "[figure] {kind}: {} terms in {rounds} rounds over 8 elections recorded exactly once",
         want.len()
@@ -702,4 +730,183 @@ async fn a_stopped_writer_hands_over_at_once() {
         format!("{t_a}|a|resigned\n{}|b|-", b.token()),
         "both terms, once each"
     );
+}
+
+/// The PostgreSQL writer sends a transaction's rows as a few multi-row
+/// statements (issue 23); what it stores must be what the SQLite writer,
+/// one statement per event, stores from the same batches: the same terms,
+/// events in the same order, refusals, and elections table. The batches
+/// hold the cases where order matters: a term ended before it started
+/// (recorded from its end, its later start ignored), two ends of one term
+/// (the first stands), a start repeated, a reset (a new timeline repeating
+/// a token), gaps, refusals; written back to back, so the writers commit
+/// several per transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_multi_row_writer_stores_what_the_sqlite_writer_stores() {
+    use tenure::election::{FenceReason, Layout};
+    use tenure::events::{Batch, EndCause, Event, EventKind};
+    use tenure::history::{Query, Reader, Store};
+
+    let pg = Postgres::start();
+    let url = pg.create_database("rows");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("rows.db");
+    let u = url.clone();
+    let shared = tokio::task::spawn_blocking(move || {
+        Store::open_postgres(
+            &u,
+            Duration::ZERO,
+            1,
+            "w",
+            support::postgres::revision_at(i64::MAX),
+        )
+    })
+    .await
+    .expect("join")
+    .expect("open");
+    let lite = Store::open(&file, Duration::ZERO).expect("sqlite");
+    let t0 = tenure::events::now_ms() - 60_000;
+    let start = |token: i64, holder: &str| EventKind::TermStarted {
+        token,
+        holder: holder.into(),
+        lease_id: token * 7,
+        layout: Layout::Queue,
+        previous_holder: None,
+        from_snapshot: token % 3 == 0,
+    };
+    let end = |token: i64, cause: EndCause| EventKind::TermEnded {
+        token,
+        holder: format!("h{token}"),
+        lease_id: token * 7,
+        cause,
+        started_revision: token,
+        started_at_ms: t0 + token,
+    };
+    let refusal = |token: i64| EventKind::FenceRefused {
+        resource: "db".into(),
+        token,
+        reason: FenceReason::StaleToken,
+        current_token: Some(token + 1),
+        current_holder: None,
+    };
+    let mut batches = Vec::new();
+    let mut rev = 10;
+    let mut batch = |events: Vec<(&str, EventKind)>| {
+        rev += 1;
+        let events = events
+            .into_iter()
+            .enumerate()
+            .map(|(i, (e, kind))| Event {
+                revision: rev,
+                at_ms: t0 + rev * 100 + i as i64,
+                election: e.into(),
+                kind,
+            })
+            .collect();
+        batches.push(Batch {
+            revision: rev,
+            events,
+        });
+    };
+    batch(vec![("a", start(11, "h11")), ("b", start(12, "h12"))]);
+    batch(vec![
+        ("a", end(11, EndCause::Resigned)),
+        ("a", start(13, "h13")),
+        ("a", end(13, EndCause::Expired)),
+        ("a", end(13, EndCause::Deleted)),
+        ("b", refusal(5)),
+    ]);
+    // Ended before it started (in one batch), then started again.
+    batch(vec![
+        ("c", end(20, EndCause::Unknown)),
+        ("c", start(20, "late")),
+        ("c", start(21, "h21")),
+        ("c", start(21, "again")),
+    ]);
+    batch(vec![
+        (
+            "",
+            EventKind::Gap {
+                from_revision: 14,
+                to_revision: 18,
+            },
+        ),
+        ("b", end(12, EndCause::Superseded)),
+        ("b", refusal(12)),
+        ("c", end(21, EndCause::Resigned)),
+    ]);
+    // A new timeline: tokens start over; a repeated token is a new term.
+    batch(vec![
+        (
+            "",
+            EventKind::Reset {
+                from_revision: 14,
+                to_revision: 3,
+                previous_cluster_id: Some(1),
+                cluster_id: 2,
+            },
+        ),
+        ("a", start(11, "new-timeline")),
+        ("d", end(4, EndCause::Expired)),
+    ]);
+    batch(vec![
+        ("a", end(11, EndCause::Resigned)),
+        ("a", start(15, "h15")),
+    ]);
+    for b in &batches {
+        shared.write(b.clone()).await.expect("write pg");
+        lite.write(b.clone()).await.expect("write sqlite");
+    }
+    shared.flush().await.expect("flush pg");
+    lite.flush().await.expect("flush sqlite");
+
+    let pg_reader = shared.reader();
+    let lite_reader: Reader = lite.reader();
+    let all = Query {
+        limit: Some(tenure::history::MAX_LIMIT),
+        ..Query::default()
+    };
+    let (p, l) = (pg_reader.clone(), lite_reader.clone());
+    let (pg_view, lite_view) = tokio::task::spawn_blocking(move || {
+        let view = |r: &Reader| {
+            let elections = r.elections().expect("elections");
+            let mut out = vec![serde_json::to_value(&elections).expect("json")];
+            for e in &elections {
+                out.push(
+                    serde_json::to_value(r.terms(&e.election, &all).expect("terms")).expect("json"),
+                );
+                out.push(
+                    serde_json::to_value(r.events(Some(&e.election), &all).expect("events"))
+                        .expect("json"),
+                );
+            }
+            out.push(
+                serde_json::to_value(r.refusals(None, &all).expect("refusals")).expect("json"),
+            );
+            out.push(serde_json::to_value(r.events(None, &all).expect("events")).expect("json"));
+            out
+        };
+        (view(&p), view(&l))
+    })
+    .await
+    .expect("join");
+    assert_eq!(pg_view.len(), lite_view.len());
+    for (p, l) in pg_view.iter().zip(&lite_view) {
+        assert_eq!(p, l);
+    }
+    // The cases did what they are there for.
+    let c_terms = lite_view[1 + 2 * 2].as_array().expect("c's terms");
+    let t20 = c_terms.iter().find(|t| t["token"] == 20).expect("term 20");
+    assert_eq!(
+        (&t20["holder"], &t20["from_snapshot"], &t20["end_cause"]),
+        (
+            &Value::from("h20"),
+            &Value::from(true),
+            &Value::from("unknown")
+        ),
+        "recorded from its end, its later start ignored: {t20}"
+    );
+    assert_elections_table_matches(&pg, "rows");
+    let _ = shared.close().await;
+    let _ = lite.close().await;
 }

@@ -290,7 +290,8 @@ async fn a_version_1_fence_is_migrated_with_its_token() {
     // Back to what version 1 had.
     pg.psql(
         "v1",
-        "ALTER TABLE history_writer DROP COLUMN generation; UPDATE tenure_schema SET version = 1",
+        "DROP TABLE elections; DROP INDEX terms_seen_starting; \
+         ALTER TABLE history_writer DROP COLUMN generation; UPDATE tenure_schema SET version = 1",
     );
     let u = url.clone();
     let w = tokio::task::spawn_blocking(move || {
@@ -299,7 +300,7 @@ async fn a_version_1_fence_is_migrated_with_its_token() {
     .await
     .expect("join")
     .expect("migrate and claim");
-    assert_eq!(pg.psql("v1", "SELECT version FROM tenure_schema"), "3");
+    assert_eq!(pg.psql("v1", "SELECT version FROM tenure_schema"), "4");
     assert_eq!(
         pg.psql("v1", "SELECT token, generation FROM history_writer"),
         "9|0"

@@ -696,3 +696,72 @@ async fn export_streams_and_the_election_list_is_one_query() {
     assert_eq!(big["changes_last_hour"], 3000);
     assert_eq!(serve.stop().await, Some(0));
 }
+
+/// The cap on tracked elections (issue 23): once it is full, the overview
+/// and /readyz's body say so, with what to do, not only the log; a serve
+/// under its cap (the default is 100,000) says nothing of the kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_cap_on_elections_is_said_on_the_overview_and_in_readyz() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let endpoints = [etcd.endpoint()];
+    let roomy = Serve::start(&endpoints, &dir.path().join("roomy.db"), &[], &[]).await;
+    let capped = Serve::start(
+        &endpoints,
+        &dir.path().join("capped.db"),
+        &["--max-elections", "2"],
+        &[],
+    )
+    .await;
+    roomy.ready().await;
+    capped.ready().await;
+    let c = Client::connect(&endpoints, "").await.expect("connect");
+    let _held: Vec<_> = lead_all(&c, &["cap/a", "cap/b", "cap/c"]).await;
+    let rev = revision(&etcd).await;
+    roomy.caught_up(rev).await;
+    capped.caught_up(rev).await;
+    let text = |url: String| async move {
+        reqwest::get(url)
+            .await
+            .expect("GET")
+            .text()
+            .await
+            .expect("body")
+    };
+    // The capped one: tracks two, says so in both places.
+    assert_eq!(capped.metric("tenure_watch_elections").await, Some(2.0));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let ready = loop {
+        let r = text(capped.url("/readyz")).await;
+        if r.contains("--max-elections 2") || std::time::Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert!(ready.starts_with("ready: watching at revision"), "{ready}");
+    assert!(
+        ready.contains("--max-elections 2") && ready.contains("ignored"),
+        "readyz says the cap is reached: {ready}"
+    );
+    let overview = text(capped.url("/")).await;
+    assert!(
+        overview.contains("id=\"cap-reached\"") && overview.contains("--max-elections 2"),
+        "the overview says the cap is reached:\n{overview}"
+    );
+    // The roomy one: all three, and no word of a cap.
+    assert_eq!(roomy.metric("tenure_watch_elections").await, Some(3.0));
+    let ready = text(roomy.url("/readyz")).await;
+    assert!(!ready.contains("max-elections"), "{ready}");
+    assert!(!text(roomy.url("/")).await.contains("cap-reached"));
+    for serve in [roomy, capped] {
+        assert_eq!(serve.stop().await, Some(0));
+    }
+}
+
+async fn lead_all(c: &Client, names: &[&str]) -> Vec<tenure::election::Leadership> {
+    let mut held = Vec::new();
+    for n in names {
+        held.push(lead(c, n, "h", 30).await);
+    }
+    held
+}

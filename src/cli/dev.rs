@@ -114,7 +114,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
         listen: args.listen,
         db: args.db.clone().unwrap_or_else(|| dir.join("history.db")),
         retention: Duration::from_secs(7 * 24 * 3600),
-        max_elections: 10_000,
+        max_elections: 100_000,
         api_token: None,
         no_auth: true,
         max_ttl: 3600,

@@ -45,8 +45,9 @@ pub struct ServeArgs {
     #[arg(long, env = "TENURE_RETENTION", default_value = "30d", value_parser = parse_duration)]
     pub retention: Duration,
 
-    /// At most this many elections are tracked; more are counted and logged.
-    #[arg(long, env = "TENURE_MAX_ELECTIONS", default_value = "10000")]
+    /// At most this many elections are tracked; changes of more are ignored, counted,
+    /// logged, and said on the overview and in /readyz.
+    #[arg(long, env = "TENURE_MAX_ELECTIONS", default_value = "100000")]
     pub max_elections: usize,
 
     /// Bearer token required by the mutating API calls (campaign, renew, resign, fence).
@@ -151,7 +152,7 @@ pub async fn run_with(
     let metrics = Arc::new(Metrics::with_options(metrics).context("creating metrics")?);
     let writer_metrics =
         telemetry::writer::HistoryWriterMetrics::register(&metrics).context("creating metrics")?;
-    let readiness = Arc::new(Readiness::default());
+    let readiness = Arc::new(Readiness::with_max_elections(args.max_elections));
     let (store, resume) = match &db {
         Db::Sqlite(path) => {
             let store = Store::open(path, args.retention)

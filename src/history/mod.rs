@@ -33,6 +33,7 @@ mod export;
 mod pg;
 mod query;
 mod schema;
+mod summary;
 mod time;
 pub mod window;
 mod writer;
@@ -71,6 +72,7 @@ pub use query::{
     ElectionSummary, OpenTerm, Query, RefusalRow, ResumePoint, TermRow, DEFAULT_LIMIT, MAX_LIMIT,
 };
 pub use schema::SCHEMA_VERSION;
+pub use summary::{ElectionsPage, PageFrom, RecentCounts};
 pub use time::{format_duration_ms, format_ms, parse_time, short_time};
 
 use writer::{Failure, Msg, Writer};
@@ -541,9 +543,10 @@ impl Reader {
         )
     }
 
-    /// One summary per election the history knows, by name.
+    /// One summary per election the history knows, by name (every one of
+    /// them: prefer [`Reader::elections_page`] or [`Reader::election`]).
     pub fn elections(&self) -> Result<Vec<ElectionSummary>> {
-        self.run(query::elections, pg::elections)
+        self.run(summary::elections, pg::summary::elections)
     }
 
     /// Per election, how many terms started (seen starting) at or after

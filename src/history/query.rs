@@ -142,24 +142,54 @@ pub(super) fn read_state(conn: &Connection, key: &str) -> Result<Option<i64>, Hi
         .optional()?)
 }
 
-fn open_terms(conn: &Connection) -> Result<Vec<OpenTerm>, HistoryError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT election, token, holder, lease_id, layout, started_revision, started_at_ms
+/// The columns of an open term, and the timeline condition (the current
+/// epoch) every open-term query has.
+const OPEN_TERM: &str =
+    "SELECT election, token, holder, lease_id, layout, started_revision, started_at_ms
          FROM terms WHERE ended_at_ms IS NULL
-           AND epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)
-         ORDER BY election, started_revision, token",
-    )?;
-    let rows = stmt.query_map([], |row| {
-        Ok(OpenTerm {
-            election: row.get(0)?,
-            token: row.get(1)?,
-            holder: row.get(2)?,
-            lease_id: row.get(3)?,
-            layout: tag(row, 4)?,
-            started_revision: row.get(5)?,
-            started_at_ms: row.get(6)?,
-        })
-    })?;
+           AND epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)";
+
+fn open_term(row: &Row<'_>) -> rusqlite::Result<OpenTerm> {
+    Ok(OpenTerm {
+        election: row.get(0)?,
+        token: row.get(1)?,
+        holder: row.get(2)?,
+        lease_id: row.get(3)?,
+        layout: tag(row, 4)?,
+        started_revision: row.get(5)?,
+        started_at_ms: row.get(6)?,
+    })
+}
+
+/// Every open term, by election then start.
+pub(super) fn open_terms(conn: &Connection) -> Result<Vec<OpenTerm>, HistoryError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "{OPEN_TERM} ORDER BY election, started_revision, token"
+    ))?;
+    let rows = stmt.query_map([], open_term)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The open terms of one election, by start (the last is its current one).
+pub(super) fn open_terms_of(conn: &Connection, name: &str) -> Result<Vec<OpenTerm>, HistoryError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "{OPEN_TERM} AND election = ?1 ORDER BY started_revision, token"
+    ))?;
+    let rows = stmt.query_map([name], open_term)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The open terms of the elections named `first..=last`, by election then
+/// start.
+pub(super) fn open_terms_within(
+    conn: &Connection,
+    first: &str,
+    last: &str,
+) -> Result<Vec<OpenTerm>, HistoryError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "{OPEN_TERM} AND election BETWEEN ?1 AND ?2 ORDER BY election, started_revision, token"
+    ))?;
+    let rows = stmt.query_map([first, last], open_term)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
@@ -304,57 +334,6 @@ pub(super) fn changes_since(
         ))
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
-}
-
-pub(super) fn elections(conn: &mut Connection) -> Result<Vec<ElectionSummary>, HistoryError> {
-    let tx = conn.transaction()?;
-    // Distinct names by skipping through each table's election index
-    // (one lookup per name, not a scan of every event).
-    let mut summaries: Vec<ElectionSummary> = {
-        let mut stmt = tx.prepare_cached(
-            "WITH RECURSIVE
-               e(n) AS (SELECT (SELECT MIN(election) FROM events WHERE election > '')
-                        UNION ALL
-                        SELECT (SELECT MIN(election) FROM events WHERE election > e.n)
-                        FROM e WHERE e.n IS NOT NULL),
-               t(n) AS (SELECT (SELECT MIN(election) FROM terms)
-                        UNION ALL
-                        SELECT (SELECT MIN(election) FROM terms WHERE election > t.n)
-                        FROM t WHERE t.n IS NOT NULL),
-               r(n) AS (SELECT (SELECT MIN(election) FROM refusals)
-                        UNION ALL
-                        SELECT (SELECT MIN(election) FROM refusals WHERE election > r.n)
-                        FROM r WHERE r.n IS NOT NULL),
-               names(n) AS (SELECT n FROM e WHERE n IS NOT NULL
-                            UNION SELECT n FROM t WHERE n IS NOT NULL
-                            UNION SELECT n FROM r WHERE n IS NOT NULL)
-             SELECT n,
-                    (SELECT COUNT(*) FROM terms WHERE election = n),
-                    (SELECT COUNT(*) FROM refusals WHERE election = n),
-                    (SELECT MAX(at_ms) FROM events WHERE election = n)
-             FROM names ORDER BY n",
-        )?;
-        let rows = stmt.query_map([], |row| {
-            let last_event_ms: Option<i64> = row.get(3)?;
-            Ok(ElectionSummary {
-                election: row.get(0)?,
-                current: None,
-                terms: row.get(1)?,
-                refusals: row.get(2)?,
-                last_event_ms,
-                last_event_at: last_event_ms.map(format_ms),
-            })
-        })?;
-        rows.collect::<Result<_, _>>()?
-    };
-    // Open terms come ordered by election then start: the last one wins.
-    for term in open_terms(&tx)? {
-        if let Ok(i) = summaries.binary_search_by(|s| s.election.as_str().cmp(&term.election)) {
-            summaries[i].current = Some(term);
-        }
-    }
-    tx.finish()?;
-    Ok(summaries)
 }
 
 /// How an enum is written in a text column: its serde name, so the

@@ -109,7 +109,7 @@ CREATE INDEX terms_open ON terms (election, started_revision) WHERE ended_at_ms 
 ";
 
 /// Every migration, in order; `user_version` counts those applied.
-const MIGRATIONS: &[&str] = &[V1, V2, super::cluster::MIGRATION];
+const MIGRATIONS: &[&str] = &[V1, V2, super::cluster::MIGRATION, super::summary::MIGRATION];
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::query::{read_state, tag_of};
 use super::schema::{CLUSTER_KEY, EPOCH_KEY, RESUME_KEY, WATCHED_KEY};
+use super::summary::Deltas;
 use super::HistoryError;
 use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, Batch, Event, EventKind};
@@ -53,6 +54,9 @@ pub(super) trait WriteTx {
     /// Stores one event (its row, and what it means for terms and refusals).
     fn apply(&mut self, event: &Event, epoch: i64) -> Result<(), HistoryError>;
     fn cluster_event(&mut self, event: &ClusterEvent) -> Result<(), HistoryError>;
+    /// Writes what [`WriteTx::apply`] left pending (the `elections` table's
+    /// deltas; PostgreSQL: every row), before the commit.
+    fn finish(&mut self) -> Result<(), HistoryError>;
 }
 
 /// The writer's connection: runs `f` in one write transaction (fenced, on a
@@ -78,22 +82,16 @@ impl WriteConn for Connection {
         f: &mut dyn FnMut(&mut dyn WriteTx) -> Result<i64, HistoryError>,
     ) -> Result<i64, HistoryError> {
         let tx = self.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let revision = f(&mut SqliteTx(&tx))?;
+        let revision = f(&mut SqliteTx {
+            tx: &tx,
+            deltas: Deltas::default(),
+        })?;
         tx.commit()?;
         Ok(revision)
     }
 
     fn prune(&mut self, cutoff: i64) -> Result<[usize; 3], HistoryError> {
-        let tx = self.transaction()?;
-        let events = tx.execute("DELETE FROM events WHERE at_ms < ?1", [cutoff])?;
-        let refusals = tx.execute("DELETE FROM refusals WHERE at_ms < ?1", [cutoff])?;
-        tx.execute("DELETE FROM cluster_events WHERE at_ms < ?1", [cutoff])?;
-        let terms = tx.execute(
-            "DELETE FROM terms WHERE ended_at_ms IS NOT NULL AND ended_at_ms < ?1",
-            [cutoff],
-        )?;
-        tx.commit()?;
-        Ok([events, refusals, terms])
+        super::summary::prune(self, cutoff)
     }
 
     /// Copies the WAL into the main file and truncates it (issue 20.8):
@@ -113,20 +111,26 @@ impl WriteConn for Connection {
     }
 }
 
-struct SqliteTx<'a>(&'a Transaction<'a>);
+struct SqliteTx<'a> {
+    tx: &'a Transaction<'a>,
+    deltas: Deltas,
+}
 
 impl WriteTx for SqliteTx<'_> {
     fn read_state(&mut self, key: &str) -> Result<Option<i64>, HistoryError> {
-        read_state(self.0, key)
+        read_state(self.tx, key)
     }
     fn set_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError> {
-        set_state(self.0, key, value)
+        set_state(self.tx, key, value)
     }
     fn apply(&mut self, event: &Event, epoch: i64) -> Result<(), HistoryError> {
-        apply(self.0, event, epoch)
+        apply(self.tx, event, epoch, &mut self.deltas)
     }
     fn cluster_event(&mut self, event: &ClusterEvent) -> Result<(), HistoryError> {
-        super::cluster::insert(self.0, event)
+        super::cluster::insert(self.tx, event)
+    }
+    fn finish(&mut self) -> Result<(), HistoryError> {
+        super::summary::write(self.tx, &mut self.deltas)
     }
 }
 
@@ -308,6 +312,7 @@ fn commit_in(tx: &mut dyn WriteTx, group: &[Msg]) -> Result<i64, HistoryError> {
         }
         resume = Some(batch.revision);
     }
+    tx.finish()?;
     if let (Some(r), true) = (resume, resume != stored) {
         tx.set_state(RESUME_KEY, r)?;
     }
@@ -356,9 +361,15 @@ pub(super) fn event_row(
 }
 
 /// Stores one event: its row in `events`, and what it means for `terms`
-/// (of timeline `epoch`) and `refusals`.
-fn apply(tx: &Transaction<'_>, event: &Event, epoch: i64) -> Result<(), HistoryError> {
+/// (of timeline `epoch`) and `refusals`; counts it in `deltas`.
+fn apply(
+    tx: &Transaction<'_>,
+    event: &Event,
+    epoch: i64,
+    deltas: &mut Deltas,
+) -> Result<(), HistoryError> {
     let (json, token, holder) = event_row(event)?;
+    deltas.event(&event.election, event.at_ms);
     tx.prepare_cached(
         "INSERT INTO events (revision, at_ms, election, type, token, holder, json)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -381,22 +392,24 @@ fn apply(tx: &Transaction<'_>, event: &Event, epoch: i64) -> Result<(), HistoryE
             from_snapshot,
             ..
         } => {
-            tx.prepare_cached(
-                "INSERT OR IGNORE INTO terms (election, token, holder, lease_id, layout,
+            let inserted = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO terms (election, token, holder, lease_id, layout,
                      started_at_ms, started_revision, from_snapshot, epoch)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?
-            .execute(params![
-                event.election,
-                token,
-                holder,
-                lease_id,
-                tag_of(layout),
-                event.at_ms,
-                event.revision,
-                from_snapshot,
-                epoch
-            ])?;
+                )?
+                .execute(params![
+                    event.election,
+                    token,
+                    holder,
+                    lease_id,
+                    tag_of(layout),
+                    event.at_ms,
+                    event.revision,
+                    from_snapshot,
+                    epoch
+                ])?;
+            deltas.terms(&event.election, inserted as i64);
         }
         EventKind::TermEnded {
             token,
@@ -408,24 +421,26 @@ fn apply(tx: &Transaction<'_>, event: &Event, epoch: i64) -> Result<(), HistoryE
         } => {
             // A term whose start the history never saw: recorded from its
             // end (layout unknown, start as the watcher reported it).
-            tx.prepare_cached(
-                "INSERT OR IGNORE INTO terms (election, token, holder, lease_id, layout,
+            let inserted = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO terms (election, token, holder, lease_id, layout,
                      started_at_ms, started_revision, from_snapshot,
                      ended_at_ms, ended_revision, end_cause, epoch)
                  VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6, 1, ?7, ?8, ?9, ?10)",
-            )?
-            .execute(params![
-                event.election,
-                token,
-                holder,
-                lease_id,
-                started_at_ms,
-                started_revision,
-                event.at_ms,
-                event.revision,
-                cause.as_str(),
-                epoch
-            ])?;
+                )?
+                .execute(params![
+                    event.election,
+                    token,
+                    holder,
+                    lease_id,
+                    started_at_ms,
+                    started_revision,
+                    event.at_ms,
+                    event.revision,
+                    cause.as_str(),
+                    epoch
+                ])?;
+            deltas.terms(&event.election, inserted as i64);
             // The first end recorded stands.
             tx.prepare_cached(
                 "UPDATE terms SET ended_at_ms = ?3, ended_revision = ?4, end_cause = ?5
@@ -462,6 +477,7 @@ fn apply(tx: &Transaction<'_>, event: &Event, epoch: i64) -> Result<(), HistoryE
                 current_token,
                 current_holder
             ])?;
+            deltas.refusal(&event.election);
         }
         EventKind::LeaderValueChanged { .. }
         | EventKind::FenceAccepted { .. }

@@ -2,7 +2,7 @@
 //! in, transitions out. Pure: no I/O, no clock (times are passed in), so it
 //! is tested without etcd and replays the same way every time.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use crate::election::keys::MAX_CANDIDATE_LEN;
 use crate::election::Layout;
@@ -10,6 +10,9 @@ use crate::events::{EndCause, Event, EventKind, OpenTerm, WatchStatus};
 use crate::layout::{Role, Sources};
 
 mod revision;
+
+mod candidates;
+use candidates::Candidates;
 
 /// A key-value as etcd holds it (decoupled from etcd-client's type).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +57,7 @@ struct Candidate {
 
 #[derive(Debug, Default)]
 struct Election {
-    candidates: BTreeMap<Vec<u8>, Candidate>,
+    candidates: Candidates,
     leader: Option<Term>,
     last_change_ms: i64,
     /// The waiting count last handed out by [`State::waiting_changes`].
@@ -192,6 +195,9 @@ impl State {
             .map(|(n, e)| (n.clone(), e.waiting_reported))
             .collect();
         self.elections.clear();
+        // Room for them all at once: growing by doubling would move every
+        // election, and hold both tables, several times (issue 23).
+        self.elections.reserve(kvs.len().min(self.max_elections));
         let mut statuses = Vec::new();
         for kv in kvs {
             match self.sources.classify(&kv.key, kv.lease).1 {
@@ -386,7 +392,7 @@ fn candidate(kv: &Kv, layout: Layout) -> Candidate {
 }
 
 /// The leader among an election's keys: the lowest CreateRevision.
-fn pick(candidates: &BTreeMap<Vec<u8>, Candidate>, revision: i64, at_ms: i64) -> Option<Term> {
+fn pick(candidates: &Candidates, revision: i64, at_ms: i64) -> Option<Term> {
     candidates
         .iter()
         .min_by_key(|(_, c)| c.create_revision)

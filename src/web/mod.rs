@@ -13,14 +13,15 @@ pub mod pages;
 pub mod queue;
 pub mod recording;
 pub mod replays;
+mod scrape;
 mod text;
 pub mod timeline;
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
@@ -29,10 +30,11 @@ use tokio::sync::broadcast;
 use crate::election::Client;
 use crate::events::{Event, Update, WatchStatus};
 use crate::history::Reader;
-use crate::telemetry::{Metrics, CONTENT_TYPE};
+use crate::telemetry::Metrics;
 
 /// What `/readyz` reports: etcd answered the watcher last time, and the
-/// watcher has loaded its snapshot and is streaming.
+/// watcher has loaded its snapshot and is streaming; and whether the cap on
+/// tracked elections was hit (the overview shows it too).
 #[derive(Debug, Default)]
 pub struct Readiness {
     etcd_up: AtomicBool,
@@ -41,6 +43,12 @@ pub struct Readiness {
     /// The watch keeps breaking at one revision (`WatchStatus::Stuck`):
     /// nothing is recorded, so not ready, until it delivers again.
     stuck: AtomicBool,
+    /// `--max-elections` (0: not said).
+    max_elections: AtomicUsize,
+    /// Changes of elections the watcher did not track (the cap was full).
+    overflows: AtomicU64,
+    /// When the last of them was reported (unix ms).
+    last_overflow_ms: AtomicI64,
     /// The last moment (unix ms) this process's watcher was live: a batch
     /// or a caught-up notice arrived (0: never).
     live_at_ms: AtomicI64,
@@ -53,7 +61,50 @@ pub struct Readiness {
     floor_problem: std::sync::Mutex<Option<String>>,
 }
 
+/// The cap on tracked elections was hit: changes of elections beyond it
+/// were ignored (no metrics, no history).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapReached {
+    /// `--max-elections` (0 when not known).
+    pub max_elections: usize,
+    /// Keys or changes of untracked elections ignored since start.
+    pub ignored: u64,
+    /// When the last one was ignored (unix ms).
+    pub last_ms: i64,
+}
+
+impl CapReached {
+    /// One line for people: what happened and what to do.
+    pub fn sentence(&self) -> String {
+        format!(
+            "the cap on tracked elections (--max-elections {}) is reached: {} changes of \
+             elections beyond it were ignored (no metrics, no history), the last at {}; \
+             raise --max-elections (TENURE_MAX_ELECTIONS)",
+            self.max_elections,
+            self.ignored,
+            crate::history::format_ms(self.last_ms)
+        )
+    }
+}
+
 impl Readiness {
+    /// Readiness of a watcher that tracks at most `max_elections` elections.
+    pub fn with_max_elections(max_elections: usize) -> Readiness {
+        let r = Readiness::default();
+        r.max_elections.store(max_elections, Ordering::Relaxed);
+        r
+    }
+
+    /// Whether (and how far) the cap on tracked elections was hit.
+    pub fn cap_reached(&self) -> Option<CapReached> {
+        let ignored = self.overflows.load(Ordering::Relaxed);
+        (ignored > 0).then(|| CapReached {
+            max_elections: self.max_elections.load(Ordering::Relaxed),
+            ignored,
+            last_ms: self.last_overflow_ms.load(Ordering::Relaxed),
+        })
+    }
+
     pub fn apply(&self, update: &Update) {
         match update {
             Update::Batch(b) => {
@@ -78,6 +129,11 @@ impl Readiness {
             }
             Update::Watch(WatchStatus::EtcdUp(up)) => self.etcd_up.store(*up, Ordering::Relaxed),
             Update::Watch(WatchStatus::Stuck { .. }) => self.stuck.store(true, Ordering::Relaxed),
+            Update::Watch(WatchStatus::Overflow { .. }) => {
+                self.overflows.fetch_add(1, Ordering::Relaxed);
+                self.last_overflow_ms
+                    .store(crate::events::now_ms(), Ordering::Relaxed);
+            }
             Update::Watch(WatchStatus::CaughtUp { revision }) => {
                 self.live_at_ms
                     .fetch_max(crate::events::now_ms(), Ordering::Relaxed);
@@ -233,7 +289,7 @@ pub struct AppState {
 pub fn router(state: Arc<AppState>) -> Router {
     let body_limit = state.limits.max_body_bytes;
     Router::new()
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(scrape::metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .merge(api::router())
@@ -245,20 +301,26 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn metrics(State(s): State<Arc<AppState>>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], s.metrics.render())
-}
-
 async fn readyz(State(s): State<Arc<AppState>>) -> impl IntoResponse {
+    // The cap is not a reason to refuse traffic, but it is said here too,
+    // on a line of its own after the first.
+    let cap = s
+        .readiness
+        .cap_reached()
+        .map(|c| format!("{}\n", c.sentence()))
+        .unwrap_or_default();
     if let Some(problem) = s.readiness.floor_problem() {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {problem}\n"),
+            format!("not ready: {problem}\n{cap}"),
         )
     } else if s.readiness.is_ready() {
         (
             StatusCode::OK,
-            format!("ready: watching at revision {}\n", s.readiness.revision()),
+            format!(
+                "ready: watching at revision {}\n{cap}",
+                s.readiness.revision()
+            ),
         )
     } else if let Some(why) = s
         .readiness

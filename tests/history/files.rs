@@ -196,6 +196,7 @@ async fn schema_is_versioned_and_wal() {
         tables,
         [
             "cluster_events",
+            "elections",
             "events",
             "refusals",
             "terms",

@@ -7,6 +7,7 @@ mod files;
 mod fixtures;
 mod load;
 mod store;
+mod summary;
 
 use std::path::Path;
 

@@ -22,6 +22,7 @@ mod browser;
 mod cluster_events;
 mod common;
 mod etcd_leader;
+mod list_api;
 mod paging;
 mod replay;
 mod report;

@@ -110,18 +110,22 @@ async fn at_most_12_series_per_election_by_default_and_the_detail_flag_adds_the_
         .resign()
         .await
         .expect("resign q");
+    // `steady` leads and does nothing else.
+    let _s = lead(&c, "steady", "s").await;
     let rev = revision(&etcd).await;
 
     let lease = r#"tenure_election_lease_remaining_seconds{election="busy"}"#;
+    let steady_lease = r#"tenure_election_lease_remaining_seconds{election="steady"}"#;
     let mut scrapes = Vec::new();
     for serve in [&lean, &flag, &env] {
         serve.caught_up(rev).await;
+        await_series(serve, steady_lease).await;
         scrapes.push(await_series(serve, lease).await);
     }
 
     // Default: every election at most 12 series, `busy` exactly these 12.
     let per = series_per_election(&scrapes[0]);
-    assert_eq!(per.keys().collect::<Vec<_>>(), ["busy", "quiet"]);
+    assert_eq!(per.keys().collect::<Vec<_>>(), ["busy", "quiet", "steady"]);
     for (election, series) in &per {
         assert!(
             series.len() <= MAX_SERIES_PER_ELECTION,
@@ -146,6 +150,75 @@ async fn at_most_12_series_per_election_by_default_and_the_detail_flag_adds_the_
     ]);
     assert_eq!(busy, expected, "the series of busy by default");
     assert_eq!(expected.len(), MAX_SERIES_PER_ELECTION);
+    // Only series that say something (issue 23): `quiet` never fenced (no
+    // fence series) and has no leader (no leader_info, no lease);
+    // `steady` never fenced and never lost a leader (no leaderless time).
+    let series = |e: &str| -> BTreeSet<String> {
+        per[e]
+            .iter()
+            .map(|s| s.split('{').next().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        series("quiet"),
+        BTreeSet::from(
+            [
+                "tenure_election_fencing_token",
+                "tenure_election_has_leader",
+                "tenure_election_leader_changes_total",
+                "tenure_election_leaderless_seconds_total",
+                "tenure_election_term_start_timestamp_seconds",
+            ]
+            .map(String::from)
+        ),
+        "the series of quiet"
+    );
+    assert_eq!(
+        series("steady"),
+        BTreeSet::from(
+            [
+                "tenure_election_fencing_token",
+                "tenure_election_has_leader",
+                "tenure_election_leader_changes_total",
+                "tenure_election_leader_info",
+                "tenure_election_lease_remaining_seconds",
+                "tenure_election_term_start_timestamp_seconds",
+            ]
+            .map(String::from)
+        ),
+        "the series of steady"
+    );
+
+    // Part of a scrape: the fleet-wide families alone, or some elections.
+    let get = |path: &str| {
+        let url = lean.url(path);
+        async move {
+            let r = reqwest::get(url).await.expect("GET");
+            (r.status().as_u16(), r.text().await.expect("body"))
+        }
+    };
+    let (status, fleet) = get("/metrics?scope=fleet").await;
+    assert_eq!(status, 200);
+    assert!(series_per_election(&fleet).is_empty(), "{fleet}");
+    assert_eq!(
+        crate::support::metric_value(&fleet, "tenure_watch_elections"),
+        Some(3.0)
+    );
+    assert_eq!(
+        crate::support::metric_value(&fleet, r#"tenure_term_ends_total{cause="resigned"}"#),
+        Some(2.0)
+    );
+    let (status, some) = get("/metrics?match=bu%2A").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        series_per_election(&some).keys().collect::<Vec<_>>(),
+        ["busy"]
+    );
+    assert_eq!(series_per_election(&some)["busy"], per["busy"]);
+    assert!(some.contains("tenure_watch_elections 3"), "{some}");
+    let (status, bad) = get("/metrics?scope=everything").await;
+    assert_eq!(status, 400, "{bad}");
+    assert!(bad.contains("scope=fleet"), "{bad}");
 
     // The term durations and ends are fleet-wide: a, b and q ended (three
     // terms watched whole, so three durations).

@@ -117,6 +117,9 @@ fn scripted_updates_give_exact_values() {
         x.value(checks, &[("election", "db"), ("result", "accepted")]),
         2.0
     );
+    // web never used the fence: no fence series at all (issue 23).
+    assert!(x.matching(checks, &web).is_empty());
+    assert!(x.matching(refusals, &web).is_empty());
     assert_eq!(
         x.value(checks, &[("election", "db"), ("result", "refused")]),
         1.0
@@ -223,14 +226,14 @@ fn per_election_detail_adds_the_histogram_and_term_ends_per_election() {
     let at = now_ms();
     let x = Exposition::new(detailed.render_at(at));
     assert_per_election_detail(&x);
-    // 36 series per election: 12 + 18 (histogram) + 5 (term ends) + 1
-    // (candidates waiting).
+    // web, which never used the fence: 7 default series (12 but the 5 of
+    // the fence) + 18 (histogram) + 5 (term ends) + 1 (candidates waiting).
     let web: Vec<_> = x
         .samples
         .iter()
         .filter(|s| s.labels.get("election").map(String::as_str) == Some("web"))
         .collect();
-    assert_eq!(web.len(), 36, "{web:#?}");
+    assert_eq!(web.len(), 31, "{web:#?}");
     // Everything else is the default exposition, line for line.
     let is_detail = |l: &&str| {
         DETAIL_METRIC_NAMES.iter().any(|n| {

@@ -27,7 +27,9 @@
 //! is the read pool and every query.
 
 mod read;
+mod rows;
 mod schema;
+pub(super) mod summary;
 pub mod tls;
 mod write;
 
@@ -39,8 +41,8 @@ use postgres::{Client, Config, NoTls};
 use super::HistoryError;
 
 pub(super) use read::{
-    activity, changes_since, cluster_baseline, cluster_events, elections, events, refusals,
-    resume_point, terms, watched_until, writer_fence, writer_status, PgPool,
+    activity, changes_since, cluster_baseline, cluster_events, events, refusals, resume_point,
+    terms, watched_until, writer_fence, writer_status, PgPool,
 };
 pub use schema::{prepare, PG_SCHEMA_VERSION};
 pub use write::record_writer_error;

@@ -9,7 +9,7 @@ use super::schema::check_version;
 use super::{connect, redact, Conn};
 use crate::events::cluster::{ClusterBaseline, ClusterEvent};
 use crate::events::Event;
-use crate::history::query::{ElectionSummary, OpenTerm, Query, RefusalRow, ResumePoint, TermRow};
+use crate::history::query::{OpenTerm, Query, RefusalRow, ResumePoint, TermRow};
 use crate::history::schema::{CLUSTER_KEY, RESUME_KEY, WATCHED_KEY};
 use crate::history::time::format_ms;
 use crate::history::window::{Activity, MAX_ACTIVE};
@@ -68,7 +68,7 @@ impl PgPool {
     }
 }
 
-fn snapshot(client: &mut Client) -> Result<Transaction<'_>, HistoryError> {
+pub(super) fn snapshot(client: &mut Client) -> Result<Transaction<'_>, HistoryError> {
     Ok(client
         .build_transaction()
         .isolation_level(postgres::IsolationLevel::RepeatableRead)
@@ -115,27 +115,31 @@ pub(in crate::history) fn resume_point(
     }))
 }
 
-fn open_terms(tx: &mut Transaction<'_>) -> Result<Vec<OpenTerm>, HistoryError> {
+/// The columns of an open term and the timeline condition (the current
+/// epoch); `$1` and on are left to the caller.
+pub(super) const OPEN_TERM: &str =
+    "SELECT election, token, holder, lease_id, layout, started_revision, started_at_ms
+     FROM terms WHERE ended_at_ms IS NULL
+       AND epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)";
+
+pub(super) fn open_term(row: &Row) -> Result<OpenTerm, HistoryError> {
+    Ok(OpenTerm {
+        election: row.try_get(0)?,
+        token: row.try_get(1)?,
+        holder: row.try_get(2)?,
+        lease_id: row.try_get(3)?,
+        layout: tag(row, 4)?,
+        started_revision: row.try_get(5)?,
+        started_at_ms: row.try_get(6)?,
+    })
+}
+
+pub(super) fn open_terms(tx: &mut Transaction<'_>) -> Result<Vec<OpenTerm>, HistoryError> {
     let rows = tx.query(
-        "SELECT election, token, holder, lease_id, layout, started_revision, started_at_ms
-         FROM terms WHERE ended_at_ms IS NULL
-           AND epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)
-         ORDER BY election COLLATE \"C\", started_revision, token",
+        &format!("{OPEN_TERM} ORDER BY election COLLATE \"C\", started_revision, token"),
         &[],
     )?;
-    rows.iter()
-        .map(|row| {
-            Ok(OpenTerm {
-                election: row.try_get(0)?,
-                token: row.try_get(1)?,
-                holder: row.try_get(2)?,
-                lease_id: row.try_get(3)?,
-                layout: tag(row, 4)?,
-                started_revision: row.try_get(5)?,
-                started_at_ms: row.try_get(6)?,
-            })
-        })
-        .collect()
+    rows.iter().map(open_term).collect()
 }
 
 pub(in crate::history) fn terms(
@@ -260,44 +264,6 @@ pub(in crate::history) fn changes_since(
     rows.iter()
         .map(|r| Ok((r.try_get(0)?, r.try_get::<_, i64>(1)?.max(0) as u64)))
         .collect()
-}
-
-pub(in crate::history) fn elections(
-    client: &mut Client,
-) -> Result<Vec<ElectionSummary>, HistoryError> {
-    let mut tx = snapshot(client)?;
-    let rows = tx.query(
-        "SELECT n,
-                (SELECT COUNT(*) FROM terms WHERE election = n),
-                (SELECT COUNT(*) FROM refusals WHERE election = n),
-                (SELECT MAX(at_ms) FROM events WHERE election = n)
-         FROM (SELECT election FROM events WHERE election <> ''
-               UNION SELECT election FROM terms
-               UNION SELECT election FROM refusals) AS names(n)
-         ORDER BY n COLLATE \"C\"",
-        &[],
-    )?;
-    let mut summaries: Vec<ElectionSummary> = rows
-        .iter()
-        .map(|row| {
-            let last_event_ms: Option<i64> = row.try_get(3)?;
-            Ok(ElectionSummary {
-                election: row.try_get(0)?,
-                current: None,
-                terms: row.try_get::<_, i64>(1)?.max(0) as u64,
-                refusals: row.try_get::<_, i64>(2)?.max(0) as u64,
-                last_event_ms,
-                last_event_at: last_event_ms.map(format_ms),
-            })
-        })
-        .collect::<Result<_, HistoryError>>()?;
-    for term in open_terms(&mut tx)? {
-        if let Ok(i) = summaries.binary_search_by(|s| s.election.as_str().cmp(&term.election)) {
-            summaries[i].current = Some(term);
-        }
-    }
-    tx.commit()?;
-    Ok(summaries)
 }
 
 pub(in crate::history) fn activity(

@@ -98,7 +98,7 @@ ALTER TABLE history_writer ADD COLUMN IF NOT EXISTS last_error_at_ms BIGINT;
 "#;
 
 /// Every migration, in order; `tenure_schema.version` counts those applied.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, super::summary::MIGRATION];
 
 /// The PostgreSQL schema version this build writes and reads.
 pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -6,12 +6,14 @@ use std::sync::Arc;
 
 use postgres::{Statement, Transaction};
 
+use super::rows::{Pending, RowStmts};
 use super::schema::migrate;
+use super::summary;
 use super::{connect, redact, Conn};
 use crate::events::cluster::ClusterEvent;
-use crate::events::{Event, EventKind};
-use crate::history::query::tag_of;
-use crate::history::writer::{event_row, WriteConn, WriteTx};
+use crate::events::Event;
+use crate::history::summary::Deltas;
+use crate::history::writer::{WriteConn, WriteTx};
 use crate::history::{HistoryError, RevisionSource};
 
 /// The writer's transactions: a paused writer holding the fence row is
@@ -20,20 +22,12 @@ const WRITER_IDLE_IN_TXN: &str = "3s";
 /// A statement waiting this long for the fence row fails (and is retried).
 const WRITER_LOCK_TIMEOUT: &str = "5s";
 
-/// An event's row: `$1` revision, `$2` at_ms, `$3` election, `$4` type,
-/// `$5` token, `$6` holder, `$7` JSON; the statements below add their own
-/// parameters from `$8`.
-const EVENT_ROW: &str = "INSERT INTO events (revision, at_ms, election, type, token, holder, json)
-     VALUES ($1, $2, $3, $4, $5, $6, $7)";
-
 /// The statements of the write path, prepared once per connection.
 struct Stmts {
     read_state: Statement,
     set_state: Statement,
-    event: Statement,
-    term_started: Statement,
-    term_ended: Statement,
-    refusal: Statement,
+    /// The rows of events, terms, refusals and the `elections` table.
+    rows: RowStmts,
     cluster_event: Statement,
 }
 
@@ -167,36 +161,9 @@ impl PgWriter {
                 "INSERT INTO watcher_state (key, value) VALUES ($1, $2)
                  ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
             )?,
-            // One round trip per event: the event's row and what it means
-            // for terms or refusals, in one statement (a data-modifying CTE).
-            event: client.prepare(EVENT_ROW)?,
-            term_started: client.prepare(&format!(
-                "WITH ev AS ({EVENT_ROW} RETURNING 1)
-                 INSERT INTO terms (election, token, holder, lease_id, layout,
-                     started_at_ms, started_revision, from_snapshot, epoch)
-                 VALUES ($3, $5, $6, $8, $9, $2, $1, $10, $11) ON CONFLICT DO NOTHING"
-            ))?,
-            // A term whose start the history never saw is recorded from its
-            // end; an open one is ended; the first end recorded stands (what
-            // SQLite does with INSERT OR IGNORE, then UPDATE … WHERE open).
-            term_ended: client.prepare(&format!(
-                "WITH ev AS ({EVENT_ROW} RETURNING 1)
-                 INSERT INTO terms (election, token, holder, lease_id, layout,
-                     started_at_ms, started_revision, from_snapshot,
-                     ended_at_ms, ended_revision, end_cause, epoch)
-                 VALUES ($3, $5, $6, $8, NULL, $9, $10, TRUE, $2, $1, $11, $12)
-                 ON CONFLICT (election, epoch, token) DO UPDATE
-                     SET ended_at_ms = EXCLUDED.ended_at_ms,
-                         ended_revision = EXCLUDED.ended_revision,
-                         end_cause = EXCLUDED.end_cause
-                     WHERE terms.ended_at_ms IS NULL"
-            ))?,
-            refusal: client.prepare(&format!(
-                "WITH ev AS ({EVENT_ROW} RETURNING 1)
-                 INSERT INTO refusals (election, resource, token, reason, revision, at_ms,
-                     current_token, current_holder)
-                 VALUES ($3, $8, $5, $9, $1, $2, $10, $11)"
-            ))?,
+            // A few multi-row statements per transaction, not a round trip
+            // per event (`rows.rs`).
+            rows: RowStmts::prepare(client)?,
             cluster_event: client.prepare(
                 "INSERT INTO cluster_events (at_ms, type, dedupe, json) VALUES ($1, $2, $3, $4)
                  ON CONFLICT DO NOTHING",
@@ -275,6 +242,8 @@ impl WriteConn for PgWriter {
             let revision = f(&mut PgTx {
                 tx: &mut tx,
                 stmts: &self.stmts,
+                pending: Pending::default(),
+                deltas: Deltas::default(),
             })?;
             tx.commit()?;
             Ok(revision)
@@ -289,6 +258,7 @@ impl WriteConn for PgWriter {
         let client = self.conn.get()?;
         let mut tx = client.transaction()?;
         Self::fence(&mut tx, token, claimed, &holder, &refused)?;
+        summary::before_prune(&mut tx, cutoff)?;
         let events = tx.execute("DELETE FROM events WHERE at_ms < $1", &[&cutoff])?;
         let refusals = tx.execute("DELETE FROM refusals WHERE at_ms < $1", &[&cutoff])?;
         tx.execute("DELETE FROM cluster_events WHERE at_ms < $1", &[&cutoff])?;
@@ -296,6 +266,7 @@ impl WriteConn for PgWriter {
             "DELETE FROM terms WHERE ended_at_ms IS NOT NULL AND ended_at_ms < $1",
             &[&cutoff],
         )?;
+        summary::after_prune(&mut tx, cutoff)?;
         tx.commit()?;
         Ok([events as usize, refusals as usize, terms as usize])
     }
@@ -304,6 +275,10 @@ impl WriteConn for PgWriter {
 struct PgTx<'a, 'b> {
     tx: &'a mut Transaction<'b>,
     stmts: &'a Stmts,
+    /// Rows buffered until [`WriteTx::finish`] (or a flush that keeps two
+    /// of one term's rows in order).
+    pending: Pending,
+    deltas: Deltas,
 }
 
 impl WriteTx for PgTx<'_, '_> {
@@ -321,69 +296,13 @@ impl WriteTx for PgTx<'_, '_> {
     }
 
     fn apply(&mut self, event: &Event, epoch: i64) -> Result<(), HistoryError> {
-        let (json, token, holder) = event_row(event)?;
-        let s = self.stmts;
-        let name = event.kind.name();
-        let row: [&(dyn postgres::types::ToSql + Sync); 7] = [
-            &event.revision,
-            &event.at_ms,
-            &event.election,
-            &name,
-            &token,
-            &holder,
-            &json,
-        ];
-        match &event.kind {
-            EventKind::TermStarted {
-                lease_id,
-                layout,
-                from_snapshot,
-                ..
-            } => {
-                let layout = tag_of(layout);
-                let more: [&(dyn postgres::types::ToSql + Sync); 4] =
-                    [lease_id, &layout, from_snapshot, &epoch];
-                self.tx
-                    .execute(&s.term_started, &[&row[..], &more[..]].concat())?;
-            }
-            EventKind::TermEnded {
-                lease_id,
-                cause,
-                started_revision,
-                started_at_ms,
-                ..
-            } => {
-                let cause = cause.as_str();
-                let more: [&(dyn postgres::types::ToSql + Sync); 5] =
-                    [lease_id, started_at_ms, started_revision, &cause, &epoch];
-                self.tx
-                    .execute(&s.term_ended, &[&row[..], &more[..]].concat())?;
-            }
-            EventKind::FenceRefused {
-                resource,
-                reason,
-                current_token,
-                current_holder,
-                ..
-            } => {
-                let reason = reason.as_str();
-                let more: [&(dyn postgres::types::ToSql + Sync); 4] =
-                    [resource, &reason, current_token, current_holder];
-                self.tx
-                    .execute(&s.refusal, &[&row[..], &more[..]].concat())?;
-            }
-            EventKind::LeaderValueChanged { .. }
-            | EventKind::FenceAccepted { .. }
-            | EventKind::Gap { .. }
-            | EventKind::Reset { .. }
-            | EventKind::Unobserved { .. }
-            | EventKind::CandidateQueued { .. }
-            | EventKind::CandidateLeft { .. }
-            | EventKind::NameCollision { .. } => {
-                self.tx.execute(&s.event, &row)?;
-            }
-        }
-        Ok(())
+        self.pending
+            .push(self.tx, &self.stmts.rows, event, epoch, &mut self.deltas)
+    }
+
+    fn finish(&mut self) -> Result<(), HistoryError> {
+        self.pending
+            .finish(self.tx, &self.stmts.rows, &mut self.deltas)
     }
 
     fn cluster_event(&mut self, e: &ClusterEvent) -> Result<(), HistoryError> {

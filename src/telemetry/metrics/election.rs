@@ -95,6 +95,9 @@ pub(super) struct Election {
     /// is live again is not counted (nobody watched), and counting resumes
     /// then if still leaderless (issue 20.7).
     leaderless_paused: bool,
+    /// This process saw a term of it end (its current term, or the last
+    /// one): from then on `leaderless_seconds_total` has a series.
+    lost_leader: bool,
 }
 
 /// A term end, as the fleet-wide families count it.
@@ -115,6 +118,7 @@ impl Election {
             waiting: 0,
             leaderless_since_ms: None,
             leaderless_paused: false,
+            lost_leader: false,
         }
     }
 
@@ -202,6 +206,7 @@ impl Election {
                         }
                         self.lease_remaining = None;
                         self.series.has_leader = 0;
+                        self.lost_leader = true;
                         if self.leaderless_since_ms.is_none() {
                             self.leaderless_since_ms = Some(event.at_ms);
                         }
@@ -237,6 +242,21 @@ impl Election {
             | EventKind::CandidateLeft { .. }
             | EventKind::NameCollision { .. } => None,
         }
+    }
+
+    /// Whether the election has used the shared fence (a check recorded,
+    /// accepted or refused): only then are its fence series written, all
+    /// five of them (an election that never fenced would show five zeros).
+    pub fn used_fence(&self) -> bool {
+        self.series.accepted + self.series.refused > 0
+    }
+
+    /// Whether `leaderless_seconds_total` has a series: once this process
+    /// saw the election lose a leader (its term ended), never before (a
+    /// counter that would stay at 0 for every election that keeps its
+    /// leader).
+    pub fn shows_leaderless(&self) -> bool {
+        self.lost_leader
     }
 
     /// The watcher stopped being live at `at_ms`: leaderless time stops

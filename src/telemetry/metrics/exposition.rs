@@ -107,6 +107,8 @@ fn write_family(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
     let has_series = match f.id {
         Id::LeaderInfo => elections.iter().any(|(_, e)| e.term.is_some()),
         Id::LeaseRemaining => elections.iter().any(|(_, e)| e.lease_remaining.is_some()),
+        Id::FencingChecks | Id::FencingRefusals => elections.iter().any(|(_, e)| e.used_fence()),
+        Id::Leaderless => elections.iter().any(|(_, e)| e.shows_leaderless()),
         Id::ElectionTermDuration | Id::ElectionTermEnds | Id::ElectionCandidatesWaiting => {
             elections.iter().any(|(_, e)| e.detail.is_some())
         }
@@ -138,7 +140,7 @@ fn write_family(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
             }
         }
         Id::FencingRefusals => {
-            for &(el, e) in elections {
+            for &(el, e) in elections.iter().filter(|(_, e)| e.used_fence()) {
                 for r in FENCE_REASONS_SORTED {
                     let v = e.series.refusals[fence_reason_index(r)] as f64;
                     sample(out, f, "", &[el, r.as_str()], None, v);
@@ -146,7 +148,7 @@ fn write_family(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
             }
         }
         Id::FencingChecks => {
-            for &(el, e) in elections {
+            for &(el, e) in elections.iter().filter(|(_, e)| e.used_fence()) {
                 for (result, v) in CHECK_RESULTS
                     .iter()
                     .zip([e.series.accepted, e.series.refused])
@@ -200,7 +202,7 @@ fn write_family(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
                     Id::FencingToken => s.fencing_token as f64,
                     Id::HasLeader => s.has_leader as f64,
                     Id::LeaderChanges => s.leader_changes as f64,
-                    Id::Leaderless => s.leaderless,
+                    Id::Leaderless if e.shows_leaderless() => s.leaderless,
                     Id::TermStart => s.term_start,
                     _ => continue,
                 };

@@ -36,12 +36,16 @@
 //!
 //! # Cardinality
 //!
-//! By default an election has at most 12 series: `has_leader`,
-//! `leader_changes_total`, `fencing_token`, `term_start_timestamp_seconds`,
-//! `leaderless_seconds_total`, `fencing_checks_total` (accepted, refused),
-//! `fencing_refusals_total` (three reasons), and while it has a leader
-//! `leader_info` (the *current* holder only) and `lease_remaining_seconds`.
-//! Term durations and term ends by cause are fleet-wide
+//! By default an election has at most 12 series, and only those that say
+//! something: always `has_leader`, `leader_changes_total`, `fencing_token`
+//! and `term_start_timestamp_seconds`; while it has a leader `leader_info`
+//! (the *current* holder only) and `lease_remaining_seconds`;
+//! `leaderless_seconds_total` once this process saw it lose a leader; and
+//! the fence's `fencing_checks_total` (accepted, refused) and
+//! `fencing_refusals_total` (three reasons) once it used the fence. An
+//! election that keeps its leader and never fences has 6 (issue 23: a
+//! scrape of 10,000 such elections is under 4 MB). Term durations and term
+//! ends by cause are fleet-wide
 //! (`tenure_term_duration_seconds`, `tenure_term_ends_total`: 23 series in
 //! all, whatever the number of elections). [`MetricsOptions::per_election_detail`]
 //! adds them per election as well (`tenure_election_term_duration_seconds`,
@@ -50,7 +54,9 @@
 //! most `--max-elections` elections and reports the rest as
 //! [`WatchStatus::Overflow`] (counted here, never given series).
 //! [`Update::Forgotten`] removes every series of an election. Fence
-//! resources never become labels.
+//! resources never become labels. [`Metrics::render_matching`] writes the
+//! per-election series of some elections only (or none: the fleet-wide
+//! families alone), for a scrape of a very large fleet.
 //!
 //! # Hostile label values
 //!
@@ -67,7 +73,7 @@ mod exposition;
 pub mod families;
 mod registry;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -117,7 +123,9 @@ pub struct Metrics {
     registry: Registry,
     p: Process,
     options: MetricsOptions,
-    elections: Mutex<HashMap<String, Election>>,
+    /// By name, so a render needs no sort; boxed, so a tree node (eleven
+    /// slots) holds pointers, not eleven elections (issue 23).
+    elections: Mutex<BTreeMap<String, Box<Election>>>,
     /// Length of the last render, to size the next one's buffer.
     last_len: AtomicUsize,
     /// The watcher is not live (etcd unreachable, the stream broken or
@@ -148,7 +156,7 @@ impl Metrics {
             registry,
             p,
             options,
-            elections: Mutex::new(HashMap::new()),
+            elections: Mutex::new(BTreeMap::new()),
             last_len: AtomicUsize::new(0),
             paused: AtomicBool::new(false),
         })
@@ -166,7 +174,7 @@ impl Metrics {
         &self.registry
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Election>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Box<Election>>> {
         self.elections.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -174,14 +182,14 @@ impl Metrics {
     /// (allocating only then).
     fn election<'a>(
         &self,
-        elections: &'a mut HashMap<String, Election>,
+        elections: &'a mut BTreeMap<String, Box<Election>>,
         name: &str,
-    ) -> Option<&'a mut Election> {
+    ) -> Option<&'a mut Box<Election>> {
         let name = cap_label(name, MAX_ELECTION_LABEL_BYTES);
         if !elections.contains_key(name) {
             elections.insert(
                 name.to_owned(),
-                Election::new(self.options.per_election_detail),
+                Box::new(Election::new(self.options.per_election_detail)),
             );
             self.p.elections.set(elections.len() as i64);
         }
@@ -300,10 +308,23 @@ impl Metrics {
         self.render_at(crate::events::now_ms())
     }
 
+    /// [`render`](Self::render) with the per-election series of only the
+    /// elections `keep` accepts (`/metrics?match=GLOB`; `|_| false` leaves
+    /// the process and fleet-wide families alone, `/metrics?scope=fleet`).
+    pub fn render_matching(&self, keep: &dyn Fn(&str) -> bool) -> String {
+        self.render_selected(crate::events::now_ms(), Some(keep))
+    }
+
     /// [`render`](Self::render) as if the wall clock said `now_ms` (unix
     /// milliseconds). A `now_ms` earlier than a previous one adds nothing:
     /// the counter never goes down.
     pub fn render_at(&self, now_ms: i64) -> String {
+        self.render_selected(now_ms, None)
+    }
+
+    /// Renders at `now_ms` the elections `keep` accepts (all with `None`).
+    /// Elections are kept in name order, so nothing is sorted here.
+    fn render_selected(&self, now_ms: i64, keep: Option<&dyn Fn(&str) -> bool>) -> String {
         let mut elections = self.lock();
         if !self.paused.load(Ordering::Relaxed) {
             for e in elections.values_mut() {
@@ -312,19 +333,28 @@ impl Metrics {
         }
         // Render while holding the lock, so the output is one consistent state.
         let registry = self.registry.gather();
-        let mut sorted: Vec<(&str, &Election)> =
-            elections.iter().map(|(n, e)| (n.as_str(), e)).collect();
-        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let mut out = String::with_capacity(self.last_len.load(Ordering::Relaxed) + 8 * 1024);
+        let selected: Vec<(&str, &Election)> = elections
+            .iter()
+            .map(|(n, e)| (n.as_str(), &**e))
+            .filter(|(n, _)| keep.is_none_or(|k| k(n)))
+            .collect();
+        let hint = if keep.is_none() {
+            self.last_len.load(Ordering::Relaxed)
+        } else {
+            0
+        };
+        let mut out = String::with_capacity(hint + 8 * 1024);
         exposition::write_all(
             &mut out,
             &registry,
-            &sorted,
+            &selected,
             self.options.per_election_detail,
         );
-        drop(sorted);
+        drop(selected);
         drop(elections);
-        self.last_len.store(out.len(), Ordering::Relaxed);
+        if keep.is_none() {
+            self.last_len.store(out.len(), Ordering::Relaxed);
+        }
         out
     }
 }

@@ -1,10 +1,11 @@
-//! `GET /api/v1/elections` (every election the history knows) and
+//! `GET /api/v1/elections` (the elections the history knows, a page at a
+//! time) and
 //! `GET /api/v1/elections/{name}` (one election: etcd's leader, else the
 //! history's).
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -15,7 +16,8 @@ use super::extract::ElectionPath;
 use super::{blocking, ApiError};
 use crate::election::Leader;
 use crate::events::now_ms;
-use crate::history::{self, format_ms, HistoryError, Query as HistoryQuery};
+use crate::history::{self, format_ms, HistoryError, PageFrom, Query as HistoryQuery};
+use crate::web::pages::urls::query_pairs;
 use crate::web::AppState;
 
 pub(super) fn routes() -> Router<Arc<AppState>> {
@@ -41,32 +43,136 @@ struct ElectionView {
     waiting: Option<Vec<WaiterJson>>,
 }
 
-async fn list(State(s): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+/// Elections in a page of the list unless `limit` says otherwise.
+pub const LIST_PAGE: usize = 1000;
+/// The most elections one page of the list holds.
+pub const LIST_MAX_PAGE: usize = 10_000;
+
+/// The list's query: `limit` (1 to [`LIST_MAX_PAGE`]) and `cursor` (the
+/// `next_cursor` of the previous page).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ListParams {
+    limit: usize,
+    /// The name the page starts after.
+    after: Option<String>,
+}
+
+impl ListParams {
+    fn parse(raw: Option<&str>) -> Result<ListParams, ApiError> {
+        let mut p = ListParams {
+            limit: LIST_PAGE,
+            after: None,
+        };
+        for (k, v) in query_pairs(raw) {
+            match k {
+                "limit" => {
+                    p.limit = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=LIST_MAX_PAGE).contains(n))
+                        .ok_or_else(|| {
+                            ApiError::new(
+                                StatusCode::BAD_REQUEST,
+                                "invalid_limit",
+                                format!(
+                                    "limit must be a number from 1 to {LIST_MAX_PAGE}, not {v:?}"
+                                ),
+                            )
+                        })?
+                }
+                "cursor" => {
+                    p.after = Some(decode_cursor(&v).ok_or_else(|| {
+                        ApiError::new(
+                            StatusCode::BAD_REQUEST,
+                            "invalid_cursor",
+                            "cursor is not one this API gave: pass the previous page's \
+                             next_cursor as it is, or leave it out for the first page",
+                        )
+                    })?)
+                }
+                _ => {}
+            }
+        }
+        Ok(p)
+    }
+}
+
+/// A page's cursor: the last name of the page, in hex (opaque, URL-safe).
+fn encode_cursor(name: &str) -> String {
+    name.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn decode_cursor(cursor: &str) -> Option<String> {
+    if cursor.len() % 2 != 0 || !cursor.is_ascii() {
+        return None;
+    }
+    let bytes = (0..cursor.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&cursor[i..i + 2], 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// `GET /api/v1/elections?limit=&cursor=`: elections the history knows, by
+/// name, a page at a time (`total`: how many it knows; `next_cursor`: where
+/// the next page starts, `null` after the last). Paging by name, not by
+/// offset: an election added or removed between two requests neither
+/// shifts nor repeats the others.
+async fn list(
+    State(s): State<Arc<AppState>>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let p = ListParams::parse(raw.as_deref())?;
     let reader = s.history.clone();
     let hour_ago = now_ms() - 3_600_000;
-    let rows = blocking(move || {
-        let summaries = reader.elections()?;
-        // One grouped query, not one per election.
-        let changes_by = reader.changes_since(hour_ago)?;
-        summaries
-            .into_iter()
-            .map(|e| {
-                let changes = changes_by.get(&e.election).copied().unwrap_or(0);
-                Ok(json!({
-                    "name": e.election,
-                    "holder": e.current.as_ref().map(|t| t.holder.clone()),
-                    "token": e.current.as_ref().map(|t| t.token),
-                    "lease_id": e.current.as_ref().map(|t| t.lease_id),
-                    "since": e.current.as_ref().map(|t| format_ms(t.started_at_ms)),
-                    "since_ms": e.current.as_ref().map(|t| t.started_at_ms),
-                    "changes_last_hour": changes,
-                    "refusals": e.refusals,
-                }))
-            })
-            .collect::<Result<Vec<Value>, HistoryError>>()
+    let limit = p.limit;
+    let (page, more, changes_by) = blocking(move || {
+        let from = match &p.after {
+            Some(name) => PageFrom::After(name),
+            None => PageFrom::Offset(0),
+        };
+        // One more than the page: whether another page follows.
+        let mut page = reader.elections_page(from, p.limit + 1)?;
+        let more = page.elections.len() > p.limit;
+        page.elections.truncate(p.limit);
+        // One grouped query for the page's elections.
+        let changes = match (page.elections.first(), page.elections.last()) {
+            (Some(first), Some(last)) => {
+                reader
+                    .recent_between(hour_ago, &first.election, &last.election)?
+                    .changes
+            }
+            _ => Default::default(),
+        };
+        Ok::<_, HistoryError>((page, more, changes))
     })
     .await?;
-    Ok(Json(json!({ "elections": rows })))
+    let next_cursor = more
+        .then(|| page.elections.last().map(|e| encode_cursor(&e.election)))
+        .flatten();
+    let rows: Vec<Value> = page
+        .elections
+        .into_iter()
+        .map(|e| {
+            let changes = changes_by.get(&e.election).copied().unwrap_or(0);
+            json!({
+                "name": e.election,
+                "holder": e.current.as_ref().map(|t| t.holder.clone()),
+                "token": e.current.as_ref().map(|t| t.token),
+                "lease_id": e.current.as_ref().map(|t| t.lease_id),
+                "since": e.current.as_ref().map(|t| format_ms(t.started_at_ms)),
+                "since_ms": e.current.as_ref().map(|t| t.started_at_ms),
+                "changes_last_hour": changes,
+                "refusals": e.refusals,
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "elections": rows,
+        "total": page.total,
+        "limit": limit,
+        "next_cursor": next_cursor,
+    })))
 }
 
 async fn detail(
@@ -88,7 +194,7 @@ async fn detail(
             .iter()
             .filter(|t| !t.from_snapshot && t.started_at_ms >= hour_ago)
             .count();
-        let summary = reader.elections()?.into_iter().find(|e| e.election == n);
+        let summary = reader.election(&n)?;
         let known = summary.is_some();
         Ok((summary.and_then(|e| e.current), changes, known))
     })
@@ -162,4 +268,25 @@ struct WaiterJson {
     holder: String,
     token: i64,
     key: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decode_cursor, encode_cursor, ListParams, LIST_PAGE};
+
+    #[test]
+    fn cursors_round_trip_and_bad_ones_are_refused() {
+        for name in ["a", "team/db", "ünï/cödé", ""] {
+            assert_eq!(decode_cursor(&encode_cursor(name)).as_deref(), Some(name));
+        }
+        assert_eq!(decode_cursor("6"), None);
+        assert_eq!(decode_cursor("zz"), None);
+        assert_eq!(decode_cursor("ff"), None, "not UTF-8");
+        let p = ListParams::parse(Some("limit=5&cursor=61")).expect("valid");
+        assert_eq!((p.limit, p.after.as_deref()), (5, Some("a")));
+        assert_eq!(ListParams::parse(None).expect("valid").limit, LIST_PAGE);
+        for bad in ["limit=0", "limit=x", "limit=10001", "cursor=g"] {
+            assert!(ListParams::parse(Some(bad)).is_err(), "{bad}");
+        }
+    }
 }

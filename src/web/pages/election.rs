@@ -123,7 +123,7 @@ fn load_history(
     limit: usize,
     now: i64,
 ) -> Result<History, history::HistoryError> {
-    let summary = reader.elections()?.into_iter().find(|e| e.election == name);
+    let summary = reader.election(name)?;
     let first = reader.terms(
         name,
         &Query {

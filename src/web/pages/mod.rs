@@ -21,7 +21,7 @@ mod election;
 mod election_view;
 mod error;
 mod overview;
-mod urls;
+pub(crate) mod urls;
 
 use std::sync::Arc;
 

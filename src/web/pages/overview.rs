@@ -12,7 +12,11 @@ use axum::response::Response;
 use super::urls::{election_href, encode_component, query_pairs};
 use super::{ago, render, Head};
 use crate::events::now_ms;
-use crate::history::{self, format_duration_ms, short_time, ElectionSummary, Query, Reader};
+use std::collections::HashMap;
+
+use crate::history::{
+    self, format_duration_ms, short_time, ElectionSummary, PageFrom, Query, Reader,
+};
 use crate::web::{incident, timeline, AppState};
 
 const DAY_MS: i64 = 86_400_000;
@@ -44,6 +48,8 @@ struct OverviewPage {
     matching: usize,
     leaderless: usize,
     refusing: usize,
+    /// The cap on tracked elections was hit: what it means, what to do.
+    cap: Option<String>,
     error: Option<String>,
     match_value: String,
     /// Column headers: label, link that sorts by it, current direction.
@@ -200,6 +206,7 @@ pub(super) async fn overview(State(s): State<Arc<AppState>>, RawQuery(raw): RawQ
         matching: listing.matching,
         leaderless: listing.leaderless,
         refusing: listing.refusing,
+        cap: s.readiness.cap_reached().map(|c| c.sentence()),
         rows: listing.rows,
         error,
         match_value: p.glob.clone().unwrap_or_default(),
@@ -230,9 +237,15 @@ struct Listing {
 
 /// One row per election the history knows (filtered, sorted, paged).
 /// Leader changes are terms started in the last 24 h (the same count the
-/// API's `changes_last_hour` makes for one hour). Cost: three grouped
-/// queries for all elections, plus one terms query per leaderless election
-/// of the page (for "last term ended").
+/// API's `changes_last_hour` makes for one hour).
+///
+/// Cost (issue 23): sorted by name and unfiltered (the default), a page of
+/// the `elections` table, a count of the open terms and grouped counts of
+/// the page's changes and of the day's refusals: a bounded amount whatever
+/// the number of elections. Sorted by another column or filtered, every
+/// election's summary is read (one query) and sorted; rows are built for
+/// the page only. Plus one terms query per leaderless election of the page
+/// (for "last term ended").
 fn overview_rows(
     reader: &Reader,
     now: i64,
@@ -244,57 +257,14 @@ fn overview_rows(
         to_ms: None,
         limit: Some(history::MAX_LIMIT),
     };
-    let mut refusals_by_election: std::collections::HashMap<String, usize> = Default::default();
-    for r in reader.refusals(None, &window)? {
-        *refusals_by_election.entry(r.election).or_default() += 1;
-    }
-    let changes = reader.started_since(day_ago)?;
-    let summaries = reader.elections()?;
-    let known = summaries.len();
-    let mut rows: Vec<(OverviewRow, Option<i64>)> = summaries
-        .iter()
-        .filter(|e| {
-            p.glob
-                .as_deref()
-                .is_none_or(|g| incident::glob_match(g, &e.election))
-        })
-        .map(|e| {
-            let row = overview_row(
-                e,
-                now,
-                changes.get(&e.election).copied().unwrap_or(0) as usize,
-                refusals_by_election.get(&e.election).copied().unwrap_or(0),
-                None,
-            );
-            (row, e.last_event_ms)
-        })
-        .collect();
-    let matching = rows.len();
-    let leaderless = rows.iter().filter(|(r, _)| r.holder.is_none()).count();
-    let refusing = rows.iter().filter(|(r, _)| r.refusals_24h > 0).count();
+    let refusals_by = reader.refusals_since(day_ago)?;
     let desc = p.order.as_deref() == Some("desc");
-    match p.sort.as_deref().unwrap_or("name") {
-        "leader" => rows.sort_by(|a, b| a.0.holder.cmp(&b.0.holder)),
-        "token" => rows.sort_by_key(|r| r.0.token),
-        // Ascending: the shortest leading first (the latest start), leaderless last.
-        "leading" => {
-            rows.sort_by_key(|r| std::cmp::Reverse(r.0.holder.as_ref().map(|_| r.0.since_ms)))
-        }
-        "changes" => rows.sort_by_key(|r| r.0.changes_24h),
-        "refusals" => rows.sort_by_key(|r| r.0.refusals_24h),
-        "last" => rows.sort_by_key(|r| r.1),
-        _ => {} // by name, as the history lists them
-    }
-    if desc {
-        rows.reverse();
-    }
-    let skip = p.skip();
-    let mut page: Vec<OverviewRow> = rows
-        .into_iter()
-        .skip(skip)
-        .take(p.per_page)
-        .map(|(r, _)| r)
-        .collect();
+    let sort = p.sort.as_deref().unwrap_or("name");
+    let (mut page, known, matching, leaderless, refusing) = if p.glob.is_none() && sort == "name" {
+        by_name(reader, p, desc, day_ago, &refusals_by, now)?
+    } else {
+        sorted(reader, p, sort, desc, day_ago, &refusals_by, now)?
+    };
     for r in page.iter_mut().filter(|r| r.holder.is_none()) {
         r.leaderless_since = reader
             .terms(&r.name, &window)?
@@ -310,6 +280,118 @@ fn overview_rows(
         leaderless,
         refusing,
     })
+}
+
+/// A page, its elections known, matching, leaderless and refusing.
+type Paged = (Vec<OverviewRow>, usize, usize, usize, usize);
+
+/// The default overview: a page of elections by name, read as a page.
+fn by_name(
+    reader: &Reader,
+    p: &OverviewParams,
+    desc: bool,
+    day_ago: i64,
+    refusals_by: &HashMap<String, u64>,
+    now: i64,
+) -> Result<Paged, history::HistoryError> {
+    let skip = p.skip();
+    let page = if desc {
+        // From the end: the page's names, read forwards, then reversed.
+        let total = reader.elections_page(PageFrom::Offset(0), 0)?.total as usize;
+        let end = total.saturating_sub(skip);
+        let start = end.saturating_sub(p.per_page);
+        let mut page = reader.elections_page(PageFrom::Offset(start), end - start)?;
+        page.elections.reverse();
+        page
+    } else {
+        reader.elections_page(PageFrom::Offset(skip), p.per_page)?
+    };
+    let known = page.total as usize;
+    let leaderless = known.saturating_sub(reader.leading_count()? as usize);
+    let (first, last) = match (page.elections.first(), page.elections.last()) {
+        (Some(f), Some(l)) if desc => (l.election.clone(), f.election.clone()),
+        (Some(f), Some(l)) => (f.election.clone(), l.election.clone()),
+        _ => Default::default(),
+    };
+    let changes = if page.elections.is_empty() {
+        Default::default()
+    } else {
+        reader.recent_between(day_ago, &first, &last)?.changes
+    };
+    let rows = page
+        .elections
+        .iter()
+        .map(|e| {
+            overview_row(
+                e,
+                now,
+                changes.get(&e.election).copied().unwrap_or(0) as usize,
+                refusals_by.get(&e.election).copied().unwrap_or(0) as usize,
+                None,
+            )
+        })
+        .collect();
+    Ok((rows, known, known, leaderless, refusals_by.len()))
+}
+
+/// Filtered, or sorted by another column: every election's summary, the
+/// matching ones sorted, the page's rows built.
+fn sorted(
+    reader: &Reader,
+    p: &OverviewParams,
+    sort: &str,
+    desc: bool,
+    day_ago: i64,
+    refusals_by: &HashMap<String, u64>,
+    now: i64,
+) -> Result<Paged, history::HistoryError> {
+    let changes = reader.started_since(day_ago)?;
+    let summaries = reader.elections()?;
+    let known = summaries.len();
+    let count =
+        |m: &HashMap<String, u64>, e: &ElectionSummary| m.get(&e.election).copied().unwrap_or(0);
+    let mut rows: Vec<&ElectionSummary> = summaries
+        .iter()
+        .filter(|e| {
+            p.glob
+                .as_deref()
+                .is_none_or(|g| incident::glob_match(g, &e.election))
+        })
+        .collect();
+    let matching = rows.len();
+    let leaderless = rows.iter().filter(|e| e.current.is_none()).count();
+    let refusing = rows.iter().filter(|e| count(refusals_by, e) > 0).count();
+    let holder = |e: &ElectionSummary| e.current.as_ref().map(|c| c.holder.clone());
+    match sort {
+        "leader" => rows.sort_by_cached_key(|e| holder(e)),
+        "token" => rows.sort_by_key(|e| e.current.as_ref().map(|c| c.token)),
+        // Ascending: the shortest leading first (the latest start), leaderless last.
+        "leading" => {
+            rows.sort_by_key(|e| std::cmp::Reverse(e.current.as_ref().map(|c| c.started_at_ms)))
+        }
+        "changes" => rows.sort_by_key(|e| count(&changes, e)),
+        "refusals" => rows.sort_by_key(|e| count(refusals_by, e)),
+        "last" => rows.sort_by_key(|e| e.last_event_ms),
+        _ => {} // by name, as the history lists them
+    }
+    if desc {
+        rows.reverse();
+    }
+    let page = rows
+        .into_iter()
+        .skip(p.skip())
+        .take(p.per_page)
+        .map(|e| {
+            overview_row(
+                e,
+                now,
+                count(&changes, e) as usize,
+                count(refusals_by, e) as usize,
+                None,
+            )
+        })
+        .collect();
+    Ok((page, known, matching, leaderless, refusing))
 }
 
 fn overview_row(

@@ -51,7 +51,7 @@ pub fn decode_component(s: &str) -> String {
 
 /// The pairs of a raw query string, values decoded and trimmed; pairs with
 /// an empty value are left out (an empty form field means "not given").
-pub(super) fn query_pairs(raw: Option<&str>) -> impl Iterator<Item = (&str, String)> {
+pub(crate) fn query_pairs(raw: Option<&str>) -> impl Iterator<Item = (&str, String)> {
     raw.unwrap_or("").split('&').filter_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         let v = decode_component(v).trim().to_owned();

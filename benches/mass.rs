@@ -1,0 +1,143 @@
+//! Measurement 6h — one request ending many terms (issue 23).
+//!
+//! Setup: one etcd and one `tenure serve` (SQLite history); per run, a fresh
+//! fleet of `mass_keys` elections, each led by its own key on its own lease
+//! (tenure's campaign txn), all in serve's history before the run starts.
+//! Then one DeleteRange deletes every leader key of the fleet.
+//!
+//! - tenure: from sending the delete to the history holding every end (the
+//!   first and the last election's term read ended from the history file,
+//!   polled every 2 ms; the batch is one transaction);
+//! - baseline: a bare etcd-client watch of the same range, from the same
+//!   send to its last delete event.
+//!
+//! Afterwards every election's end cause is read from the history: each
+//! must be `deleted` (the test itself deleted them while their leases
+//! lived) or `unknown`; anything else fails the run.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+use etcd_client::{DeleteOptions, EventType};
+use tenure::events::EndCause;
+use tenure::history::{Query, Reader};
+
+use crate::common::{connect, keys, ms};
+use crate::load::Fleet;
+use crate::pipeline::bare_watch;
+use crate::stats::{Row, Target};
+use crate::support::{Etcd as EtcdProcess, Serve};
+use crate::Config;
+
+pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
+    let n = cfg.mass_keys;
+    let etcd = EtcdProcess::start().await;
+    let endpoint = etcd.endpoint();
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("history.db");
+    let serve = Serve::start(std::slice::from_ref(&endpoint), &db, &[], &[]).await;
+    let mut raw = connect(&endpoint).await?;
+    let (mut tenure, mut bare) = (vec![], vec![]);
+    let (mut deleted, mut unknown) = (0usize, 0usize);
+    for run in 0..cfg.scale_runs {
+        let fleet = Fleet::new(&endpoint, &format!("mass{run}"), n).await?;
+        fleet.campaign_all("holder").await?;
+        let (first, last) = match (fleet.names.first(), fleet.names.last()) {
+            (Some(f), Some(l)) => (f.to_string(), l.to_string()),
+            _ => bail!("no elections"),
+        };
+        let reader = Reader::open(&db).map_err(|e| anyhow!("history: {e}"))?;
+        let q = Query {
+            limit: Some(1),
+            ..Query::default()
+        };
+        let term = |name: &str| -> Result<Option<Option<EndCause>>> {
+            let rows = reader
+                .terms(name, &q)
+                .map_err(|e| anyhow!("history: {e}"))?;
+            Ok(rows.first().map(|t| t.end_cause))
+        };
+        // Every term started in the history before the delete.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while term(&last)?.is_none() || term(&first)?.is_none() {
+            if Instant::now() > deadline {
+                bail!("history never showed {last}:\n{}", serve.log_text());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The bare watch, from the next revision.
+        let from = crate::common::revision(&mut raw).await? + 1;
+        let mut stream = bare_watch(&mut raw.clone(), from).await?;
+        let watcher = tokio::spawn(async move {
+            let mut seen = 0usize;
+            while let Ok(Some(resp)) = stream.message().await {
+                seen += resp
+                    .events()
+                    .iter()
+                    .filter(|e| e.event_type() == EventType::Delete)
+                    .count();
+                if seen >= n {
+                    return Some(Instant::now());
+                }
+            }
+            None
+        });
+        let k = keys();
+        let mut end = k.leader_key(&fleet.names[n - 1]).into_bytes();
+        end.push(0);
+        let sent = Instant::now();
+        let resp = raw
+            .delete(
+                k.leader_key(&fleet.names[0]),
+                Some(DeleteOptions::new().with_range(end)),
+            )
+            .await?;
+        if resp.deleted() != n as i64 {
+            bail!("the delete removed {} keys, expected {n}", resp.deleted());
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let recorded = loop {
+            if matches!(term(&last)?, Some(Some(_))) && matches!(term(&first)?, Some(Some(_))) {
+                break Instant::now();
+            }
+            if Instant::now() > deadline {
+                bail!("history never recorded the ends:\n{}", serve.log_text());
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        let watched = tokio::time::timeout(Duration::from_secs(60), watcher)
+            .await
+            .map_err(|_| anyhow!("the bare watch never saw {n} deletes"))??
+            .ok_or_else(|| anyhow!("the bare watch ended"))?;
+        tenure.push(ms(recorded - sent));
+        bare.push(ms(watched - sent));
+        // Every cause against what this bench did.
+        for name in &fleet.names {
+            match term(name.as_str())? {
+                Some(Some(EndCause::Deleted)) => deleted += 1,
+                Some(Some(EndCause::Unknown)) => unknown += 1,
+                other => bail!("{name}: deleted by one DeleteRange, history says {other:?}"),
+            }
+        }
+        eprintln!(
+            "  run {run}: {n} keys deleted in one request: history {:.0} ms, bare watch {:.0} ms",
+            ms(recorded - sent),
+            ms(watched - sent)
+        );
+        fleet.release().await;
+    }
+    drop(serve);
+    drop(etcd);
+    Ok(vec![Row::time(
+        "6h",
+        &format!("{n} leader keys deleted in one request: in the history with their causes"),
+        "ms",
+        &tenure,
+    )
+    .baseline_samples("bare etcd-client watch: every delete event", &bare)
+    .median_ratio()
+    .target(Target::MedianAtMost(2000.0))
+    .note(format!(
+        "from sending the DeleteRange; causes read back over {} runs: {deleted} deleted, {unknown} unknown, none wrong", cfg.scale_runs
+    ))])
+}

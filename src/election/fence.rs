@@ -170,67 +170,12 @@ impl Client {
     ) -> Result<FenceDecision, Error> {
         let fence = self.keys.fence_key(name, resource);
         let refusal = self.keys.refusal_key(name, resource);
-        let (leader, fence) = (leader_key.as_bytes(), fence.as_bytes());
-        let accept = |prev: bool| {
-            let opts = if prev {
-                Some(PutOptions::new().with_prev_key())
-            } else {
-                None
-            };
-            [
-                TxnOp::put(fence, pad_token(token), opts),
-                TxnOp::get(leader, None),
-            ]
-        };
-        let refuse = |reason: FenceReason| {
-            let record =
-                serde_json::to_string(&RefusalRecord { token, reason }).unwrap_or_default();
-            [
-                TxnOp::put(refusal.as_bytes(), record, None),
-                TxnOp::get(leader, None),
-                TxnOp::get(fence, None),
-            ]
-        };
-        let is_current = Compare::create_revision(leader, CompareOp::Equal, token);
         let floor_key = self.keys.floor_key();
-        let decide = Txn::new()
-            .when([
-                is_current.clone(),
-                // A value compare on a missing key is false: the first write
-                // to a resource takes the next branch.
-                Compare::value(fence, CompareOp::Less, pad_token(token.saturating_add(1))),
-            ])
-            .and_then(accept(true))
-            .or_else([TxnOp::txn(
-                Txn::new()
-                    .when([is_current, Compare::version(fence, CompareOp::Equal, 0)])
-                    .and_then(accept(false))
-                    .or_else([TxnOp::txn(
-                        Txn::new()
-                            .when([Compare::value(fence, CompareOp::Greater, pad_token(token))])
-                            .and_then(refuse(FenceReason::StaleToken))
-                            .or_else([TxnOp::txn(
-                                Txn::new()
-                                    .when([Compare::version(leader, CompareOp::Equal, 0)])
-                                    .and_then(refuse(FenceReason::NoLeader))
-                                    .or_else(refuse(FenceReason::TermEnded)),
-                            )]),
-                    )]),
-            )]);
-        // The floor first: a token at or below it decides nothing (a value
-        // compare on a missing floor is false: no floor, no refusal).
-        let txn = Txn::new()
-            .when([Compare::value(
-                floor_key.as_bytes(),
-                CompareOp::Greater,
-                pad_token(token.saturating_sub(1)),
-            )])
-            .and_then([TxnOp::get(floor_key.as_bytes(), None)])
-            .or_else([TxnOp::txn(decide)]);
+        let txn = full_txn(&floor_key, leader_key, &fence, &refusal, token);
         let resp = self.op(self.etcd().txn(txn)).await?;
         let revision = header_revision(&resp)?;
         let resp = below_floor(resp, token, revision)?;
-        let mut decision = FenceDecision {
+        let decision = FenceDecision {
             accepted: false,
             reason: None,
             election: name.to_string(),
@@ -241,37 +186,107 @@ impl Client {
             stored_token: None,
             revision,
         };
-        // Walk down the branches the txn took.
-        let reasons = [
-            None,
-            None,
-            Some(FenceReason::StaleToken),
-            Some(FenceReason::NoLeader),
-        ];
-        let mut level = resp;
-        for (depth, reason_if_taken) in reasons.iter().enumerate() {
-            let ops = level.op_responses();
-            if level.succeeded() || depth == reasons.len() - 1 {
-                decision.accepted = depth < 2;
-                decision.reason = if level.succeeded() {
-                    *reason_if_taken
-                } else {
-                    Some(FenceReason::TermEnded)
-                };
-                read_branch(&ops, leader, &mut decision);
-                return Ok(decision);
-            }
-            level = match ops.into_iter().next() {
-                Some(TxnOpResponse::Txn(t)) => t,
-                _ => {
-                    return Err(Error::Protocol(
-                        "fence txn: nested txn response missing".into(),
-                    ))
-                }
-            };
-        }
-        Err(Error::Protocol("fence txn: no branch taken".into()))
+        branch_taken(resp, leader_key.as_bytes(), decision)
     }
+}
+
+/// The full fence txn: the floor first (a token at or below it decides
+/// nothing; a value compare on a missing floor is false: no floor, no
+/// refusal), then the nested decision: accept (the fence key written, the
+/// leader key read), else refuse with the first reason that matches (the
+/// refusal record written, the leader and fence keys read).
+fn full_txn(floor_key: &str, leader_key: &str, fence: &str, refusal: &str, token: i64) -> Txn {
+    let (leader, fence) = (leader_key.as_bytes(), fence.as_bytes());
+    let accept = |prev: bool| {
+        let opts = if prev {
+            Some(PutOptions::new().with_prev_key())
+        } else {
+            None
+        };
+        [
+            TxnOp::put(fence, pad_token(token), opts),
+            TxnOp::get(leader, None),
+        ]
+    };
+    let refuse = |reason: FenceReason| {
+        let record = serde_json::to_string(&RefusalRecord { token, reason }).unwrap_or_default();
+        [
+            TxnOp::put(refusal.as_bytes(), record, None),
+            TxnOp::get(leader, None),
+            TxnOp::get(fence, None),
+        ]
+    };
+    let is_current = Compare::create_revision(leader, CompareOp::Equal, token);
+    let decide = Txn::new()
+        .when([
+            is_current.clone(),
+            // A value compare on a missing key is false: the first write
+            // to a resource takes the next branch.
+            Compare::value(fence, CompareOp::Less, pad_token(token.saturating_add(1))),
+        ])
+        .and_then(accept(true))
+        .or_else([TxnOp::txn(
+            Txn::new()
+                .when([is_current, Compare::version(fence, CompareOp::Equal, 0)])
+                .and_then(accept(false))
+                .or_else([TxnOp::txn(
+                    Txn::new()
+                        .when([Compare::value(fence, CompareOp::Greater, pad_token(token))])
+                        .and_then(refuse(FenceReason::StaleToken))
+                        .or_else([TxnOp::txn(
+                            Txn::new()
+                                .when([Compare::version(leader, CompareOp::Equal, 0)])
+                                .and_then(refuse(FenceReason::NoLeader))
+                                .or_else(refuse(FenceReason::TermEnded)),
+                        )]),
+                )]),
+        )]);
+    Txn::new()
+        .when([Compare::value(
+            floor_key.as_bytes(),
+            CompareOp::Greater,
+            pad_token(token.saturating_sub(1)),
+        )])
+        .and_then([TxnOp::get(floor_key.as_bytes(), None)])
+        .or_else([TxnOp::txn(decide)])
+}
+
+/// Walks down the branches the full txn took (below the floor's) and
+/// fills `decision` from the one that ran.
+fn branch_taken(
+    resp: TxnResponse,
+    leader: &[u8],
+    mut decision: FenceDecision,
+) -> Result<FenceDecision, Error> {
+    let reasons = [
+        None,
+        None,
+        Some(FenceReason::StaleToken),
+        Some(FenceReason::NoLeader),
+    ];
+    let mut level = resp;
+    for (depth, reason_if_taken) in reasons.iter().enumerate() {
+        let ops = level.op_responses();
+        if level.succeeded() || depth == reasons.len() - 1 {
+            decision.accepted = depth < 2;
+            decision.reason = if level.succeeded() {
+                *reason_if_taken
+            } else {
+                Some(FenceReason::TermEnded)
+            };
+            read_branch(&ops, leader, &mut decision);
+            return Ok(decision);
+        }
+        level = match ops.into_iter().next() {
+            Some(TxnOpResponse::Txn(t)) => t,
+            _ => {
+                return Err(Error::Protocol(
+                    "fence txn: nested txn response missing".into(),
+                ))
+            }
+        };
+    }
+    Err(Error::Protocol("fence txn: no branch taken".into()))
 }
 
 impl Client {

@@ -368,8 +368,36 @@ fn apply(
     epoch: i64,
     deltas: &mut Deltas,
 ) -> Result<(), HistoryError> {
-    let (json, token, holder) = event_row(event)?;
+    insert_event(tx, event)?;
     deltas.event(&event.election, event.at_ms);
+    match &event.kind {
+        EventKind::TermStarted { .. } => {
+            let inserted = insert_started_term(tx, event, epoch)?;
+            deltas.terms(&event.election, inserted as i64);
+        }
+        EventKind::TermEnded { .. } => {
+            let inserted = end_term(tx, event, epoch)?;
+            deltas.terms(&event.election, inserted as i64);
+        }
+        EventKind::FenceRefused { .. } => {
+            insert_refusal(tx, event)?;
+            deltas.refusal(&event.election);
+        }
+        EventKind::LeaderValueChanged { .. }
+        | EventKind::FenceAccepted { .. }
+        | EventKind::Gap { .. }
+        | EventKind::Reset { .. }
+        | EventKind::Unobserved { .. }
+        | EventKind::CandidateQueued { .. }
+        | EventKind::CandidateLeft { .. }
+        | EventKind::NameCollision { .. } => {}
+    }
+    Ok(())
+}
+
+/// The event's row in `events`.
+fn insert_event(tx: &Transaction<'_>, event: &Event) -> Result<(), HistoryError> {
+    let (json, token, holder) = event_row(event)?;
     tx.prepare_cached(
         "INSERT INTO events (revision, at_ms, election, type, token, holder, json)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -383,110 +411,122 @@ fn apply(
         holder,
         json
     ])?;
-    match &event.kind {
-        EventKind::TermStarted {
-            token,
-            holder,
-            lease_id,
-            layout,
-            from_snapshot,
-            ..
-        } => {
-            let inserted = tx
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO terms (election, token, holder, lease_id, layout,
+    Ok(())
+}
+
+/// A started term's row in `terms` (once: a term already there stays);
+/// the rows inserted (0 or 1).
+fn insert_started_term(
+    tx: &Transaction<'_>,
+    event: &Event,
+    epoch: i64,
+) -> Result<usize, HistoryError> {
+    let EventKind::TermStarted {
+        token,
+        holder,
+        lease_id,
+        layout,
+        from_snapshot,
+        ..
+    } = &event.kind
+    else {
+        return Ok(0);
+    };
+    Ok(tx
+        .prepare_cached(
+            "INSERT OR IGNORE INTO terms (election, token, holder, lease_id, layout,
                      started_at_ms, started_revision, from_snapshot, epoch)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                )?
-                .execute(params![
-                    event.election,
-                    token,
-                    holder,
-                    lease_id,
-                    tag_of(layout),
-                    event.at_ms,
-                    event.revision,
-                    from_snapshot,
-                    epoch
-                ])?;
-            deltas.terms(&event.election, inserted as i64);
-        }
-        EventKind::TermEnded {
+        )?
+        .execute(params![
+            event.election,
             token,
             holder,
             lease_id,
-            cause,
-            started_revision,
-            started_at_ms,
-        } => {
-            // A term whose start the history never saw: recorded from its
-            // end (layout unknown, start as the watcher reported it).
-            let inserted = tx
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO terms (election, token, holder, lease_id, layout,
+            tag_of(layout),
+            event.at_ms,
+            event.revision,
+            from_snapshot,
+            epoch
+        ])?)
+}
+
+/// A term's end: its row inserted from the end when the history never saw
+/// its start (layout unknown, start as the watcher reported it), then the
+/// end set, unless one is already recorded (the first end recorded
+/// stands). The rows inserted (0 or 1).
+fn end_term(tx: &Transaction<'_>, event: &Event, epoch: i64) -> Result<usize, HistoryError> {
+    let EventKind::TermEnded {
+        token,
+        holder,
+        lease_id,
+        cause,
+        started_revision,
+        started_at_ms,
+    } = &event.kind
+    else {
+        return Ok(0);
+    };
+    let inserted = tx
+        .prepare_cached(
+            "INSERT OR IGNORE INTO terms (election, token, holder, lease_id, layout,
                      started_at_ms, started_revision, from_snapshot,
                      ended_at_ms, ended_revision, end_cause, epoch)
                  VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6, 1, ?7, ?8, ?9, ?10)",
-                )?
-                .execute(params![
-                    event.election,
-                    token,
-                    holder,
-                    lease_id,
-                    started_at_ms,
-                    started_revision,
-                    event.at_ms,
-                    event.revision,
-                    cause.as_str(),
-                    epoch
-                ])?;
-            deltas.terms(&event.election, inserted as i64);
-            // The first end recorded stands.
-            tx.prepare_cached(
-                "UPDATE terms SET ended_at_ms = ?3, ended_revision = ?4, end_cause = ?5
-                 WHERE election = ?1 AND token = ?2 AND epoch = ?6 AND ended_at_ms IS NULL",
-            )?
-            .execute(params![
-                event.election,
-                token,
-                event.at_ms,
-                event.revision,
-                cause.as_str(),
-                epoch
-            ])?;
-        }
-        EventKind::FenceRefused {
-            resource,
+        )?
+        .execute(params![
+            event.election,
             token,
-            reason,
-            current_token,
-            current_holder,
-        } => {
-            tx.prepare_cached(
-                "INSERT INTO refusals (election, resource, token, reason, revision, at_ms,
+            holder,
+            lease_id,
+            started_at_ms,
+            started_revision,
+            event.at_ms,
+            event.revision,
+            cause.as_str(),
+            epoch
+        ])?;
+    tx.prepare_cached(
+        "UPDATE terms SET ended_at_ms = ?3, ended_revision = ?4, end_cause = ?5
+                 WHERE election = ?1 AND token = ?2 AND epoch = ?6 AND ended_at_ms IS NULL",
+    )?
+    .execute(params![
+        event.election,
+        token,
+        event.at_ms,
+        event.revision,
+        cause.as_str(),
+        epoch
+    ])?;
+    Ok(inserted)
+}
+
+/// A fence refusal's row in `refusals`.
+fn insert_refusal(tx: &Transaction<'_>, event: &Event) -> Result<(), HistoryError> {
+    let EventKind::FenceRefused {
+        resource,
+        token,
+        reason,
+        current_token,
+        current_holder,
+    } = &event.kind
+    else {
+        return Ok(());
+    };
+    tx.prepare_cached(
+        "INSERT INTO refusals (election, resource, token, reason, revision, at_ms,
                      current_token, current_holder)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?
-            .execute(params![
-                event.election,
-                resource,
-                token,
-                reason.as_str(),
-                event.revision,
-                event.at_ms,
-                current_token,
-                current_holder
-            ])?;
-            deltas.refusal(&event.election);
-        }
-        EventKind::LeaderValueChanged { .. }
-        | EventKind::FenceAccepted { .. }
-        | EventKind::Gap { .. }
-        | EventKind::Reset { .. }
-        | EventKind::Unobserved { .. }
-        | EventKind::CandidateQueued { .. }
-        | EventKind::CandidateLeft { .. }
-        | EventKind::NameCollision { .. } => {}
-    }
+    )?
+    .execute(params![
+        event.election,
+        resource,
+        token,
+        reason.as_str(),
+        event.revision,
+        event.at_ms,
+        current_token,
+        current_holder
+    ])?;
     Ok(())
 }

@@ -35,40 +35,15 @@ impl Watcher {
         let at_ms = now_ms();
         let mut out = Vec::new();
         let mut revision = 0;
-        let mut i = 0;
-        while i < events.len() {
-            let rev = events[i]
-                .kv()
-                .map(|kv| kv.mod_revision())
-                .unwrap_or_default();
-            let first = i;
-            let mut changes = Vec::new();
-            while i < events.len()
-                && events[i]
-                    .kv()
-                    .map(|kv| kv.mod_revision())
-                    .unwrap_or_default()
-                    == rev
-            {
-                if let Some(c) = change_of(&events[i]) {
-                    changes.push(c);
-                }
-                i += 1;
-            }
-            let (mut pending, statuses) = state.apply(rev, &changes, at_ms);
+        for one in events.chunk_by(|a, b| revision_of(a) == revision_of(b)) {
+            revision = one.first().map(revision_of).unwrap_or_default();
+            let changes: Vec<Change> = one.iter().filter_map(change_of).collect();
+            let (mut pending, statuses) = state.apply(revision, &changes, at_ms);
             self.report(statuses, tx).await?;
-            if explicit_deletion(&events[first..i]) {
-                for p in &mut pending {
-                    if let (Some(_), EventKind::TermEnded { cause, .. }) =
-                        (p.cause_lookup, &mut p.event.kind)
-                    {
-                        *cause = EndCause::Deleted;
-                        p.cause_lookup = None;
-                    }
-                }
+            if explicit_deletion(one) {
+                ends_deleted(&mut pending);
             }
             out.extend(pending);
-            revision = rev;
         }
         // Changes that arrive together share one arrival time. Replayed
         // ones happened while nobody watched; and when one election changed
@@ -93,13 +68,28 @@ impl Watcher {
                 }),
             );
         }
-        // Causes are looked up concurrently (bounded), each judged at the
-        // time the deletion arrived, not when its lookup runs; all of them
-        // within one budget, so a slow etcd holds a batch back by at most
-        // that long (an unanswered lookup is `unknown`). One lookup per
-        // lease: terms sharing a lease (a session holding many elections)
-        // get the same answer, judged from the same sample at the same
-        // arrival.
+        let resolved = self.resolve_causes(out, received).await;
+        self.track_leases(&resolved);
+        send(
+            tx,
+            Update::Batch(Batch {
+                revision,
+                events: resolved,
+            }),
+        )
+        .await?;
+        report_waiting(state, tx).await?;
+        Ok(revision)
+    }
+
+    /// The events, each term end's cause looked up where it needs etcd's
+    /// word. Causes are looked up concurrently (bounded), each judged at the
+    /// time the deletion arrived (`received`), not when its lookup runs; all
+    /// of them within one budget, so a slow etcd holds a batch back by at
+    /// most that long (an unanswered lookup is `unknown`). One lookup per
+    /// lease: terms sharing a lease (a session holding many elections) get
+    /// the same answer, judged from the same sample at the same arrival.
+    async fn resolve_causes(&self, out: Vec<state::Pending>, received: Instant) -> Vec<Event> {
         use futures_util::stream::{self, StreamExt};
         let budget = Instant::now() + CAUSE_LOOKUP_BUDGET;
         let mut leases: Vec<i64> = out.iter().filter_map(|p| p.cause_lookup).collect();
@@ -114,8 +104,7 @@ impl Watcher {
             .buffer_unordered(CAUSE_LOOKUPS_IN_FLIGHT)
             .collect()
             .await;
-        let resolved: Vec<Event> = out
-            .into_iter()
+        out.into_iter()
             .map(|p| {
                 let mut event = p.event;
                 if let (Some(lease), EventKind::TermEnded { cause, .. }) =
@@ -125,18 +114,23 @@ impl Watcher {
                 }
                 event
             })
-            .collect();
-        self.track_leases(&resolved);
-        send(
-            tx,
-            Update::Batch(Batch {
-                revision,
-                events: resolved,
-            }),
-        )
-        .await?;
-        report_waiting(state, tx).await?;
-        Ok(revision)
+            .collect()
+    }
+}
+
+/// The revision an event's key changed at (0 when etcd sent no key).
+fn revision_of(e: &etcd_client::Event) -> i64 {
+    e.kv().map(|kv| kv.mod_revision()).unwrap_or_default()
+}
+
+/// Every end of `pending` that awaited a lookup is `deleted`, certain: its
+/// revision was an explicit deletion ([`explicit_deletion`]).
+fn ends_deleted(pending: &mut [state::Pending]) {
+    for p in pending {
+        if let (Some(_), EventKind::TermEnded { cause, .. }) = (p.cause_lookup, &mut p.event.kind) {
+            *cause = EndCause::Deleted;
+            p.cause_lookup = None;
+        }
     }
 }
 

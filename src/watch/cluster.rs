@@ -88,24 +88,22 @@ struct Poller {
     cluster_id: u64,
 }
 
+/// What one member's status request gave: its id and endpoint, and the
+/// connection and status, or the error (`Err(_)`: no answer in time).
+type StatusAnswer = (
+    String,
+    String,
+    Result<
+        Result<(EtcdClient, etcd_client::StatusResponse), etcd_client::Error>,
+        tokio::time::error::Elapsed,
+    >,
+);
+
 impl Poller {
     async fn round(&mut self) -> Vec<ClusterEvent> {
-        let mut out = Vec::new();
-        let t = self.cfg.timeout;
-        let mut etcd = self.etcd.clone();
         // Without a quorum the list fails (require-leader): the members last
         // seen are still asked for their status, so an outage is recorded.
-        let list = match tokio::time::timeout(t, etcd.member_list()).await {
-            Ok(Ok(r)) => Some(r),
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "cluster poll: member list failed");
-                None
-            }
-            Err(_) => {
-                tracing::debug!("cluster poll: member list timed out");
-                None
-            }
-        };
+        let list = self.member_list().await;
         let now = now_ms();
         let nb = self.last_poll;
         let ev = |kind| ClusterEvent {
@@ -115,29 +113,59 @@ impl Poller {
         };
         let Some(members) = list else {
             if self.known.is_empty() {
-                return out;
+                return Vec::new();
             }
             let known = std::mem::take(&mut self.known);
-            out.extend(self.statuses(&known, self.cluster_id, ev).await);
+            let out = self.statuses(&known, self.cluster_id, ev).await;
             self.known = known;
             self.last_poll = Some(now);
             return out;
         };
         let cluster_id = members.header().map_or(0, |h| h.cluster_id());
         self.cluster_id = cluster_id;
-
-        // Members.
-        let mut seen: BTreeMap<String, MemberInfo> = BTreeMap::new();
-        for m in members.members() {
-            seen.insert(
-                member_hex(m.id()),
-                MemberInfo {
+        let seen: BTreeMap<String, MemberInfo> = members
+            .members()
+            .iter()
+            .map(|m| {
+                let info = MemberInfo {
                     name: m.name().to_owned(),
                     endpoint: m.client_urls().first().cloned(),
-                },
-            );
+                };
+                (member_hex(m.id()), info)
+            })
+            .collect();
+        let mut out = self.membership(&seen, &ev);
+        out.extend(self.alarms(&ev).await);
+        out.extend(self.statuses(&seen, cluster_id, &ev).await);
+        self.known = seen;
+        self.last_poll = Some(now);
+        out
+    }
+
+    /// The member list, or `None` when it failed or timed out.
+    async fn member_list(&self) -> Option<etcd_client::MemberListResponse> {
+        let mut etcd = self.etcd.clone();
+        match tokio::time::timeout(self.cfg.timeout, etcd.member_list()).await {
+            Ok(Ok(r)) => Some(r),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "cluster poll: member list failed");
+                None
+            }
+            Err(_) => {
+                tracing::debug!("cluster poll: member list timed out");
+                None
+            }
         }
-        for (id, info) in &seen {
+    }
+
+    /// Members added and removed since the last list (`seen` is this one's).
+    fn membership(
+        &mut self,
+        seen: &BTreeMap<String, MemberInfo>,
+        ev: impl Fn(ClusterEventKind) -> ClusterEvent,
+    ) -> Vec<ClusterEvent> {
+        let mut out = Vec::new();
+        for (id, info) in seen {
             if !self.members.contains_key(id) {
                 out.push(ev(ClusterEventKind::MemberAdded {
                     member_id: id.clone(),
@@ -162,41 +190,43 @@ impl Poller {
                 name,
             }));
         }
+        out
+    }
 
-        // Alarms.
-        if let Ok(Ok(r)) =
-            tokio::time::timeout(t, etcd.alarm(AlarmAction::Get, AlarmType::None, None)).await
-        {
-            let now_alarms: BTreeSet<(String, String)> = r
-                .alarms()
-                .iter()
-                .filter_map(|a| {
-                    let kind = match a.alarm() {
-                        AlarmType::Nospace => "nospace",
-                        AlarmType::Corrupt => "corrupt",
-                        AlarmType::None => return None,
-                    };
-                    Some((member_hex(a.member_id()), kind.to_owned()))
-                })
-                .collect();
-            for (m, a) in now_alarms.difference(&self.alarms) {
-                out.push(ev(ClusterEventKind::AlarmRaised {
-                    member_id: m.clone(),
-                    alarm: a.clone(),
-                }));
-            }
-            for (m, a) in self.alarms.difference(&now_alarms) {
-                out.push(ev(ClusterEventKind::AlarmCleared {
-                    member_id: m.clone(),
-                    alarm: a.clone(),
-                }));
-            }
-            self.alarms = now_alarms;
+    /// Alarms raised and cleared since the last answer (none when the alarm
+    /// list fails: nothing is known to have changed).
+    async fn alarms(&mut self, ev: impl Fn(ClusterEventKind) -> ClusterEvent) -> Vec<ClusterEvent> {
+        let mut etcd = self.etcd.clone();
+        let asked = etcd.alarm(AlarmAction::Get, AlarmType::None, None);
+        let Ok(Ok(r)) = tokio::time::timeout(self.cfg.timeout, asked).await else {
+            return Vec::new();
+        };
+        let now_alarms: BTreeSet<(String, String)> = r
+            .alarms()
+            .iter()
+            .filter_map(|a| {
+                let kind = match a.alarm() {
+                    AlarmType::Nospace => "nospace",
+                    AlarmType::Corrupt => "corrupt",
+                    AlarmType::None => return None,
+                };
+                Some((member_hex(a.member_id()), kind.to_owned()))
+            })
+            .collect();
+        let mut out = Vec::new();
+        for (m, a) in now_alarms.difference(&self.alarms) {
+            out.push(ev(ClusterEventKind::AlarmRaised {
+                member_id: m.clone(),
+                alarm: a.clone(),
+            }));
         }
-
-        out.extend(self.statuses(&seen, cluster_id, ev).await);
-        self.known = seen;
-        self.last_poll = Some(now);
+        for (m, a) in self.alarms.difference(&now_alarms) {
+            out.push(ev(ClusterEventKind::AlarmCleared {
+                member_id: m.clone(),
+                alarm: a.clone(),
+            }));
+        }
+        self.alarms = now_alarms;
         out
     }
 
@@ -210,29 +240,8 @@ impl Poller {
     ) -> Vec<ClusterEvent> {
         let t = self.cfg.timeout;
         let mut out = Vec::new();
-        let mut polls = Vec::new();
-        for (id, info) in seen.iter().take(MAX_MEMBERS) {
-            let Some(endpoint) = info.endpoint.clone() else {
-                continue;
-            };
-            let conn = self.conns.get(id).cloned();
-            let id = id.clone();
-            polls.push(async move {
-                let r = tokio::time::timeout(t, async {
-                    let mut c = match conn {
-                        Some(c) => c,
-                        None => EtcdClient::connect([endpoint.as_str()], Some(options(t))).await?,
-                    };
-                    let s = c.status().await?;
-                    Ok::<_, etcd_client::Error>((c, s))
-                })
-                .await;
-                (id, endpoint, r)
-            });
-        }
-        let results = futures_util::future::join_all(polls).await;
         let mut best: Option<(u64, u64)> = None; // (raft term, leader id)
-        for (id, endpoint, r) in results {
+        for (id, endpoint, r) in self.ask_statuses(seen).await {
             let name = seen.get(&id).map(|i| i.name.clone()).unwrap_or_default();
             match r {
                 Ok(Ok((conn, status))) => {
@@ -268,28 +277,68 @@ impl Poller {
             }
         }
         if let Some((term, leader)) = best {
-            let newer = match &self.leader {
-                Some((cid, t0, _)) => *cid != cluster_id || term > *t0,
-                None => true,
-            };
-            if newer {
-                let leader_id = member_hex(leader);
-                let (previous_raft_term, previous_leader_id) = match &self.leader {
-                    Some((cid, t0, l)) if *cid == cluster_id => (Some(*t0), Some(l.clone())),
-                    _ => (None, None),
-                };
-                out.push(ev(ClusterEventKind::LeaderChanged {
-                    raft_term: term,
-                    leader_name: seen.get(&leader_id).map(|i| i.name.clone()),
-                    leader_id: leader_id.clone(),
-                    previous_raft_term,
-                    previous_leader_id,
-                    cluster_id,
-                }));
-                self.leader = Some((cluster_id, term, leader_id));
-            }
+            out.extend(self.leader_change(term, leader, cluster_id, seen).map(ev));
         }
         out
+    }
+
+    /// Each member's `Status` (at most [`MAX_MEMBERS`]), asked concurrently,
+    /// on its kept connection or a new one, each within the timeout.
+    async fn ask_statuses(&self, seen: &BTreeMap<String, MemberInfo>) -> Vec<StatusAnswer> {
+        let t = self.cfg.timeout;
+        let mut polls = Vec::new();
+        for (id, info) in seen.iter().take(MAX_MEMBERS) {
+            let Some(endpoint) = info.endpoint.clone() else {
+                continue;
+            };
+            let conn = self.conns.get(id).cloned();
+            let id = id.clone();
+            polls.push(async move {
+                let r = tokio::time::timeout(t, async {
+                    let mut c = match conn {
+                        Some(c) => c,
+                        None => EtcdClient::connect([endpoint.as_str()], Some(options(t))).await?,
+                    };
+                    let s = c.status().await?;
+                    Ok::<_, etcd_client::Error>((c, s))
+                })
+                .await;
+                (id, endpoint, r)
+            });
+        }
+        futures_util::future::join_all(polls).await
+    }
+
+    /// A leader change when the highest raft term any member reported with
+    /// a leader is newer than the last one recorded (or of another cluster).
+    fn leader_change(
+        &mut self,
+        term: u64,
+        leader: u64,
+        cluster_id: u64,
+        seen: &BTreeMap<String, MemberInfo>,
+    ) -> Option<ClusterEventKind> {
+        let newer = match &self.leader {
+            Some((cid, t0, _)) => *cid != cluster_id || term > *t0,
+            None => true,
+        };
+        if !newer {
+            return None;
+        }
+        let leader_id = member_hex(leader);
+        let (previous_raft_term, previous_leader_id) = match &self.leader {
+            Some((cid, t0, l)) if *cid == cluster_id => (Some(*t0), Some(l.clone())),
+            _ => (None, None),
+        };
+        self.leader = Some((cluster_id, term, leader_id.clone()));
+        Some(ClusterEventKind::LeaderChanged {
+            raft_term: term,
+            leader_name: seen.get(&leader_id).map(|i| i.name.clone()),
+            leader_id,
+            previous_raft_term,
+            previous_leader_id,
+            cluster_id,
+        })
     }
 }
 

@@ -179,14 +179,15 @@ pub(super) async fn sample_leases(
     let every = cfg.lease_sample_interval.min(LAPSING_SAMPLE_EVERY);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_round = Instant::now() - cfg.lease_sample_interval;
     let Ok(wake) = leases.lock().map(|l| l.wake.clone()) else {
         return;
     };
-    // Samples of the current interval so far: new terms' leases, sampled
-    // as they start, draw on the same `lease_samples_per_interval` as the
-    // round, so the rate bound holds however fast terms change.
-    let mut spent = 0;
+    let mut budget = Budget {
+        interval: cfg.lease_sample_interval,
+        per_interval: cfg.lease_samples_per_interval,
+        last_round: Instant::now() - cfg.lease_sample_interval,
+        spent: 0,
+    };
     loop {
         let ticked = tokio::select! {
             _ = tick.tick() => true,
@@ -194,102 +195,163 @@ pub(super) async fn sample_leases(
         };
         let now = Instant::now();
         let batch = match leases.lock() {
-            Ok(mut l) if !ticked => {
-                let fresh = l.pick_fresh(cfg.lease_samples_per_interval.saturating_sub(spent));
-                spent += fresh.len();
-                fresh
-            }
-            Ok(mut l) => {
-                // The soonest to expire first.
-                let mut near: Vec<(Instant, i64, &String)> = l
-                    .lapsing
-                    .iter()
-                    .filter_map(|(lease, e)| {
-                        let s = l.samples.get(lease)?;
-                        (s.upper <= now + LAPSING_WINDOW).then_some((s.upper, *lease, e))
-                    })
-                    .collect();
-                if near.len() > LAPSING_SAMPLES_PER_TICK {
-                    near.select_nth_unstable_by_key(LAPSING_SAMPLES_PER_TICK, |n| n.0);
-                    near.truncate(LAPSING_SAMPLES_PER_TICK);
-                }
-                let mut batch: Vec<(String, i64)> = near
-                    .into_iter()
-                    .map(|(_, lease, e)| (e.clone(), lease))
-                    .collect();
-                let picked = if now >= last_round + cfg.lease_sample_interval {
-                    last_round = now;
-                    l.pick(cfg.lease_samples_per_interval)
-                } else {
-                    l.pick_fresh(cfg.lease_samples_per_interval.saturating_sub(spent))
-                };
-                spent = if last_round == now { 0 } else { spent } + picked.len();
-                for p in picked {
-                    if !batch.iter().any(|b| b.1 == p.1) {
-                        batch.push(p);
-                    }
-                }
-                batch
-            }
+            Ok(mut l) if !ticked => l.pick_fresh_within(&mut budget),
+            Ok(mut l) => l.due_on_tick(now, &mut budget),
             Err(_) => return,
         };
         for (election, lease) in batch {
             let sent = Instant::now();
-            let (remaining, granted, raft_term) = match client
-                .op(client.etcd().lease_time_to_live(lease, None))
-                .await
-            {
-                Ok(r) if r.ttl() >= 0 => (
-                    Some(r.ttl()),
-                    r.granted_ttl(),
-                    r.header().map(|h| h.raft_term()),
-                ),
-                Ok(_) => (None, 0, None),
-                Err(e) if e.is_lease_not_found() => (None, 0, None),
-                Err(_) => continue,
+            let Some(answer) = ask(&client, lease).await else {
+                continue;
             };
-            if let (Some(r), Ok(mut l)) = (remaining, leases.lock()) {
-                // Only while it still leads: a sample of a lease whose term
-                // ended meanwhile must not outlive it.
-                if l.current.get(&election) == Some(&lease) {
-                    let at = Instant::now();
-                    let secs = Duration::from_secs(r.max(0) as u64);
-                    let sample = Sample {
-                        sent,
-                        at,
-                        remaining: r,
-                        granted,
-                        raft_term: raft_term.unwrap_or(0),
-                        first_term: l
-                            .samples
-                            .get(&lease)
-                            .map(|p| p.first_term)
-                            .unwrap_or(raft_term.unwrap_or(0)),
-                        lower: sent + secs,
-                        upper: at + secs + Duration::from_secs(1),
-                    };
-                    let prev = l
-                        .samples
-                        .get(&lease)
-                        .filter(|p| p.raft_term == sample.raft_term);
-                    let sample = sample.narrowed(prev);
-                    if sample.lapsing() || sample.remaining <= 1 {
-                        l.lapsing.insert(lease, election.clone());
-                    } else {
-                        l.lapsing.remove(&lease);
-                    }
-                    l.samples.insert(lease, sample);
-                }
+            if let (Some(_), Ok(mut l)) = (answer.remaining, leases.lock()) {
+                l.record(&election, lease, sent, &answer);
             }
             let update = Update::LeaseSampled {
                 election,
                 lease_id: lease,
-                remaining_seconds: remaining,
+                remaining_seconds: answer.remaining,
             };
             if tx.send(update).await.is_err() {
                 return;
             }
         }
+    }
+}
+
+/// The sampler's rate bound: when the last full round began, and the
+/// samples of the current interval so far. New terms' leases, sampled as
+/// they start, draw on the same `lease_samples_per_interval` as the round,
+/// so the bound holds however fast terms change.
+struct Budget {
+    interval: Duration,
+    per_interval: usize,
+    last_round: Instant,
+    spent: usize,
+}
+
+/// etcd's answer about one lease: `remaining` is `None` when the lease is
+/// gone (not found, or a negative TTL).
+struct Answer {
+    remaining: Option<i64>,
+    granted: i64,
+    raft_term: Option<u64>,
+}
+
+/// Asks etcd about `lease`; `None` when the request failed (nothing known).
+async fn ask(client: &Client, lease: i64) -> Option<Answer> {
+    let gone = Answer {
+        remaining: None,
+        granted: 0,
+        raft_term: None,
+    };
+    match client
+        .op(client.etcd().lease_time_to_live(lease, None))
+        .await
+    {
+        Ok(r) if r.ttl() >= 0 => Some(Answer {
+            remaining: Some(r.ttl()),
+            granted: r.granted_ttl(),
+            raft_term: r.header().map(|h| h.raft_term()),
+        }),
+        Ok(_) => Some(gone),
+        Err(e) if e.is_lease_not_found() => Some(gone),
+        Err(_) => None,
+    }
+}
+
+impl Leases {
+    /// Woken by a new term: its lease (and any other fresh ones) within
+    /// what is left of the interval's budget.
+    fn pick_fresh_within(&mut self, budget: &mut Budget) -> Vec<(String, i64)> {
+        let fresh = self.pick_fresh(budget.per_interval.saturating_sub(budget.spent));
+        budget.spent += fresh.len();
+        fresh
+    }
+
+    /// On a tick: the leases near their expiry, then a full round when an
+    /// interval has passed (the fresh ones within budget otherwise), each
+    /// lease once.
+    fn due_on_tick(&mut self, now: Instant, budget: &mut Budget) -> Vec<(String, i64)> {
+        let mut batch = self.near_expiry(now);
+        let picked = if now >= budget.last_round + budget.interval {
+            budget.last_round = now;
+            self.pick(budget.per_interval)
+        } else {
+            self.pick_fresh(budget.per_interval.saturating_sub(budget.spent))
+        };
+        budget.spent = if budget.last_round == now {
+            0
+        } else {
+            budget.spent
+        } + picked.len();
+        for p in picked {
+            if !batch.iter().any(|b| b.1 == p.1) {
+                batch.push(p);
+            }
+        }
+        batch
+    }
+
+    /// Lapsing leases whose latest expiry is within [`LAPSING_WINDOW`], the
+    /// soonest to expire first, at most [`LAPSING_SAMPLES_PER_TICK`].
+    fn near_expiry(&self, now: Instant) -> Vec<(String, i64)> {
+        let mut near: Vec<(Instant, i64, &String)> = self
+            .lapsing
+            .iter()
+            .filter_map(|(lease, e)| {
+                let s = self.samples.get(lease)?;
+                (s.upper <= now + LAPSING_WINDOW).then_some((s.upper, *lease, e))
+            })
+            .collect();
+        if near.len() > LAPSING_SAMPLES_PER_TICK {
+            near.select_nth_unstable_by_key(LAPSING_SAMPLES_PER_TICK, |n| n.0);
+            near.truncate(LAPSING_SAMPLES_PER_TICK);
+        }
+        near.into_iter()
+            .map(|(_, lease, e)| (e.clone(), lease))
+            .collect()
+    }
+
+    /// Keeps the sample of a live lease sent at `sent`, narrowed by the
+    /// previous one of the same raft term, and marks it lapsing or not.
+    /// Only while it still leads: a sample of a lease whose term ended
+    /// meanwhile must not outlive it.
+    fn record(&mut self, election: &str, lease: i64, sent: Instant, answer: &Answer) {
+        let Some(r) = answer.remaining else {
+            return;
+        };
+        if self.current.get(election) != Some(&lease) {
+            return;
+        }
+        let at = Instant::now();
+        let secs = Duration::from_secs(r.max(0) as u64);
+        let raft_term = answer.raft_term.unwrap_or(0);
+        let sample = Sample {
+            sent,
+            at,
+            remaining: r,
+            granted: answer.granted,
+            raft_term,
+            first_term: self
+                .samples
+                .get(&lease)
+                .map(|p| p.first_term)
+                .unwrap_or(raft_term),
+            lower: sent + secs,
+            upper: at + secs + Duration::from_secs(1),
+        };
+        let prev = self
+            .samples
+            .get(&lease)
+            .filter(|p| p.raft_term == sample.raft_term);
+        let sample = sample.narrowed(prev);
+        if sample.lapsing() || sample.remaining <= 1 {
+            self.lapsing.insert(lease, election.to_owned());
+        } else {
+            self.lapsing.remove(&lease);
+        }
+        self.samples.insert(lease, sample);
     }
 }
 

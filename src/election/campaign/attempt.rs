@@ -204,52 +204,19 @@ impl Client {
         lease_id: i64,
         past: Option<i64>,
     ) -> Result<Placed, Error> {
-        let (start, end) = self.keys.election_range(name);
-        let floor_key = self.keys.floor_key();
-        let ancestors: Vec<(String, String)> = name
-            .ancestors()
-            .map(|m| self.keys.own_keys_range(&m))
-            .collect();
-        let reads = || {
-            let mut ops = vec![
-                TxnOp::get(
-                    start.clone(),
-                    Some(GetOptions::new().with_range(end.clone())),
-                ),
-                TxnOp::get(floor_key.clone(), None),
-            ];
-            ops.extend(ancestors.iter().map(|(s, e)| {
-                TxnOp::get(
-                    s.clone(),
-                    Some(GetOptions::new().with_range(e.clone()).with_keys_only()),
-                )
-            }));
-            ops
-        };
         let mut then = vec![TxnOp::put(
             key.as_bytes(),
             candidate,
             Some(PutOptions::new().with_lease(lease_id)),
         )];
-        then.extend(reads());
-        let floor_ok = match past {
-            // Without tenure's floor check (`without_token_floor`), and
-            // when the floor is known to be below the token.
-            _ if !self.token_floor => Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
-            None => Compare::version(floor_key.as_bytes(), CompareOp::Equal, 0),
-            Some(r) => Compare::value(
-                floor_key.as_bytes(),
-                CompareOp::Less,
-                keys::pad_token(r.saturating_add(1)),
-            ),
-        };
+        then.extend(self.election_reads(name));
         let txn = Txn::new()
             .when([
                 Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
-                floor_ok,
+                self.floor_compare(key, past),
             ])
             .and_then(then)
-            .or_else(reads());
+            .or_else(self.election_reads(name));
         let resp = self.op(self.etcd().txn(txn)).await?;
         let revision = header_revision(&resp)?;
         let mut gets = resp.op_responses().into_iter().filter_map(|r| match r {
@@ -278,6 +245,38 @@ impl Client {
             collision,
             floor,
         })
+    }
+
+    /// What the campaign txn reads in either branch: the whole election,
+    /// tenure's token floor, and (keys only) the own keys of every proper
+    /// path prefix of the name, for collisions.
+    fn election_reads(&self, name: &ElectionName) -> Vec<TxnOp> {
+        let (start, end) = self.keys.election_range(name);
+        let mut ops = vec![
+            TxnOp::get(start, Some(GetOptions::new().with_range(end))),
+            TxnOp::get(self.keys.floor_key(), None),
+        ];
+        ops.extend(name.ancestors().map(|m| {
+            let (s, e) = self.keys.own_keys_range(&m);
+            TxnOp::get(s, Some(GetOptions::new().with_range(e).with_keys_only()))
+        }));
+        ops
+    }
+
+    /// The campaign txn's floor compare: none without tenure's floor check
+    /// (`without_token_floor`: the key's own compare again); else no floor
+    /// at all when `past` is `None`, a floor below `past + 1` otherwise.
+    fn floor_compare(&self, key: &str, past: Option<i64>) -> Compare {
+        let floor_key = self.keys.floor_key();
+        match past {
+            _ if !self.token_floor => Compare::create_revision(key.as_bytes(), CompareOp::Equal, 0),
+            None => Compare::version(floor_key.as_bytes(), CompareOp::Equal, 0),
+            Some(r) => Compare::value(
+                floor_key.as_bytes(),
+                CompareOp::Less,
+                keys::pad_token(r.saturating_add(1)),
+            ),
+        }
     }
 }
 

@@ -243,47 +243,17 @@ impl Client {
         // the slowness lasts. After a TTL of not knowing the lease goes.
         let mut unknown_since: Option<Instant> = None;
         loop {
-            // The candidate's lease is kept alive while it waits, so that a
-            // takeover costs one round trip after the deletion is seen.
-            let s = match session.take() {
-                Some(s) if s.is_valid() => s,
-                _ => match Session::grant(self, opts.ttl, opts.margin).await {
-                    Ok(s) => s,
-                    Err(e) if e.is_retryable() => {
-                        backoff.wait(&e, "granting a lease to campaign").await;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                },
-            };
+            let s = self
+                .live_session(session.take(), opts, &mut backoff)
+                .await?;
             current_lease.store(s.lease_id, std::sync::atomic::Ordering::SeqCst);
-            // A queued candidate woken by its predecessor's deletion only
-            // reads where it stands; its key is already there.
-            let recheck = match queued.take() {
-                Some(lease) if lease == s.lease_id => self.queue_recheck(name, s.lease_id).await,
-                _ => Ok(None),
-            };
-            let attempt = match recheck {
-                Ok(Some(a)) => Ok(a),
-                Ok(None) => {
-                    self.try_acquire(name, candidate, s.lease_id, opts.layout)
-                        .await
-                }
-                Err(e) => Err(e),
-            };
-            let attempt = match attempt {
+            let queued_lease = queued.take();
+            let attempt = match self.attempt(name, candidate, &s, queued_lease, opts).await {
                 Ok(a) => a,
                 // The txn may have committed: the next attempt, with the
                 // same lease, finds the key and knows it is ours.
                 Err(e) if e.is_retryable() => {
-                    let since = *unknown_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= s.ttl {
-                        give_up_lease(s, since.elapsed(), &e).await;
-                        unknown_since = None;
-                        current_lease.store(0, std::sync::atomic::Ordering::SeqCst);
-                    } else {
-                        session = Some(s);
-                    }
+                    session = keep_while_in_doubt(s, &e, &mut unknown_since, current_lease).await;
                     backoff.wait(&e, "campaigning").await;
                     continue;
                 }
@@ -314,55 +284,100 @@ impl Client {
             if let Some(place) = place {
                 // Queue layout: one wake-up per handover, and none of them
                 // needs a read when the predecessor was the last older key.
-                match wait_in_queue(self, &s, place, revision).await {
-                    Some(place) => {
-                        return Ok(Leadership::start(
-                            self,
-                            name,
-                            candidate,
-                            place.token,
-                            place.key,
-                            s,
-                            opts,
-                        ))
-                    }
-                    None => {
-                        // Compacted, or the lease is in doubt: read again.
-                        queued = Some(s.lease_id);
-                        session = Some(s);
-                        continue;
-                    }
-                }
+                let Some(place) = wait_in_queue(self, &s, place, revision).await else {
+                    // Compacted, or the lease is in doubt: read again.
+                    queued = Some(s.lease_id);
+                    session = Some(s);
+                    continue;
+                };
+                let (token, key) = (place.token, place.key);
+                return Ok(Leadership::start(
+                    self, name, candidate, token, key, s, opts,
+                ));
             }
-            // Wait, from the revision after the one our attempt ended at (so
-            // a deletion in between is not missed), for the leader's key to
-            // go: nothing else can let this candidate win. (Waking on any
-            // deletion in the election would make two single-key waiters
-            // behind a queue-layout leader wake each other forever with
-            // their undone keys.)
-            let mut watch = self.watch_for_leader_end(name, leader.as_ref(), revision);
-            let mut lease_state = s.state.subscribe();
-            loop {
-                tokio::select! {
-                    item = watch.next() => match item {
-                        Watched::Events(events) if events.iter().any(|e| e.event_type() == EventType::Delete) => break,
-                        Watched::Events(_) => {}
-                        // Can't know what happened: just try again.
-                        Watched::Compacted => break,
-                        // A waiter that may not see the election cannot
-                        // wait for it: its lease is revoked by the caller.
-                        Watched::Denied(e) => {
-                            return Err(e.with_user(self.connect_config().user()))
-                        }
-                    },
-                    _ = lease_state.changed() => {
-                        if !s.is_valid() {
-                            break;
-                        }
-                    }
-                }
-            }
+            self.wait_for_leader_end(name, leader.as_ref(), revision, &s)
+                .await?;
             session = Some(s);
+        }
+    }
+
+    /// The candidate's session: `kept` while its lease is valid, else a new
+    /// lease, retried while the grant's failure is transient. The lease is
+    /// kept alive while the candidate waits, so that a takeover costs one
+    /// round trip after the deletion is seen.
+    async fn live_session(
+        &self,
+        kept: Option<Session>,
+        opts: &CampaignOptions,
+        backoff: &mut Backoff,
+    ) -> Result<Session, Error> {
+        if let Some(s) = kept.filter(|s| s.is_valid()) {
+            return Ok(s);
+        }
+        loop {
+            match Session::grant(self, opts.ttl, opts.margin).await {
+                Ok(s) => return Ok(s),
+                Err(e) if e.is_retryable() => {
+                    backoff.wait(&e, "granting a lease to campaign").await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One attempt with session `s`: a queued candidate (its key already
+    /// there, `queued` its lease) woken by its predecessor's deletion only
+    /// reads where it stands; otherwise the campaign txn.
+    async fn attempt(
+        &self,
+        name: &ElectionName,
+        candidate: &str,
+        s: &Session,
+        queued: Option<i64>,
+        opts: &CampaignOptions,
+    ) -> Result<Attempt, Error> {
+        if queued == Some(s.lease_id) {
+            if let Some(a) = self.queue_recheck(name, s.lease_id).await? {
+                return Ok(a);
+            }
+        }
+        self.try_acquire(name, candidate, s.lease_id, opts.layout)
+            .await
+    }
+
+    /// Waits, from the revision after the one the attempt ended at (so a
+    /// deletion in between is not missed), for the leader's key to go:
+    /// nothing else can let this candidate win. (Waking on any deletion in
+    /// the election would make two single-key waiters behind a queue-layout
+    /// leader wake each other forever with their undone keys.) Also returns
+    /// when the watch was compacted (can't know what happened: try again)
+    /// or the candidate's lease is no longer valid; an error when the
+    /// waiter may not see the election (its lease is revoked by the caller).
+    async fn wait_for_leader_end(
+        &self,
+        name: &ElectionName,
+        leader: Option<&Leader>,
+        revision: i64,
+        s: &Session,
+    ) -> Result<(), Error> {
+        let mut watch = self.watch_for_leader_end(name, leader, revision);
+        let mut lease_state = s.state.subscribe();
+        loop {
+            tokio::select! {
+                item = watch.next() => match item {
+                    Watched::Events(events) if events.iter().any(|e| e.event_type() == EventType::Delete) => return Ok(()),
+                    Watched::Events(_) => {}
+                    Watched::Compacted => return Ok(()),
+                    Watched::Denied(e) => {
+                        return Err(e.with_user(self.connect_config().user()))
+                    }
+                },
+                _ = lease_state.changed() => {
+                    if !s.is_valid() {
+                        return Ok(());
+                    }
+                }
+            }
         }
     }
 
@@ -383,6 +398,25 @@ impl Client {
             }
         }
     }
+}
+
+/// The session after an attempt whose outcome is unknown: kept for the
+/// retry until the outcomes have been unknown for a TTL (`unknown_since`),
+/// then its lease given up (revoked, and no longer the current lease).
+async fn keep_while_in_doubt(
+    s: Session,
+    e: &Error,
+    unknown_since: &mut Option<Instant>,
+    current_lease: &std::sync::atomic::AtomicI64,
+) -> Option<Session> {
+    let since = *unknown_since.get_or_insert_with(Instant::now);
+    if since.elapsed() < s.ttl {
+        return Some(s);
+    }
+    give_up_lease(s, since.elapsed(), e).await;
+    *unknown_since = None;
+    current_lease.store(0, std::sync::atomic::Ordering::SeqCst);
+    None
 }
 
 /// A campaign whose attempts' outcomes stayed unknown for `unknown` (at

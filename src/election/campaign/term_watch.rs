@@ -153,40 +153,25 @@ async fn check_leader_key(
         renewals.borrow_and_update();
         let deadline = confirmed.after(pace.limit());
         let sent = Stamp::now();
-        let mut etcd = client.etcd();
-        let read = tokio::time::timeout(per_read, etcd.get(key.as_bytes(), None));
         let outcome = tokio::select! {
             biased;
             _ = deadline.wait() => {
                 mark_lost(&state, unconfirmed(&state, &deadline, pace));
                 return;
             }
-            r = read => r,
+            r = read_own_key(&client, &key, token, per_read) => r,
         };
-        let failed = match outcome {
-            Ok(Ok(resp)) => {
-                let revision = resp.header().map(|h| h.revision()).unwrap_or_default();
-                if let Some(reason) = judge_leader_key(resp.kvs().first(), token, revision) {
-                    mark_lost(&state, reason);
-                    return;
-                }
+        let next = match outcome {
+            KeyRead::Lost(reason) => {
+                mark_lost(&state, reason);
+                return;
+            }
+            KeyRead::Confirmed => {
                 confirmed = sent;
                 retry = RETRY_MIN;
-                None
+                sent.mono + fallback
             }
-            Ok(Err(e)) => {
-                let e = Error::from(e);
-                if refused(&e) {
-                    mark_lost(&state, denied(&client, e));
-                    return;
-                }
-                Some(e.to_string())
-            }
-            Err(_) => Some(format!("no answer within {per_read:?}")),
-        };
-        let next = match failed {
-            None => sent.mono + fallback,
-            Some(why) => {
+            KeyRead::Failed(why) => {
                 tracing::debug!(key, error = %why, "reading the term's own key failed");
                 if let Some(times) = failures.hit() {
                     tracing::warn!(
@@ -215,6 +200,39 @@ async fn check_leader_key(
             }
             _ = tokio::time::sleep_until(next) => {}
         }
+    }
+}
+
+/// What one read of the term's own key told.
+enum KeyRead {
+    /// The key is the term's: confirmed as of when the read was sent.
+    Confirmed,
+    /// The key is gone or another's, or the read was refused.
+    Lost(LossReason),
+    /// No answer (in `per_read`) or an error: try again.
+    Failed(String),
+}
+
+/// Reads the term's own key once, within `per_read`.
+async fn read_own_key(client: &Client, key: &str, token: i64, per_read: Duration) -> KeyRead {
+    let mut etcd = client.etcd();
+    match tokio::time::timeout(per_read, etcd.get(key.as_bytes(), None)).await {
+        Ok(Ok(resp)) => {
+            let revision = resp.header().map(|h| h.revision()).unwrap_or_default();
+            match judge_leader_key(resp.kvs().first(), token, revision) {
+                Some(reason) => KeyRead::Lost(reason),
+                None => KeyRead::Confirmed,
+            }
+        }
+        Ok(Err(e)) => {
+            let e = Error::from(e);
+            if refused(&e) {
+                KeyRead::Lost(denied(client, e))
+            } else {
+                KeyRead::Failed(e.to_string())
+            }
+        }
+        Err(_) => KeyRead::Failed(format!("no answer within {per_read:?}")),
     }
 }
 

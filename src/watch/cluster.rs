@@ -134,9 +134,9 @@ impl Poller {
                 (member_hex(m.id()), info)
             })
             .collect();
-        let mut out = self.membership(&seen, &ev);
-        out.extend(self.alarms(&ev).await);
-        out.extend(self.statuses(&seen, cluster_id, &ev).await);
+        let mut out = self.membership(&seen, ev);
+        out.extend(self.alarms(ev).await);
+        out.extend(self.statuses(&seen, cluster_id, ev).await);
         self.known = seen;
         self.last_poll = Some(now);
         out

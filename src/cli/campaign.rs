@@ -161,48 +161,10 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
     };
     let id = args.id.clone().unwrap_or_else(default_id);
     let name = &args.name;
-    let mut opts = CampaignOptions::new(args.ttl);
-    if args.queue {
-        opts = opts.queued();
-    }
     let mut shutdown = Shutdown::new().context("installing signal handlers")?;
-
-    let leadership = if args.wait {
-        let mut got = None;
-        let stop = async {
-            got = Some(shutdown.recv().await);
-        };
-        // On a signal or a timeout the candidate's lease is revoked (and
-        // etcd has answered) before this returns.
-        match client
-            .campaign_wait_until(name, &id, &opts, args.wait_timeout, stop)
-            .await
-        {
-            Ok(Some(l)) => l,
-            Ok(None) => return Ok(got.map(|s| s.exit_code()).unwrap_or(1)),
-            Err(e @ Error::Timeout { .. }) => {
-                say(&e);
-                return Ok(EXIT_REFUSED);
-            }
-            Err(e) => return Err(e).with_context(|| format!("campaigning for {name}")),
-        }
-    } else {
-        // Not cancelled by a signal: an attempt whose outcome is unknown is
-        // resolved (or its lease revoked) before this returns.
-        match client
-            .campaign(name, &id, &opts)
-            .await
-            .with_context(|| format!("campaigning for {name}"))?
-        {
-            Campaigned::Leader(l) => l,
-            Campaigned::Held(holder) => {
-                say(format_args!(
-                    "{name} is held by {:?} (token {}); use --wait to wait for it",
-                    holder.holder, holder.token
-                ));
-                return Ok(EXIT_REFUSED);
-            }
-        }
+    let leadership = match acquire(client, &args, &id, &mut shutdown).await? {
+        Ok(l) => l,
+        Err(code) => return Ok(code),
     };
     if let Some(sig) = shutdown.pending() {
         resign_quietly(leadership).await;
@@ -214,36 +176,17 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
         leadership.lease_id(),
         leadership.ttl()
     ));
-
-    let mut env = super::secrets::scrub(|k| std::env::var_os(k));
-    env.extend(
-        [
-            ("TENURE_ELECTION", name.to_string()),
-            ("TENURE_HOLDER", id.clone()),
-            ("TENURE_TOKEN", leadership.token().to_string()),
-            ("TENURE_LEASE_ID", leadership.lease_id().to_string()),
-        ]
-        .map(|(k, v)| (k.to_owned(), Some(v.into()))),
-    );
-    let hard_deadline = |l: &Leadership| l.expiry_earliest().before(KILL_SLACK);
     // An answer that came late may already be past its deadline: then the
     // command must not start at all.
-    if let Some(reason) = leadership.is_lost() {
+    if let Some(why) = not_startable(&leadership) {
         say(format_args!(
-            "leadership of {name} (token {}) lost before the command started: {reason}",
+            "leadership of {name} (token {}) {why}",
             leadership.token()
         ));
         resign_quietly(leadership).await;
         return Ok(EXIT_LOST);
     }
-    if hard_deadline(&leadership).has_passed() {
-        say(format_args!(
-            "leadership of {name} (token {}) is too close to its lease's expiry to start the command",
-            leadership.token()
-        ));
-        resign_quietly(leadership).await;
-        return Ok(EXIT_LOST);
-    }
+    let env = command_env(name, &id, &leadership);
     let mut group = match Group::spawn(&args.command, &env, hard_deadline(&leadership)) {
         Ok(g) => g,
         Err(e) => {
@@ -256,58 +199,8 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
         pgid = group.pgid(),
         "the command runs in its own guarded process group"
     );
-    let mut validity = leadership.subscribe();
-
-    let outcome = loop {
-        tokio::select! {
-            biased;
-            reason = leadership.lost() => break Outcome::Lost(reason),
-            end = group.ended() => break match end {
-                Ended::Guard(status) => Outcome::GuardDied(status),
-                Ended::Command(status) => Outcome::Exited(status),
-            },
-            sig = shutdown.recv() => break Outcome::Signal(sig),
-            // Each confirmed renewal moves the guard's deadline on.
-            _ = validity.changed() => group.kill_at(hard_deadline(&leadership)),
-        }
-    };
-    match outcome {
-        Outcome::Lost(reason) => {
-            let lost_at = Stamp::now();
-            // The grace is for an end tenure knows about: its own renewal
-            // deadline (the lease still lives for the margin), its key
-            // unconfirmed for as long (an outage, mostly: etcd cannot have
-            // handed the key on for want of an answer, and a depose missed
-            // meanwhile is at most a TTL old), or an operator's
-            // depose (tenure's end marker). When etcd ended the term by
-            // itself, the lease is gone, or etcd refuses the holder its
-            // key, another candidate may lead already: no grace.
-            let graceful = match &reason {
-                LossReason::RenewalDeadline { .. }
-                | LossReason::HostSuspended
-                | LossReason::KeyUnconfirmed { .. } => true,
-                LossReason::KeyDeleted { .. } => {
-                    leadership.ended_by_tenure(&reason, MARKER_READ).await == Some(true)
-                }
-                _ => false,
-            };
-            let grace = if graceful { grace } else { Duration::ZERO };
-            // Stop first, talk after: a blocked stderr must not delay this.
-            let stopped = group
-                .stop(kill_deadline(lost_at, grace, hard_deadline(&leadership)))
-                .await;
-            report_stop(
-                format_args!(
-                    "leadership of {name} (token {}) lost: {reason}",
-                    leadership.token()
-                ),
-                lost_at,
-                grace,
-                &stopped,
-            );
-            resign_quietly(leadership).await;
-            Ok(EXIT_LOST)
-        }
+    match lead(&leadership, &mut group, &mut shutdown).await {
+        Outcome::Lost(reason) => on_loss(reason, name, grace, group, leadership).await,
         Outcome::Exited(status) => {
             // The command is gone; whatever it left in its group goes too,
             // before the term ends.
@@ -335,30 +228,189 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
             resign_quietly(leadership).await;
             Ok(sig.exit_code())
         }
-        Outcome::GuardDied(status) => {
-            // Nothing would stop the command if tenure died now, and a
-            // guard killed from outside may mean worse: stop it at once.
-            let at = Stamp::now();
-            let stopped = group.stop(at.after(Duration::ZERO)).await;
-            let how = match &status {
-                Ok(s) => ended(s),
-                Err(e) => format!("could not be waited for ({e})"),
-            };
-            report_stop(
-                format_args!(
-                    "the guard of the command's group (pid {}) {how}: the command had no dead \
-                     man's switch left; leadership of {name} (token {}) given up",
-                    group.pgid(),
-                    leadership.token()
-                ),
-                at,
-                Duration::ZERO,
-                &stopped,
-            );
-            resign_quietly(leadership).await;
-            Ok(EXIT_LOST)
+        Outcome::GuardDied(status) => on_guard_died(status, name, group, leadership).await,
+    }
+}
+
+/// Campaigns once, or waits (`--wait`, until `--wait-timeout` or a signal);
+/// `Err(code)`: the exit code when leadership was not won.
+async fn acquire(
+    client: &Client,
+    args: &CampaignArgs,
+    id: &str,
+    shutdown: &mut Shutdown,
+) -> anyhow::Result<Result<Leadership, i32>> {
+    let name = &args.name;
+    let mut opts = CampaignOptions::new(args.ttl);
+    if args.queue {
+        opts = opts.queued();
+    }
+    if args.wait {
+        let mut got = None;
+        let stop = async {
+            got = Some(shutdown.recv().await);
+        };
+        // On a signal or a timeout the candidate's lease is revoked (and
+        // etcd has answered) before this returns.
+        return match client
+            .campaign_wait_until(name, id, &opts, args.wait_timeout, stop)
+            .await
+        {
+            Ok(Some(l)) => Ok(Ok(l)),
+            Ok(None) => Ok(Err(got.map(|s| s.exit_code()).unwrap_or(1))),
+            Err(e @ Error::Timeout { .. }) => {
+                say(&e);
+                Ok(Err(EXIT_REFUSED))
+            }
+            Err(e) => Err(e).with_context(|| format!("campaigning for {name}")),
+        };
+    }
+    // Not cancelled by a signal: an attempt whose outcome is unknown is
+    // resolved (or its lease revoked) before this returns.
+    match client
+        .campaign(name, id, &opts)
+        .await
+        .with_context(|| format!("campaigning for {name}"))?
+    {
+        Campaigned::Leader(l) => Ok(Ok(l)),
+        Campaigned::Held(holder) => {
+            say(format_args!(
+                "{name} is held by {:?} (token {}); use --wait to wait for it",
+                holder.holder, holder.token
+            ));
+            Ok(Err(EXIT_REFUSED))
         }
     }
+}
+
+/// The latest the command's group may live: [`KILL_SLACK`] before the
+/// earliest moment etcd can expire the term's lease.
+fn hard_deadline(l: &Leadership) -> Deadline {
+    l.expiry_earliest().before(KILL_SLACK)
+}
+
+/// Why the command must not start (the rest of a sentence), if it must not:
+/// the term already lost, or too close to its lease's expiry.
+fn not_startable(leadership: &Leadership) -> Option<String> {
+    if let Some(reason) = leadership.is_lost() {
+        return Some(format!("lost before the command started: {reason}"));
+    }
+    hard_deadline(leadership)
+        .has_passed()
+        .then(|| "is too close to its lease's expiry to start the command".to_owned())
+}
+
+/// CMD's environment: without tenure's credentials, with the term's
+/// `TENURE_*` variables.
+fn command_env(
+    name: &ElectionName,
+    id: &str,
+    leadership: &Leadership,
+) -> Vec<(String, Option<std::ffi::OsString>)> {
+    let mut env = super::secrets::scrub(|k| std::env::var_os(k));
+    env.extend(
+        [
+            ("TENURE_ELECTION", name.to_string()),
+            ("TENURE_HOLDER", id.to_owned()),
+            ("TENURE_TOKEN", leadership.token().to_string()),
+            ("TENURE_LEASE_ID", leadership.lease_id().to_string()),
+        ]
+        .map(|(k, v)| (k.to_owned(), Some(v.into()))),
+    );
+    env
+}
+
+/// Leads while the command runs: until the term is lost, the command or
+/// its guard ends, or a signal comes. Each confirmed renewal moves the
+/// guard's deadline on.
+async fn lead(leadership: &Leadership, group: &mut Group, shutdown: &mut Shutdown) -> Outcome {
+    let mut validity = leadership.subscribe();
+    loop {
+        tokio::select! {
+            biased;
+            reason = leadership.lost() => return Outcome::Lost(reason),
+            end = group.ended() => return match end {
+                Ended::Guard(status) => Outcome::GuardDied(status),
+                Ended::Command(status) => Outcome::Exited(status),
+            },
+            sig = shutdown.recv() => return Outcome::Signal(sig),
+            _ = validity.changed() => group.kill_at(hard_deadline(leadership)),
+        }
+    }
+}
+
+/// The term lost: the group stopped (with the grace when the end is one
+/// tenure knows about), then said, then resigned.
+async fn on_loss(
+    reason: LossReason,
+    name: &ElectionName,
+    grace: Duration,
+    mut group: Group,
+    leadership: Leadership,
+) -> anyhow::Result<i32> {
+    let lost_at = Stamp::now();
+    // The grace is for an end tenure knows about: its own renewal
+    // deadline (the lease still lives for the margin), its key
+    // unconfirmed for as long (an outage, mostly: etcd cannot have
+    // handed the key on for want of an answer, and a depose missed
+    // meanwhile is at most a TTL old), or an operator's
+    // depose (tenure's end marker). When etcd ended the term by
+    // itself, the lease is gone, or etcd refuses the holder its
+    // key, another candidate may lead already: no grace.
+    let graceful = match &reason {
+        LossReason::RenewalDeadline { .. }
+        | LossReason::HostSuspended
+        | LossReason::KeyUnconfirmed { .. } => true,
+        LossReason::KeyDeleted { .. } => {
+            leadership.ended_by_tenure(&reason, MARKER_READ).await == Some(true)
+        }
+        _ => false,
+    };
+    let grace = if graceful { grace } else { Duration::ZERO };
+    // Stop first, talk after: a blocked stderr must not delay this.
+    let stopped = group
+        .stop(kill_deadline(lost_at, grace, hard_deadline(&leadership)))
+        .await;
+    report_stop(
+        format_args!(
+            "leadership of {name} (token {}) lost: {reason}",
+            leadership.token()
+        ),
+        lost_at,
+        grace,
+        &stopped,
+    );
+    resign_quietly(leadership).await;
+    Ok(EXIT_LOST)
+}
+
+/// The guard exited: nothing would stop the command if tenure died now, and
+/// a guard killed from outside may mean worse: the group stopped at once.
+async fn on_guard_died(
+    status: std::io::Result<ExitStatus>,
+    name: &ElectionName,
+    mut group: Group,
+    leadership: Leadership,
+) -> anyhow::Result<i32> {
+    let at = Stamp::now();
+    let stopped = group.stop(at.after(Duration::ZERO)).await;
+    let how = match &status {
+        Ok(s) => ended(s),
+        Err(e) => format!("could not be waited for ({e})"),
+    };
+    report_stop(
+        format_args!(
+            "the guard of the command's group (pid {}) {how}: the command had no dead \
+             man's switch left; leadership of {name} (token {}) given up",
+            group.pgid(),
+            leadership.token()
+        ),
+        at,
+        Duration::ZERO,
+        &stopped,
+    );
+    resign_quietly(leadership).await;
+    Ok(EXIT_LOST)
 }
 
 /// SIGKILL `grace` after `from`, but never after `hard`.

@@ -150,10 +150,166 @@ pub async fn run_with(
     let addr = listener.local_addr()?;
     let db = Db::from_arg(&args.db);
     let metrics = Arc::new(Metrics::with_options(metrics).context("creating metrics")?);
-    let writer_metrics =
-        telemetry::writer::HistoryWriterMetrics::register(&metrics).context("creating metrics")?;
     let readiness = Arc::new(Readiness::with_max_elections(args.max_elections));
-    let (store, resume) = match &db {
+    let (store, resume) = open_history(&client, &args, &db, addr, &metrics, &readiness).await?;
+    if let Some(r) = &resume {
+        // Terms leading across the restart get their series now: the
+        // watcher adopts them without an event.
+        metrics.adopt(&r.open_terms);
+    }
+    let mut floors = FloorKeeper::new(client.clone(), readiness.clone(), args.raise_token_floor);
+
+    let (live, _) = tokio::sync::broadcast::channel(1024);
+    let (cluster_live, _) = tokio::sync::broadcast::channel(256);
+    let state = Arc::new(AppState {
+        metrics: metrics.clone(),
+        readiness: readiness.clone(),
+        history: store.reader(),
+        client: client.clone(),
+        live: live.clone(),
+        cluster_live: cluster_live.clone(),
+        auth: auth_of(&args),
+        api_rate: RateLimiter::new(args.campaign_rate),
+        limits: limits_of(&args),
+    });
+    let (stop_http, server) = start_http(listener, state);
+    announce(resume.as_ref(), &db, addr);
+
+    let (tx, mut rx) = mpsc::channel::<Update>(4096);
+    let cfg = WatchConfig {
+        max_elections: args.max_elections,
+        ..WatchConfig::default()
+    };
+    let watcher = crate::task::spawn("watcher", Watcher::new(client.clone(), cfg).run(resume, tx));
+    let (poller, mut crx) = start_cluster_poller(&client, &args, &store, &mut floors).await?;
+    let pid = std::process::id();
+    store
+        .cluster_event(serve_event(ClusterEventKind::ServeStarted {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid,
+        }))
+        .await
+        .context("writing history")?;
+    let sinks = Sinks {
+        metrics: &metrics,
+        readiness: &readiness,
+        store: &store,
+        live: &live,
+        cluster_live: &cluster_live,
+    };
+    let code = sinks.serve(&mut rx, &mut crx, stop, &mut floors).await?;
+    // Whatever the watcher already produced is complete: keep it.
+    watcher.abort();
+    if let Some(p) = &poller {
+        p.abort();
+    }
+    while let Ok(u) = rx.try_recv() {
+        sinks.apply(&u).await?;
+    }
+    close_history(store, &readiness, pid).await?;
+    let _ = stop_http.send(());
+    if let Ok(Err(e)) = server.await {
+        eprintln!("tenure: HTTP server: {e}");
+    }
+    Ok(code)
+}
+
+/// The HTTP server, stopped gracefully when the returned sender is used.
+fn start_http(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let app = web::router(state);
+    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = crate::task::spawn("http server", async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = http_stopped.await;
+            })
+            .await
+    });
+    (stop_http, server)
+}
+
+/// Says where the history resumes and where serve listens.
+fn announce(resume: Option<&crate::events::ResumePoint>, db: &Db, addr: SocketAddr) {
+    match resume {
+        Some(r) => eprintln!(
+            "tenure: resuming after revision {} from {}",
+            r.revision,
+            db.display()
+        ),
+        None => eprintln!("tenure: new history at {}", db.display()),
+    }
+    eprintln!(
+        "tenure: serving on http://{addr} (dashboard at /, API at /api/v1, metrics at /metrics)"
+    );
+}
+
+/// Where every update goes, in order.
+struct Sinks<'a> {
+    metrics: &'a Metrics,
+    readiness: &'a Readiness,
+    store: &'a History,
+    live: &'a broadcast::Sender<Arc<Event>>,
+    cluster_live: &'a broadcast::Sender<Arc<ClusterEvent>>,
+}
+
+impl Sinks<'_> {
+    /// The watcher's updates and etcd's own events to the sinks, until
+    /// `stop` (exit code 0) or the watcher stops (1). A batch also tells the
+    /// token floor keeper of resets.
+    async fn serve(
+        &self,
+        rx: &mut mpsc::Receiver<Update>,
+        crx: &mut mpsc::Receiver<ClusterEvent>,
+        stop: impl std::future::Future<Output = ()>,
+        floors: &mut FloorKeeper,
+    ) -> anyhow::Result<i32> {
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                update = rx.recv() => match update {
+                    Some(u) => {
+                        if let Update::Batch(b) = &u {
+                            floors.on_batch(b);
+                        }
+                        self.apply(&u).await?
+                    }
+                    None => {
+                        eprintln!("tenure: the watcher stopped");
+                        return Ok(1);
+                    }
+                },
+                Some(e) = crx.recv() => record_cluster(self.store, self.cluster_live, e).await?,
+                _ = &mut stop => return Ok(0),
+            }
+        }
+    }
+
+    async fn apply(&self, u: &Update) -> anyhow::Result<()> {
+        let (metrics, readiness, store) = (self.metrics, self.readiness, self.store);
+        apply(u, metrics, readiness, store, self.live, self.cluster_live).await
+    }
+}
+
+/// The history sink and where it left off: a SQLite file of one's own (this
+/// replica writes), or the shared PostgreSQL history (the replicas campaign
+/// to write; see `replica.rs`).
+async fn open_history(
+    client: &Client,
+    args: &ServeArgs,
+    db: &Db,
+    addr: SocketAddr,
+    metrics: &Arc<Metrics>,
+    readiness: &Arc<Readiness>,
+) -> anyhow::Result<(History, Option<crate::events::ResumePoint>)> {
+    let writer_metrics =
+        telemetry::writer::HistoryWriterMetrics::register(metrics).context("creating metrics")?;
+    Ok(match db {
         Db::Sqlite(path) => {
             let store = Store::open(path, args.retention)
                 .with_context(|| format!("opening the history at {}", path.display()))?;
@@ -191,76 +347,49 @@ pub async fn run_with(
                 resume,
             )
         }
-    };
-    if let Some(r) = &resume {
-        // Terms leading across the restart get their series now: the
-        // watcher adopts them without an event.
-        metrics.adopt(&r.open_terms);
-    }
-    let mut floors = FloorKeeper::new(client.clone(), readiness.clone(), args.raise_token_floor);
+    })
+}
 
-    let (live, _) = tokio::sync::broadcast::channel(1024);
-    let (cluster_live, _) = tokio::sync::broadcast::channel(256);
-    let auth = match (&args.api_token, args.no_auth) {
+/// Who may call the mutating API: a bearer token, everyone (`--no-auth`),
+/// or nobody.
+fn auth_of(args: &ServeArgs) -> Auth {
+    match (&args.api_token, args.no_auth) {
         (Some(t), _) if !t.is_empty() => Auth::Token(t.clone()),
         (_, true) => Auth::Open,
         _ => Auth::Disabled,
-    };
-    let limits = Limits {
+    }
+}
+
+fn limits_of(args: &ServeArgs) -> Limits {
+    Limits {
         max_body_bytes: args.max_body,
         max_ttl_seconds: args.max_ttl,
         campaigns_per_second: args.campaign_rate,
         ..Limits::default()
-    };
-    let state = Arc::new(AppState {
-        metrics: metrics.clone(),
-        readiness: readiness.clone(),
-        history: store.reader(),
-        client: client.clone(),
-        live: live.clone(),
-        cluster_live: cluster_live.clone(),
-        auth,
-        api_rate: RateLimiter::new(limits.campaigns_per_second),
-        limits,
-    });
-    let app = web::router(state);
-    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = crate::task::spawn("http server", async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = http_stopped.await;
-            })
-            .await
-    });
-    match &resume {
-        Some(r) => eprintln!(
-            "tenure: resuming after revision {} from {}",
-            r.revision,
-            db.display()
-        ),
-        None => eprintln!("tenure: new history at {}", db.display()),
     }
-    eprintln!(
-        "tenure: serving on http://{addr} (dashboard at /, API at /api/v1, metrics at /metrics)"
-    );
+}
 
-    let (tx, mut rx) = mpsc::channel::<Update>(4096);
-    let cfg = WatchConfig {
-        max_elections: args.max_elections,
-        ..WatchConfig::default()
-    };
-    let watcher = crate::task::spawn("watcher", Watcher::new(client.clone(), cfg).run(resume, tx));
-    // etcd's own events (issue 14): a bounded poll beside the watcher.
+/// etcd's own events (issue 14): a bounded poll beside the watcher, from
+/// the baseline the history recorded (none with `--cluster-poll 0`). A
+/// reset recorded before raises the token floor to at least its revision
+/// (a serve that stopped before raising it, or an etcd replaced since).
+async fn start_cluster_poller(
+    client: &Client,
+    args: &ServeArgs,
+    store: &History,
+    floors: &mut FloorKeeper,
+) -> anyhow::Result<(
+    Option<tokio::task::JoinHandle<()>>,
+    mpsc::Receiver<ClusterEvent>,
+)> {
     let baseline_reader = store.reader();
     let baseline = tokio::task::spawn_blocking(move || baseline_reader.cluster_baseline())
         .await?
         .context("reading the recorded etcd cluster events")?;
     if let Some(floor) = baseline.floor {
-        // A reset recorded before: the floor is at least its revision (a
-        // serve that stopped before raising it, or an etcd replaced since).
         floors.raise(floor);
     }
-    let (ctx, mut crx) = mpsc::channel::<ClusterEvent>(256);
+    let (ctx, crx) = mpsc::channel::<ClusterEvent>(256);
     let poller = (!args.cluster_poll.is_zero()).then(|| {
         let timeout = client
             .op_timeout()
@@ -278,43 +407,12 @@ pub async fn run_with(
             ),
         )
     });
-    let pid = std::process::id();
-    store
-        .cluster_event(serve_event(ClusterEventKind::ServeStarted {
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            pid,
-        }))
-        .await
-        .context("writing history")?;
-    tokio::pin!(stop);
-    let mut code = 0;
-    loop {
-        tokio::select! {
-            update = rx.recv() => match update {
-                Some(u) => {
-                    if let Update::Batch(b) = &u {
-                        floors.on_batch(b);
-                    }
-                    apply(&u, &metrics, &readiness, &store, &live, &cluster_live).await?
-                }
-                None => {
-                    eprintln!("tenure: the watcher stopped");
-                    code = 1;
-                    break;
-                }
-            },
-            Some(e) = crx.recv() => record_cluster(&store, &cluster_live, e).await?,
-            _ = &mut stop => break,
-        }
-    }
-    // Whatever the watcher already produced is complete: keep it.
-    watcher.abort();
-    if let Some(p) = &poller {
-        p.abort();
-    }
-    while let Ok(u) = rx.try_recv() {
-        apply(&u, &metrics, &readiness, &store, &live, &cluster_live).await?;
-    }
+    Ok((poller, crx))
+}
+
+/// The stop recorded (watched until now when the watcher was live; serve
+/// stopped) and the history closed, everything committed.
+async fn close_history(store: History, readiness: &Readiness, pid: u32) -> anyhow::Result<()> {
     if readiness.is_ready() {
         // Watched until this stop (issue 20.7).
         store
@@ -328,11 +426,7 @@ pub async fn run_with(
         .context("writing history")?;
     let revision = store.close().await.context("closing the history")?;
     eprintln!("tenure: history committed up to revision {revision}");
-    let _ = stop_http.send(());
-    if let Ok(Err(e)) = server.await {
-        eprintln!("tenure: HTTP server: {e}");
-    }
-    Ok(code)
+    Ok(())
 }
 
 async fn apply(

@@ -264,6 +264,22 @@ pub fn record(update: &Update) {
 /// `FenceAccepted` makes no span (it is the common case; it is counted in
 /// the metrics). Holders are capped at [`MAX_HOLDER_ATTRIBUTE_BYTES`].
 pub fn record_event(event: &Event) {
+    match &event.kind {
+        EventKind::TermStarted { .. }
+        | EventKind::TermEnded { .. }
+        | EventKind::LeaderValueChanged { .. } => record_term(event),
+        EventKind::Gap { .. } | EventKind::Reset { .. } | EventKind::Unobserved { .. } => {
+            record_watch(event)
+        }
+        EventKind::FenceRefused { .. }
+        | EventKind::CandidateQueued { .. }
+        | EventKind::CandidateLeft { .. } => record_refusal_or_queue(event),
+        EventKind::FenceAccepted { .. } | EventKind::NameCollision { .. } => {}
+    }
+}
+
+/// A term's start, end or new leader value.
+fn record_term(event: &Event) {
     let election = name(&event.election);
     match &event.kind {
         EventKind::TermStarted {
@@ -327,26 +343,13 @@ pub fn record_event(event: &Event) {
             let _entered = span.enter();
             tracing::debug!("leader value changed");
         }
-        EventKind::FenceRefused {
-            resource,
-            token,
-            reason,
-            current_token,
-            current_holder,
-        } => {
-            let span = tracing::debug_span!(
-                "election.fence_refused",
-                election.name = election,
-                election.token = *token,
-                fence.resource = name(resource),
-                fence.reason = reason.as_str(),
-                fence.current_token = *current_token,
-                election.holder = current_holder.as_deref().map(holder),
-                etcd.revision = event.revision,
-            );
-            let _entered = span.enter();
-            tracing::debug!("fence refused");
-        }
+        _ => {}
+    }
+}
+
+/// What the watch could not see: a gap, a reset, changes replayed.
+fn record_watch(event: &Event) {
+    match &event.kind {
         EventKind::Gap {
             from_revision,
             to_revision,
@@ -392,6 +395,34 @@ pub fn record_event(event: &Event) {
                 "changes replayed after a reconnect or restart: their times are bounds"
             );
         }
+        _ => {}
+    }
+}
+
+/// A fence's refusal, or a candidate queued or gone.
+fn record_refusal_or_queue(event: &Event) {
+    let election = name(&event.election);
+    match &event.kind {
+        EventKind::FenceRefused {
+            resource,
+            token,
+            reason,
+            current_token,
+            current_holder,
+        } => {
+            let span = tracing::debug_span!(
+                "election.fence_refused",
+                election.name = election,
+                election.token = *token,
+                fence.resource = name(resource),
+                fence.reason = reason.as_str(),
+                fence.current_token = *current_token,
+                election.holder = current_holder.as_deref().map(holder),
+                etcd.revision = event.revision,
+            );
+            let _entered = span.enter();
+            tracing::debug!("fence refused");
+        }
         EventKind::CandidateQueued {
             token,
             holder: h,
@@ -414,6 +445,6 @@ pub fn record_event(event: &Event) {
             let _entered = span.enter();
             tracing::debug!("queue changed");
         }
-        EventKind::FenceAccepted { .. } | EventKind::NameCollision { .. } => {}
+        _ => {}
     }
 }

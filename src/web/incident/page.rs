@@ -8,8 +8,9 @@ use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::drawing::{layout, render_svg};
-use super::window::{load, select, SelectError};
+use super::window::{load, select, SelectError, Selection, Window};
 use super::{DEFAULT_LANES, MAX_LANES_PER_PAGE};
+use crate::events::cluster::ClusterEvent;
 use crate::events::now_ms;
 use crate::history::{format_duration_ms, format_ms, short_time};
 use crate::web::pages::{decode_component, encode_component, error_page, render, Head};
@@ -93,6 +94,112 @@ fn query_string(from: Option<&str>, to: Option<&str>, glob: Option<&str>) -> Str
     parts.join("&")
 }
 
+/// Which page of lanes, and how many per page, from `page` and `per_page`
+/// (positive numbers; at most [`MAX_LANES_PER_PAGE`] per page).
+fn paging(p: &PageParams) -> Result<(usize, usize), String> {
+    let number = |what: &str, v: &Option<String>, default: usize| match v {
+        None => Ok(default),
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| format!("{what}: {v:?} is not a positive number")),
+    };
+    let page = number("page", &p.page, 1)?;
+    let per_page = number("per_page", &p.per_page, DEFAULT_LANES)?.min(MAX_LANES_PER_PAGE);
+    Ok((page, per_page))
+}
+
+/// The window's lanes `skip..skip + per_page`, read off the async runtime,
+/// with since when nothing was watched; the error page when the history
+/// cannot be read.
+async fn load_window(
+    s: &Arc<AppState>,
+    sel: &Selection,
+    skip: usize,
+    per_page: usize,
+) -> Result<Window, Response> {
+    let reader = s.history.clone();
+    let sel = sel.clone();
+    let readiness = s.readiness.clone();
+    let loaded = tokio::task::spawn_blocking(move || {
+        let mut w = load(&reader, &sel, skip, per_page)?;
+        w.unwatched_since = readiness.unwatched_since(&reader);
+        Ok::<_, crate::history::HistoryError>(w)
+    })
+    .await;
+    let unavailable =
+        |e: String| error_page(s, StatusCode::SERVICE_UNAVAILABLE, "History unavailable", e);
+    match loaded {
+        Ok(Ok(w)) => Ok(w),
+        Ok(Err(e)) => Err(unavailable(e.to_string())),
+        Err(e) => Err(unavailable(e.to_string())),
+    }
+}
+
+/// The preset windows (the last 15 minutes … 7 days), the active one marked.
+fn presets(p: &PageParams) -> Vec<Preset> {
+    ["15m", "1h", "6h", "24h", "7d"]
+        .into_iter()
+        .map(|l| Preset {
+            label: l,
+            href: format!(
+                "/timeline?{}",
+                query_string(Some(l), None, p.glob.as_deref())
+            ),
+            active: p.to.is_none() && p.from.as_deref() == Some(l),
+        })
+        .collect()
+}
+
+/// etcd's own events of the window, the latest 200 first, each with when
+/// it happened as far as it is known.
+fn event_rows(cluster: &[ClusterEvent]) -> Vec<EventRow> {
+    cluster
+        .iter()
+        .rev()
+        .take(200)
+        .map(|e| EventRow {
+            time: short_time(e.at_ms),
+            kind: e.kind.name(),
+            details: match e.not_before_ms {
+                Some(nb) if nb < e.at_ms => format!(
+                    "{} (between {} and {})",
+                    e.kind.describe(),
+                    &short_time(nb)[11..],
+                    &short_time(e.at_ms)[11..]
+                ),
+                Some(_) => e.kind.describe(),
+                None => format!("{} (when it happened: unknown)", e.kind.describe()),
+            },
+            certain: e.not_before_ms.is_some(),
+        })
+        .collect()
+}
+
+/// The windows of the same span just before and (unless this one reaches
+/// now) just after this one.
+fn neighbours(sel: &Selection, now: i64, glob: Option<&str>) -> (String, Option<String>) {
+    let span = sel.to_ms - sel.from_ms;
+    let href = |from: i64, to: i64| {
+        let (from, to) = (format_ms(from), format_ms(to));
+        format!("/timeline?{}", query_string(Some(&from), Some(&to), glob))
+    };
+    let earlier = href(sel.from_ms - span, sel.from_ms);
+    let later = (sel.to_ms < now - 1000).then(|| {
+        let to = (sel.to_ms + span).min(now);
+        href(to - span, to)
+    });
+    (earlier, later)
+}
+
+/// The report of the window, in `format` (`md` or `json`).
+fn report_href(sel: &Selection, format: &str) -> String {
+    let (from, to) = (format_ms(sel.from_ms), format_ms(sel.to_ms));
+    let qs = query_string(Some(&from), Some(&to), sel.glob.as_deref());
+    format!("/api/v1/report?{qs}&format={format}")
+}
+
 pub(super) async fn timeline_page(
     State(s): State<Arc<AppState>>,
     RawQuery(raw): RawQuery,
@@ -104,50 +211,14 @@ pub(super) async fn timeline_page(
         Ok(sel) => sel,
         Err(SelectError::Bad(m)) => return bad(m),
     };
-    let number = |what: &str, v: &Option<String>, default: usize| match v {
-        None => Ok(default),
-        Some(v) => v
-            .parse::<usize>()
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| format!("{what}: {v:?} is not a positive number")),
-    };
-    let page = match number("page", &p.page, 1) {
-        Ok(n) => n,
-        Err(m) => return bad(m),
-    };
-    let per_page = match number("per_page", &p.per_page, DEFAULT_LANES) {
-        Ok(n) => n.min(MAX_LANES_PER_PAGE),
+    let (page, per_page) = match paging(&p) {
+        Ok(paging) => paging,
         Err(m) => return bad(m),
     };
     let skip = (page - 1).saturating_mul(per_page);
-    let reader = s.history.clone();
-    let sel2 = sel.clone();
-    let readiness = s.readiness.clone();
-    let w = match tokio::task::spawn_blocking(move || {
-        let mut w = load(&reader, &sel2, skip, per_page)?;
-        w.unwatched_since = readiness.unwatched_since(&reader);
-        Ok::<_, crate::history::HistoryError>(w)
-    })
-    .await
-    {
-        Ok(Ok(w)) => w,
-        Ok(Err(e)) => {
-            return error_page(
-                &s,
-                StatusCode::SERVICE_UNAVAILABLE,
-                "History unavailable",
-                e.to_string(),
-            )
-        }
-        Err(e) => {
-            return error_page(
-                &s,
-                StatusCode::SERVICE_UNAVAILABLE,
-                "History unavailable",
-                e.to_string(),
-            )
-        }
+    let w = match load_window(&s, &sel, skip, per_page).await {
+        Ok(w) => w,
+        Err(page) => return page,
     };
     let d = layout(&w, now, timeline::WIDTH);
     let title = format!(
@@ -168,73 +239,12 @@ pub(super) async fn timeline_page(
         }
         h
     };
-    let report = |format: &str| {
-        format!(
-            "/api/v1/report?{}&format={format}",
-            query_string(
-                Some(&format_ms(sel.from_ms)),
-                Some(&format_ms(sel.to_ms)),
-                sel.glob.as_deref()
-            )
-        )
-    };
-    let presets = ["15m", "1h", "6h", "24h", "7d"]
-        .into_iter()
-        .map(|l| Preset {
-            label: l,
-            href: format!(
-                "/timeline?{}",
-                query_string(Some(l), None, p.glob.as_deref())
-            ),
-            active: p.to.is_none() && p.from.as_deref() == Some(l),
-        })
-        .collect();
-    let events = w
-        .cluster
-        .iter()
-        .rev()
-        .take(200)
-        .map(|e| EventRow {
-            time: short_time(e.at_ms),
-            kind: e.kind.name(),
-            details: match e.not_before_ms {
-                Some(nb) if nb < e.at_ms => format!(
-                    "{} (between {} and {})",
-                    e.kind.describe(),
-                    &short_time(nb)[11..],
-                    &short_time(e.at_ms)[11..]
-                ),
-                Some(_) => e.kind.describe(),
-                None => format!("{} (when it happened: unknown)", e.kind.describe()),
-            },
-            certain: e.not_before_ms.is_some(),
-        })
-        .collect();
     let live = if p.to.is_none() || sel.to_ms >= now - 1000 {
         "swap"
     } else {
         "off"
     };
-    let span = sel.to_ms - sel.from_ms;
-    let earlier_href = format!(
-        "/timeline?{}",
-        query_string(
-            Some(&format_ms(sel.from_ms - span)),
-            Some(&format_ms(sel.from_ms)),
-            p.glob.as_deref()
-        )
-    );
-    let later_href = (sel.to_ms < now - 1000).then(|| {
-        let to = (sel.to_ms + span).min(now);
-        format!(
-            "/timeline?{}",
-            query_string(
-                Some(&format_ms(to - span)),
-                Some(&format_ms(to)),
-                p.glob.as_deref()
-            )
-        )
-    });
+    let (earlier_href, later_href) = neighbours(&sel, now, p.glob.as_deref());
     let page_view = TimelineAllPage {
         earlier_href,
         later_href,
@@ -243,7 +253,7 @@ pub(super) async fn timeline_page(
         from_value: p.from.clone().unwrap_or_default(),
         to_value: p.to.clone().unwrap_or_default(),
         match_value: p.glob.clone().unwrap_or_default(),
-        presets,
+        presets: presets(&p),
         window_label: format!(
             "{} → {} UTC",
             &short_time(sel.from_ms)[..19],
@@ -256,10 +266,10 @@ pub(super) async fn timeline_page(
         last: skip + w.lanes.len(),
         prev_href: (page > 1).then(|| page_href(page - 1)),
         next_href: (skip + w.lanes.len() < w.total).then(|| page_href(page + 1)),
-        report_md: report("md"),
-        report_json: report("json"),
+        report_md: report_href(&sel, "md"),
+        report_json: report_href(&sel, "json"),
         cluster_count: w.cluster.len(),
-        events,
+        events: event_rows(&w.cluster),
     };
     render(StatusCode::OK, &page_view)
 }

@@ -29,9 +29,50 @@ pub fn layout(input: &Input<'_>) -> Timeline {
         left: gutter,
         right: width - RIGHT,
     };
+    let visible = visible_terms(input, from, to);
+    let (holders, other_holders) = lane_holders(&visible);
+    let (mut lanes, lane_of) = holder_lanes(&holders, other_holders, label_chars);
+    let (bars, terms_merged, token_lane) = term_bars(&visible, &lanes, &lane_of, &scale);
+    let refusals = refusal_markers(input, &token_lane, &mut lanes, &scale);
 
-    // Terms clipped to the window, by start.
-    let mut visible: Vec<Visible<'_>> = input
+    let lanes_top = AXIS - 4.0;
+    let lanes_bottom = lane_y(lanes.len().max(1)) - LANE_GAP + 4.0;
+    let height = lanes_bottom + BOTTOM;
+    let (leaderless, leaderless_ms) = leaderless_shades(&visible, input, &scale);
+    Timeline {
+        width: Px(width),
+        height: Px(height),
+        plot_left: Px(scale.left),
+        plot_right: Px(scale.right),
+        lanes_top: Px(lanes_top),
+        lanes_bottom: Px(lanes_bottom),
+        axis_y: Px(AXIS - 10.0),
+        ticks: ticks(from, to, &scale),
+        lanes,
+        bars,
+        leaderless,
+        no_data: no_data_shade(input, &scale),
+        not_watched: not_watched_shade(input, &scale),
+        refusals,
+        gaps: gap_markers(input, &scale, lanes_top),
+        cluster: Vec::new(),
+        now_x: (input.now_ms >= from && input.now_ms <= to).then(|| Px(scale.x(input.now_ms))),
+        terms_drawn: visible.len(),
+        terms_merged,
+        other_holders,
+        leaderless_ms,
+    }
+}
+
+/// The top of lane `i`.
+fn lane_y(i: usize) -> f64 {
+    AXIS + i as f64 * (LANE_H + LANE_GAP)
+}
+
+/// Terms clipped to the window `from..=to`, by start (an open term runs to
+/// now).
+fn visible_terms<'a>(input: &Input<'a>, from: i64, to: i64) -> Vec<Visible<'a>> {
+    let mut visible: Vec<Visible<'a>> = input
         .terms
         .iter()
         .filter_map(|term| {
@@ -52,8 +93,13 @@ pub fn layout(input: &Input<'_>) -> Timeline {
         })
         .collect();
     visible.sort_by_key(|v| (v.start, v.term.started_revision, v.term.token));
+    visible
+}
 
-    // Holders and their lanes.
+/// The holders that get a lane of their own, in order of their first term,
+/// and how many others share the "other" lane: beyond [`MAX_LANES`], the
+/// holders with the most visible time (then the latest start) keep theirs.
+fn lane_holders<'a>(visible: &[Visible<'a>]) -> (Vec<&'a str>, usize) {
     struct HolderStat {
         first: usize,
         visible_ms: i64,
@@ -81,13 +127,20 @@ pub fn layout(input: &Input<'_>) -> Timeline {
         other_holders = 0;
     }
     holders.sort_by_key(|(_, s)| s.first);
+    (holders.into_iter().map(|(h, _)| h).collect(), other_holders)
+}
 
+/// A lane per holder (its hue), then the "other" lane when some holders
+/// have none; which lane each holder's terms go to.
+fn holder_lanes<'a>(
+    holders: &[&'a str],
+    other_holders: usize,
+    label_chars: usize,
+) -> (Vec<Lane>, LaneOf<'a>) {
     let mut lanes: Vec<Lane> = Vec::new();
-    let mut lane_of: HashMap<&str, usize> = HashMap::new();
-    let lane_y = |i: usize| AXIS + i as f64 * (LANE_H + LANE_GAP);
-    let hues = lane_hues(&holders.iter().map(|(h, _)| *h).collect::<Vec<_>>());
-    for ((holder, _), hue) in holders.iter().zip(hues) {
-        lane_of.insert(holder, lanes.len());
+    let mut own: HashMap<&str, usize> = HashMap::new();
+    for (holder, hue) in holders.iter().zip(lane_hues(holders)) {
+        own.insert(holder, lanes.len());
         lanes.push(Lane {
             label: truncate(holder, label_chars),
             title: (*holder).to_owned(),
@@ -97,7 +150,7 @@ pub fn layout(input: &Input<'_>) -> Timeline {
             kind: LaneKind::Holder((*holder).to_owned()),
         });
     }
-    let other_lane = (other_holders > 0).then(|| {
+    let other = (other_holders > 0).then(|| {
         lanes.push(Lane {
             label: format!("other ({other_holders})"),
             title: format!("{other_holders} more holders, each with less time in this window"),
@@ -108,13 +161,34 @@ pub fn layout(input: &Input<'_>) -> Timeline {
         });
         lanes.len() - 1
     });
-    let lane_for = |holder: &str| lane_of.get(holder).copied().or(other_lane);
+    (lanes, LaneOf { own, other })
+}
 
-    // Bars, lane by lane (each lane's terms stay in start order).
+/// Which lane a holder's terms go to: its own, else the "other" lane.
+struct LaneOf<'a> {
+    own: HashMap<&'a str, usize>,
+    other: Option<usize>,
+}
+
+impl LaneOf<'_> {
+    fn get(&self, holder: &str) -> Option<usize> {
+        self.own.get(holder).copied().or(self.other)
+    }
+}
+
+/// Bars, lane by lane (each lane's terms stay in start order): terms too
+/// narrow to draw one by one merged into runs. Also how many terms were
+/// merged, and each visible term's lane by token.
+fn term_bars(
+    visible: &[Visible<'_>],
+    lanes: &[Lane],
+    lane_of: &LaneOf<'_>,
+    scale: &Scale,
+) -> (Vec<Bar>, usize, HashMap<i64, usize>) {
     let mut per_lane: Vec<Vec<&Visible<'_>>> = vec![Vec::new(); lanes.len()];
     let mut token_lane: HashMap<i64, usize> = HashMap::new();
-    for v in &visible {
-        if let Some(l) = lane_for(&v.term.holder) {
+    for v in visible {
+        if let Some(l) = lane_of.get(&v.term.holder) {
             per_lane[l].push(v);
             token_lane.insert(v.term.token, l);
         }
@@ -134,22 +208,31 @@ pub fn layout(input: &Input<'_>) -> Timeline {
                 run_end_x = run_end_x.max(x1);
                 continue;
             }
-            terms_merged += flush_run(&mut run, lane, l, &scale, &mut bars);
+            terms_merged += flush_run(&mut run, lane, l, scale, &mut bars);
             if narrow {
                 run.push(v);
                 run_end_x = x1;
             } else {
-                bars.push(term_bar(v, lane, l, &scale));
+                bars.push(term_bar(v, lane, l, scale));
             }
         }
-        terms_merged += flush_run(&mut run, lane, l, &scale, &mut bars);
+        terms_merged += flush_run(&mut run, lane, l, scale, &mut bars);
     }
+    (bars, terms_merged, token_lane)
+}
 
-    // Refusals: in the refused term's lane, else in a "fence" lane.
+/// Refusals in the window: in the refused term's lane, else in a "fence"
+/// lane (added to `lanes`); those close together in one lane merged.
+fn refusal_markers(
+    input: &Input<'_>,
+    token_lane: &HashMap<i64, usize>,
+    lanes: &mut Vec<Lane>,
+    scale: &Scale,
+) -> Vec<Marker> {
     let mut marks: Vec<(usize, f64, &RefusalRow)> = Vec::new();
     let mut fence_lane = None;
     for r in input.refusals {
-        if r.at_ms < from || r.at_ms > to {
+        if r.at_ms < scale.from || r.at_ms > scale.to {
             continue;
         }
         let lane = match token_lane.get(&r.token) {
@@ -195,15 +278,15 @@ pub fn layout(input: &Input<'_>) -> Timeline {
             title: refusal_title(r),
         });
     }
+    refusals
+}
 
-    let lanes_top = AXIS - 4.0;
-    let lanes_bottom = lane_y(lanes.len().max(1)) - LANE_GAP + 4.0;
-    let height = lanes_bottom + BOTTOM;
-
-    let gaps = input
+/// The watcher's gaps in the window, above the lanes.
+fn gap_markers(input: &Input<'_>, scale: &Scale, lanes_top: f64) -> Vec<Marker> {
+    input
         .gaps
         .iter()
-        .filter(|g| g.at_ms >= from && g.at_ms <= to)
+        .filter(|g| g.at_ms >= scale.from && g.at_ms <= scale.to)
         .map(|g| Marker {
             x: Px(scale.x(g.at_ms)),
             y: Px(lanes_top),
@@ -217,10 +300,13 @@ pub fn layout(input: &Input<'_>) -> Timeline {
                 g.to_revision
             ),
         })
-        .collect();
+        .collect()
+}
 
-    let (leaderless, leaderless_ms) = leaderless_shades(&visible, input, &scale);
-    let no_data = input.known_since_ms.filter(|&k| k > from).map(|k| {
+/// The part of the window before the history knows of the election.
+fn no_data_shade(input: &Input<'_>, scale: &Scale) -> Option<Shade> {
+    let (from, to) = (scale.from, scale.to);
+    input.known_since_ms.filter(|&k| k > from).map(|k| {
         let k = k.min(to);
         let (x0, x1) = (scale.x(from), scale.x(k));
         Shade {
@@ -231,50 +317,27 @@ pub fn layout(input: &Input<'_>) -> Timeline {
             count: 1,
             title: "no history for this election before its first recorded term".to_owned(),
         }
-    });
+    })
+}
 
-    let not_watched =
-        crate::web::replays::not_watched(input.unwatched_since_ms, from, to.min(input.now_ms)).map(
-            |(a, b)| {
-                let (x0, x1) = (scale.x(a), scale.x(b));
-                Shade {
-                    x: Px(x0),
-                    w: Px((x1 - x0).max(MIN_BAR)),
-                    from_ms: a,
-                    to_ms: b,
-                    count: 1,
-                    title: format!(
+/// The part of the window no watcher of tenure was live for.
+fn not_watched_shade(input: &Input<'_>, scale: &Scale) -> Option<Shade> {
+    let until = scale.to.min(input.now_ms);
+    crate::web::replays::not_watched(input.unwatched_since_ms, scale.from, until).map(|(a, b)| {
+        let (x0, x1) = (scale.x(a), scale.x(b));
+        Shade {
+            x: Px(x0),
+            w: Px((x1 - x0).max(MIN_BAR)),
+            from_ms: a,
+            to_ms: b,
+            count: 1,
+            title: format!(
                 "not watched since {}: no watcher of tenure was live (stopped, or cut off from \
                  etcd); whether there was a leader is unknown until one replays this",
                 short_time(a)
             ),
-                }
-            },
-        );
-
-    Timeline {
-        width: Px(width),
-        height: Px(height),
-        plot_left: Px(scale.left),
-        plot_right: Px(scale.right),
-        lanes_top: Px(lanes_top),
-        lanes_bottom: Px(lanes_bottom),
-        axis_y: Px(AXIS - 10.0),
-        ticks: ticks(from, to, &scale),
-        lanes,
-        bars,
-        leaderless,
-        no_data,
-        not_watched,
-        refusals,
-        gaps,
-        cluster: Vec::new(),
-        now_x: (input.now_ms >= from && input.now_ms <= to).then(|| Px(scale.x(input.now_ms))),
-        terms_drawn: visible.len(),
-        terms_merged,
-        other_holders,
-        leaderless_ms,
-    }
+        }
+    })
 }
 
 fn refusal_title(r: &RefusalRow) -> String {

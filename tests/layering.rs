@@ -187,3 +187,251 @@ fn a_layout_file_imports_nothing_of_the_watcher_or_the_sinks() {
         .iter()
         .any(|m| !LAYOUT_MAY_USE.contains(&m.as_str())));
 }
+
+/// The module a file of `src/` is: `src/a/b.rs` → `a::b`, `src/a/mod.rs`
+/// and `src/a.rs` → `a`.
+fn module_path(src: &Path, file: &Path) -> String {
+    let rel = file
+        .strip_prefix(src)
+        .expect("under src")
+        .with_extension("");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// The paths named after `crate::`, `super::` (any number) or `self::` in
+/// code (comments left out: a doc link is not an import), relative to
+/// `module`, braces expanded: `super::{a, b::c}` in `x::y` → `x::a`,
+/// `x::b::c`.
+fn named_paths(module: &str, text: &str) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let own: Vec<&str> = module.split("::").filter(|s| !s.is_empty()).collect();
+    let mut out = Vec::new();
+    let b = code.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let starts_word = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+        let base: Option<(Vec<&str>, usize)> = if !starts_word {
+            None
+        } else if b[i..].starts_with(b"crate::") {
+            Some((Vec::new(), i + "crate::".len()))
+        } else if b[i..].starts_with(b"self::") {
+            Some((own.clone(), i + "self::".len()))
+        } else if b[i..].starts_with(b"super::") {
+            let (mut at, mut up) = (i, 0);
+            while b[at..].starts_with(b"super::") {
+                at += "super::".len();
+                up += 1;
+            }
+            Some((own[..own.len().saturating_sub(up)].to_vec(), at))
+        } else {
+            None
+        };
+        match base {
+            Some((prefix, at)) => {
+                let prefix: Vec<String> = prefix.iter().map(|s| s.to_string()).collect();
+                let (paths, end) = path_tree(&code, at);
+                for p in paths {
+                    let mut full = prefix.clone();
+                    full.extend(p);
+                    out.push(full.join("::"));
+                }
+                i = end.max(i + 1);
+            }
+            None => i += 1,
+        }
+    }
+    out
+}
+
+/// The path (or paths, for `{…}`) starting at `at`: its segments, and
+/// where it ends.
+fn path_tree(code: &str, mut at: usize) -> (Vec<Vec<String>>, usize) {
+    let b = code.as_bytes();
+    let mut segs = Vec::new();
+    loop {
+        while at < b.len() && b[at].is_ascii_whitespace() {
+            at += 1;
+        }
+        if at < b.len() && b[at] == b'{' {
+            let mut all = Vec::new();
+            at += 1;
+            loop {
+                let (paths, end) = path_tree(code, at);
+                for p in paths {
+                    let mut full = segs.clone();
+                    full.extend(p);
+                    all.push(full);
+                }
+                at = end;
+                while at < b.len() && b[at] != b',' && b[at] != b'}' {
+                    at += 1;
+                }
+                if at >= b.len() || b[at] == b'}' {
+                    return (all, at + 1);
+                }
+                at += 1;
+            }
+        }
+        let start = at;
+        while at < b.len() && (b[at].is_ascii_alphanumeric() || b[at] == b'_') {
+            at += 1;
+        }
+        if at > start {
+            segs.push(code[start..at].to_owned());
+        }
+        if at > start && b[at..].starts_with(b"::") {
+            at += 2;
+            continue;
+        }
+        return (vec![segs], at);
+    }
+}
+
+/// Import edges between modules of one floor (one top-level module), from
+/// each file's named paths resolved to the longest known module. An edge to
+/// the module's own ancestor does not count: a parent (`mod.rs`) holds what
+/// its children share, and declares them.
+fn import_graph(files: &[(String, String)]) -> HashMap<String, Vec<String>> {
+    let modules: std::collections::HashSet<&str> = files.iter().map(|(m, _)| m.as_str()).collect();
+    let mut graph: HashMap<String, Vec<String>> = HashMap::new();
+    for (module, text) in files {
+        let floor = module.split("::").next().unwrap_or_default();
+        for path in named_paths(module, text) {
+            let segs: Vec<&str> = path.split("::").collect();
+            let Some(target) = (1..=segs.len())
+                .rev()
+                .map(|n| segs[..n].join("::"))
+                .find(|m| modules.contains(m.as_str()))
+            else {
+                continue;
+            };
+            let same_floor = target.split("::").next() == Some(floor);
+            let ancestor = module.starts_with(&format!("{target}::"));
+            if same_floor && &target != module && !ancestor {
+                let to = graph.entry(module.clone()).or_default();
+                if !to.contains(&target) {
+                    to.push(target);
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// One cycle of `graph`, as the modules along it, if there is one.
+fn a_cycle(graph: &HashMap<String, Vec<String>>) -> Option<Vec<String>> {
+    fn visit(
+        m: &str,
+        graph: &HashMap<String, Vec<String>>,
+        state: &mut HashMap<String, u8>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(m.to_owned(), 1);
+        stack.push(m.to_owned());
+        for next in graph.get(m).into_iter().flatten() {
+            match state.get(next.as_str()) {
+                Some(1) => {
+                    let from = stack.iter().position(|s| s == next).unwrap_or(0);
+                    let mut cycle = stack[from..].to_vec();
+                    cycle.push(next.clone());
+                    return Some(cycle);
+                }
+                Some(_) => {}
+                None => {
+                    if let Some(c) = visit(next, graph, state, stack) {
+                        return Some(c);
+                    }
+                }
+            }
+        }
+        stack.pop();
+        state.insert(m.to_owned(), 2);
+        None
+    }
+    let mut state = HashMap::new();
+    let mut roots: Vec<&String> = graph.keys().collect();
+    roots.sort();
+    for m in roots {
+        if !state.contains_key(m.as_str()) {
+            if let Some(c) = visit(m, graph, &mut state, &mut Vec::new()) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+/// Modules the circle check leaves out for now: `history::pg` (read →
+/// schema → summary → read) is being changed on another branch (issue 23's
+/// follow-up); its circle is to be broken there, and this line removed.
+const CIRCLE_CHECK_SKIPS: &[&str] = &["history::pg::"];
+
+/// Within a floor, the modules import one another without a circle (issue
+/// 24): a piece two files both need lives in a file of its own that
+/// imports neither, so each can be read, and changed, from the bottom up.
+#[test]
+fn no_import_circle_between_the_modules_of_a_floor() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    let files: Vec<(String, String)> = paths
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).expect("read");
+            (module_path(&src, p), text)
+        })
+        .collect();
+    let mut graph = import_graph(&files);
+    let edges: usize = graph.values().map(Vec::len).sum();
+    graph.retain(|m, _| !CIRCLE_CHECK_SKIPS.iter().any(|s| m.starts_with(s)));
+    assert!(
+        edges > 50,
+        "only {edges} import edges found: the scan is broken"
+    );
+    if let Some(cycle) = a_cycle(&graph) {
+        panic!("an import circle: {}", cycle.join(" → "));
+    }
+}
+
+#[test]
+fn the_circle_check_catches_a_circle() {
+    let file = |m: &str, t: &str| (m.to_owned(), t.to_owned());
+    let files = [
+        file("history", "mod writer; mod cluster; use writer::Msg;"),
+        file(
+            "history::writer",
+            "use super::{HistoryError, cluster::insert};",
+        ),
+        file(
+            "history::cluster",
+            "use super::writer::Msg;\n// crate::history::query",
+        ),
+        file("history::query", "use crate::history::{self, writer};"),
+    ];
+    assert_eq!(
+        named_paths("history::writer", &files[1].1),
+        ["history::HistoryError", "history::cluster::insert"]
+    );
+    let graph = import_graph(&files);
+    let cycle = a_cycle(&graph).expect("writer ↔ cluster is a circle");
+    assert!(cycle.contains(&"history::cluster".to_owned()), "{cycle:?}");
+    // Without writer → cluster: query → writer and cluster → writer only.
+    let files = [
+        files[0].clone(),
+        file("history::writer", "use super::HistoryError;"),
+        files[2].clone(),
+        files[3].clone(),
+    ];
+    assert_eq!(a_cycle(&import_graph(&files)), None);
+}

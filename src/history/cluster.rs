@@ -3,39 +3,15 @@
 //! A fact with a dedupe key (a raft term, a member, a gap) is stored once
 //! whatever restarts; see [`ClusterEventKind::dedupe_key`].
 
-use rusqlite::{params, Connection, Transaction};
+use rusqlite::{params, Connection};
 
 use super::query::Query;
 use super::writer::Msg;
 use super::{HistoryError, Reader, Store};
 use crate::events::cluster::{ClusterBaseline, ClusterEvent};
 
-/// Schema step: the cluster events table.
-pub(super) const MIGRATION: &str = "
-CREATE TABLE cluster_events (
-    id     INTEGER PRIMARY KEY,
-    at_ms  INTEGER NOT NULL,
-    type   TEXT    NOT NULL,
-    dedupe TEXT    UNIQUE,
-    json   TEXT    NOT NULL
-);
-CREATE INDEX cluster_events_by_time ON cluster_events (at_ms);
-";
-
 /// Most membership and alarm events read to rebuild the baseline.
 const BASELINE_ROWS: i64 = 10_000;
-
-pub(super) fn insert(tx: &Transaction<'_>, e: &ClusterEvent) -> Result<(), HistoryError> {
-    let json = serde_json::to_string(e).map_err(|source| HistoryError::Json {
-        what: "a cluster event".into(),
-        source,
-    })?;
-    tx.execute(
-        "INSERT OR IGNORE INTO cluster_events (at_ms, type, dedupe, json) VALUES (?1, ?2, ?3, ?4)",
-        params![e.at_ms, e.kind.name(), e.kind.dedupe_key_at(e.at_ms), json],
-    )?;
-    Ok(())
-}
 
 fn parse(json: String) -> Result<ClusterEvent, HistoryError> {
     serde_json::from_str(&json).map_err(|source| HistoryError::Json {

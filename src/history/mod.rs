@@ -30,9 +30,11 @@
 
 pub mod cluster;
 mod export;
+mod meta;
 mod pg;
 mod query;
 mod schema;
+mod sqlite_write;
 mod summary;
 mod time;
 pub mod window;

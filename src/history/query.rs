@@ -7,7 +7,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::schema::{CLUSTER_KEY, RESUME_KEY, WATCHED_KEY};
+use super::meta::{CLUSTER_KEY, RESUME_KEY, WATCHED_KEY};
 use super::time::format_ms;
 use super::HistoryError;
 use crate::election::{FenceReason, Layout};

@@ -15,16 +15,8 @@ use super::HistoryError;
 /// How long a connection waits for a lock held by another connection.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The resume revision's key in `watcher_state`.
-pub(super) const RESUME_KEY: &str = "resume_revision";
-/// The etcd cluster id last recorded (its u64 bits as i64).
-pub(super) const CLUSTER_KEY: &str = "cluster_id";
-/// The current timeline (`terms.epoch`); absent means 0.
-pub(super) const EPOCH_KEY: &str = "epoch";
-/// The last moment (unix ms) the history's watcher is known to have been
-/// live: the commit of a batch, or a caught-up heartbeat (issue 20.7).
-/// Time after it, until a watcher is live again, was not watched.
-pub(super) const WATCHED_KEY: &str = "watched_at_ms";
+// The meta keys live in `meta.rs`; named here too, where pg/ reads them.
+pub(super) use super::meta::{CLUSTER_KEY, RESUME_KEY, WATCHED_KEY};
 
 const V1: &str = "
 CREATE TABLE terms (
@@ -108,8 +100,41 @@ CREATE INDEX terms_ended ON terms (ended_at_ms) WHERE ended_at_ms IS NOT NULL;
 CREATE INDEX terms_open ON terms (election, started_revision) WHERE ended_at_ms IS NULL;
 ";
 
+/// etcd's own events (`cluster.rs`).
+const V3: &str = "
+CREATE TABLE cluster_events (
+    id     INTEGER PRIMARY KEY,
+    at_ms  INTEGER NOT NULL,
+    type   TEXT    NOT NULL,
+    dedupe TEXT    UNIQUE,
+    json   TEXT    NOT NULL
+);
+CREATE INDEX cluster_events_by_time ON cluster_events (at_ms);
+";
+
+/// The `elections` table (`summary.rs`), filled from what is stored; and an
+/// index for "terms seen starting since", which the overview and the list
+/// API count.
+const V4: &str = "
+CREATE TABLE elections (
+    election      TEXT    PRIMARY KEY,
+    terms         INTEGER NOT NULL DEFAULT 0,
+    refusals      INTEGER NOT NULL DEFAULT 0,
+    last_event_ms INTEGER
+) WITHOUT ROWID;
+INSERT INTO elections (election, terms, refusals, last_event_ms)
+SELECT n,
+       (SELECT COUNT(*) FROM terms WHERE election = n),
+       (SELECT COUNT(*) FROM refusals WHERE election = n),
+       (SELECT MAX(at_ms) FROM events WHERE election = n)
+FROM (SELECT election AS n FROM events WHERE election <> ''
+      UNION SELECT election FROM terms
+      UNION SELECT election FROM refusals);
+CREATE INDEX terms_seen_starting ON terms (started_at_ms) WHERE from_snapshot = 0;
+";
+
 /// Every migration, in order; `user_version` counts those applied.
-const MIGRATIONS: &[&str] = &[V1, V2, super::cluster::MIGRATION, super::summary::MIGRATION];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

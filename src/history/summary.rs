@@ -19,26 +19,6 @@ use super::query::{open_terms_of, open_terms_within, ElectionSummary};
 use super::time::format_ms;
 use super::{HistoryError, Reader};
 
-/// Schema step: the table, filled from what is stored; and an index for
-/// "terms seen starting since", which the overview and the list API count.
-pub(super) const MIGRATION: &str = "
-CREATE TABLE elections (
-    election      TEXT    PRIMARY KEY,
-    terms         INTEGER NOT NULL DEFAULT 0,
-    refusals      INTEGER NOT NULL DEFAULT 0,
-    last_event_ms INTEGER
-) WITHOUT ROWID;
-INSERT INTO elections (election, terms, refusals, last_event_ms)
-SELECT n,
-       (SELECT COUNT(*) FROM terms WHERE election = n),
-       (SELECT COUNT(*) FROM refusals WHERE election = n),
-       (SELECT MAX(at_ms) FROM events WHERE election = n)
-FROM (SELECT election AS n FROM events WHERE election <> ''
-      UNION SELECT election FROM terms
-      UNION SELECT election FROM refusals);
-CREATE INDEX terms_seen_starting ON terms (started_at_ms) WHERE from_snapshot = 0;
-";
-
 /// What one transaction adds to one election's row.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Delta {

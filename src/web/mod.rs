@@ -14,6 +14,7 @@ pub mod queue;
 pub mod recording;
 pub mod replays;
 mod scrape;
+mod shared;
 mod text;
 pub mod timeline;
 

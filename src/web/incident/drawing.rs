@@ -5,9 +5,9 @@
 use askama::Template;
 
 use super::window::Window;
-use crate::events::cluster::ClusterEvent;
 use crate::history::{format_duration_ms, short_time};
-use crate::web::pages::election_href;
+use crate::web::shared::marks::{cluster_title, not_watched_text};
+use crate::web::shared::urls::election_href;
 use crate::web::text::truncate;
 use crate::web::timeline::{self, Input, Px};
 
@@ -183,47 +183,6 @@ pub fn layout(w: &Window, now: i64, width: f64) -> Drawing {
         cluster,
         now_x: (now >= w.sel.from_ms && now <= w.sel.to_ms).then(|| Px(x(now))),
     }
-}
-
-/// Leaderless time when part of the window was not watched: what was
-/// watched is a lower bound, the rest unknown (issue 20.7).
-pub fn not_watched_text(watched_ms: i64, since_ms: i64) -> String {
-    format!(
-        "unknown (≥ {}; not watched since {})",
-        format_duration_ms(watched_ms),
-        short_time(since_ms)
-    )
-}
-
-/// etcd's events as markers of a per-election drawing laid out for
-/// `[from, to]`.
-pub fn cluster_markers(
-    t: &timeline::Timeline,
-    events: &[ClusterEvent],
-    from: i64,
-    to: i64,
-) -> Vec<timeline::ClusterMarker> {
-    let (left, right) = (t.plot_left.0, t.plot_right.0);
-    let span = (to - from).max(1) as f64;
-    events
-        .iter()
-        .filter(|e| e.at_ms >= from && e.at_ms <= to && e.kind.name() != "gap")
-        .map(|e| timeline::ClusterMarker {
-            x: Px(left + (e.at_ms - from) as f64 / span * (right - left)),
-            kind: e.kind.name(),
-            title: cluster_title(e),
-        })
-        .collect()
-}
-
-/// Hover text of one cluster event: what, when, how sure.
-pub fn cluster_title(e: &ClusterEvent) -> String {
-    let when = match e.not_before_ms {
-        Some(nb) if nb == e.at_ms => format!("at {}", short_time(e.at_ms)),
-        Some(nb) => format!("between {} and {}", short_time(nb), short_time(e.at_ms)),
-        None => format!("seen {} (when it happened: unknown)", short_time(e.at_ms)),
-    };
-    format!("{}\n{when}", e.kind.describe())
 }
 
 // ---------------------------------------------------------------------------

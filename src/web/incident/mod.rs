@@ -38,14 +38,14 @@ pub mod report;
 pub mod window;
 
 pub use crate::web::replays::ReplayMark;
-pub use drawing::{
-    cluster_markers, cluster_title, layout, not_watched_text, render_svg, ClusterMark, Drawing, Row,
-};
+pub use crate::web::shared::glob::glob_match;
+pub use crate::web::shared::marks::{cluster_markers, cluster_title, not_watched_text};
+pub use drawing::{layout, render_svg, ClusterMark, Drawing, Row};
 pub use report::{
     build_report, leaderless_stretches, report_markdown, Report, ReportClusterEvent,
     ReportElection, ReportRefusal, ReportTerm,
 };
-pub use window::{glob_match, load, Lane, SelectError, Selection, Window, LOAD_BUDGET};
+pub use window::{load, Lane, SelectError, Selection, Window, LOAD_BUDGET};
 
 /// Lanes per page unless `per_page` says otherwise.
 pub const DEFAULT_LANES: usize = 100;

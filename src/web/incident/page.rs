@@ -13,7 +13,8 @@ use super::{DEFAULT_LANES, MAX_LANES_PER_PAGE};
 use crate::events::cluster::ClusterEvent;
 use crate::events::now_ms;
 use crate::history::{format_duration_ms, format_ms, short_time};
-use crate::web::pages::{decode_component, encode_component, error_page, render, Head};
+use crate::web::shared::urls::{decode_component, encode_component};
+use crate::web::shared::{error_page, render, Head};
 use crate::web::timeline;
 use crate::web::AppState;
 

@@ -26,17 +26,14 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 
-use super::election_view::{EtcdAnswer, PageInput};
-use super::error::error_page;
+use super::election_input::{EtcdAnswer, History, PageInput, Params, Window};
+pub use super::election_input::{MAX_ROWS, STALE_PAD};
 use super::render;
-use super::urls::query_pairs;
 use crate::election::ElectionName;
-use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, Event, EventKind};
-use crate::history::{
-    self, format_ms, parse_time, ElectionSummary, Query, Reader, RefusalRow, TermRow,
-};
-use crate::web::replays::{self, ReplayMark};
+use crate::history::{self, format_ms, parse_time, Query, Reader};
+use crate::web::replays;
+use crate::web::shared::error_page;
 use crate::web::timeline::GapMark;
 use crate::web::AppState;
 
@@ -44,71 +41,10 @@ use crate::web::AppState;
 pub const ETCD_WAIT: Duration = Duration::from_millis(1500);
 /// Default window of the timeline.
 pub const DEFAULT_WINDOW_MS: i64 = 3_600_000;
-/// A quiet election's default window ends this long after its last event.
-pub const STALE_PAD: i64 = 5 * 60_000;
 /// The shortest default window (for an election younger than an hour).
 pub const MIN_DEFAULT_WINDOW_MS: i64 = 2 * 60_000;
 /// Rows per table unless `limit` says otherwise.
 pub const DEFAULT_ROWS: usize = 100;
-/// The most rows a table shows.
-pub const MAX_ROWS: usize = 5000;
-
-/// The query parameters of the timeline page, as given.
-#[derive(Debug, Default, Clone)]
-pub(super) struct Params {
-    pub(super) from: Option<String>,
-    pub(super) to: Option<String>,
-    pub(super) limit: Option<String>,
-}
-
-impl Params {
-    fn parse(raw: Option<&str>) -> Params {
-        let mut p = Params::default();
-        for (k, v) in query_pairs(raw) {
-            match k {
-                "from" => p.from = Some(v),
-                "to" => p.to = Some(v),
-                "limit" => p.limit = Some(v),
-                _ => {}
-            }
-        }
-        p
-    }
-}
-
-/// The window shown and how it was chosen.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Window {
-    pub(super) from_ms: i64,
-    pub(super) to_ms: i64,
-    /// No `from`/`to` given and the election was quiet for the last hour.
-    pub(super) quiet: bool,
-    /// No `from`/`to` given and the election's history is younger than an
-    /// hour: the window starts shortly before its first term.
-    pub(super) young: bool,
-}
-
-/// What the history says about one election in one window.
-pub(super) struct History {
-    pub(super) summary: Option<ElectionSummary>,
-    pub(super) window: Window,
-    pub(super) terms: Vec<TermRow>,
-    /// The newest events of the window (at least `limit` when there are
-    /// that many), oldest first.
-    pub(super) events: Vec<Event>,
-    /// `events` is every event of the window.
-    pub(super) events_complete: bool,
-    /// The watcher gaps of the whole window.
-    pub(super) gaps: Vec<GapMark>,
-    /// What was replayed in the window: those changes' times are bounds.
-    pub(super) replays: Vec<ReplayMark>,
-    pub(super) refusals: Vec<RefusalRow>,
-    pub(super) known_since_ms: Option<i64>,
-    /// etcd's own events in the window (issue 14).
-    pub(super) cluster: Vec<ClusterEvent>,
-    /// No watcher has been live since then (`None`: one is live now).
-    pub(super) unwatched_since: Option<i64>,
-}
 
 enum PageError {
     BadRequest(String),

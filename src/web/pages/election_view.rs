@@ -8,49 +8,15 @@ use std::time::Duration;
 
 use askama::Template;
 
-use super::election::{History, Params, Window, MAX_ROWS, STALE_PAD};
+use super::election_input::{EtcdAnswer, History, PageInput, Params, Window, MAX_ROWS, STALE_PAD};
 use super::urls::{election_href, encode_component};
 use super::{ago, Head};
-use crate::election::{ElectionName, LeaderStatus};
+use crate::election::ElectionName;
 use crate::events::{EndCause, Event, EventKind, OpenTerm};
 use crate::history::{self, format_duration_ms, format_ms, short_time, TermRow};
 use crate::web::replays::{duration_text, Moment, ReplayMark};
+use crate::web::shared::marks;
 use crate::web::timeline::{self, Input, Timeline};
-use crate::web::{incident, AppState};
-
-/// etcd's view of the current leader, or why the page goes without it.
-pub(super) struct EtcdAnswer {
-    /// `None`: nobody leads, or etcd did not answer (`note` says which).
-    pub(super) leader: Option<LeaderStatus>,
-    /// What the page says when etcd did not answer.
-    pub(super) note: Option<String>,
-}
-
-impl EtcdAnswer {
-    /// etcd did not answer: the page says `note`.
-    pub(super) fn missing(note: String) -> Self {
-        EtcdAnswer {
-            leader: None,
-            note: Some(note),
-        }
-    }
-
-    pub(super) fn answered(&self) -> bool {
-        self.note.is_none()
-    }
-}
-
-/// Everything the timeline page is built from.
-pub(super) struct PageInput<'a> {
-    pub(super) state: &'a AppState,
-    pub(super) name: &'a ElectionName,
-    pub(super) params: &'a Params,
-    /// Rows per table.
-    pub(super) limit: usize,
-    pub(super) now: i64,
-    pub(super) history: History,
-    pub(super) etcd: EtcdAnswer,
-}
 
 impl PageInput<'_> {
     pub(super) fn build(&self) -> TimelinePage {
@@ -116,7 +82,7 @@ impl PageInput<'_> {
             terms_drawn: tl.terms_drawn,
             terms_merged: tl.terms_merged,
             leaderless_total: match &tl.not_watched {
-                Some(nw) => incident::not_watched_text(tl.leaderless_ms, nw.from_ms),
+                Some(nw) => marks::not_watched_text(tl.leaderless_ms, nw.from_ms),
                 None => format_duration_ms(tl.leaderless_ms),
             },
             leaderless_count: tl.leaderless.iter().map(|s| s.count).sum(),
@@ -149,7 +115,7 @@ impl PageInput<'_> {
             width: timeline::WIDTH,
         };
         let mut tl = timeline::layout(&input);
-        tl.cluster = incident::cluster_markers(&tl, &h.cluster, w.from_ms, w.to_ms);
+        tl.cluster = marks::cluster_markers(&tl, &h.cluster, w.from_ms, w.to_ms);
         let title = format!(
             "Leadership of {} from {} to {} UTC",
             self.name,
@@ -161,7 +127,7 @@ impl PageInput<'_> {
             width: timeline::NARROW_WIDTH,
             ..input
         });
-        narrow.cluster = incident::cluster_markers(&narrow, &h.cluster, w.from_ms, w.to_ms);
+        narrow.cluster = marks::cluster_markers(&narrow, &h.cluster, w.from_ms, w.to_ms);
         let svg_narrow = render_svg(&narrow, &title);
         (tl, svg, svg_narrow)
     }

@@ -11,37 +11,33 @@
 //! - History queries run on blocking threads; a page never fails because
 //!   etcd is down (see `election.rs`).
 //!
-//! Files: `assets.rs` (static assets, the HTML headers and CSP), `urls.rs`
-//! (URL and query coding), `error.rs` (the error page), `overview.rs`,
-//! `election.rs` (the timeline page's query, window and history),
-//! `election_view.rs` (what that page shows, built from what was loaded).
+//! Files: `overview.rs`, `election.rs` (the timeline page's query, window
+//! and history), `election_view.rs` (what that page shows, built from what
+//! was loaded). The frame every HTML page shares (head, render, error page,
+//! assets, URL coding) is `web/shared/`, which `/timeline` uses too.
 
-mod assets;
 mod election;
+mod election_input;
 mod election_view;
-mod error;
 mod overview;
-pub(crate) mod urls;
+pub(crate) use super::shared::urls;
 
 use std::sync::Arc;
 
-use askama::Template;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::Redirect;
 use axum::routing::get;
 use axum::Router;
 
+use super::shared::{assets, render, Head};
 use super::AppState;
-use crate::history::{format_duration_ms, short_time};
+use crate::history::format_duration_ms;
 
+pub use super::shared::urls::{election_href, encode_component};
 pub use election::{
     DEFAULT_ROWS, DEFAULT_WINDOW_MS, ETCD_WAIT, MAX_ROWS, MIN_DEFAULT_WINDOW_MS, STALE_PAD,
 };
 pub use election_view::render_svg;
-pub(super) use error::error_page;
 pub use overview::{OVERVIEW_MAX_PAGE, OVERVIEW_PAGE};
-pub(super) use urls::decode_component;
-pub use urls::{election_href, encode_component};
 
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()
@@ -53,49 +49,6 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/elections/{*name}", get(election::election_page))
         .route("/static/app.css", get(assets::css))
         .route("/static/live.js", get(assets::js))
-}
-
-/// What the header of every page shows.
-pub(super) struct Head {
-    pub(super) title: String,
-    pub(super) css: String,
-    pub(super) js: String,
-    pub(super) etcd_up: bool,
-    pub(super) revision: i64,
-    pub(super) rendered_at: String,
-    /// The server's clock (unix ms), so the script's counters do not
-    /// depend on the browser's clock being right.
-    pub(super) now_ms: i64,
-}
-
-impl Head {
-    pub(super) fn new(state: &AppState, title: String, now: i64) -> Self {
-        Head {
-            title,
-            css: assets::css_href(),
-            js: assets::js_href(),
-            etcd_up: state.readiness.etcd_up(),
-            revision: state.readiness.revision(),
-            rendered_at: short_time(now)[..19].to_owned(),
-            now_ms: now,
-        }
-    }
-}
-
-/// A page as HTML with the pages' headers, or a plain 500 when the
-/// template fails.
-pub(super) fn render<T: Template>(status: StatusCode, page: &T) -> Response {
-    match page.render() {
-        Ok(body) => assets::html(status, body),
-        Err(e) => {
-            tracing::error!(error = %e, "rendering a page");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "rendering the page failed\n",
-            )
-                .into_response()
-        }
-    }
 }
 
 /// `text` ago, for "last event 5m 02s ago".

@@ -17,7 +17,8 @@ use std::collections::HashMap;
 use crate::history::{
     self, format_duration_ms, short_time, ElectionSummary, PageFrom, Query, Reader,
 };
-use crate::web::{incident, timeline, AppState};
+use crate::web::shared::glob::glob_match;
+use crate::web::{timeline, AppState};
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -352,11 +353,7 @@ fn sorted(
         |m: &HashMap<String, u64>, e: &ElectionSummary| m.get(&e.election).copied().unwrap_or(0);
     let mut rows: Vec<&ElectionSummary> = summaries
         .iter()
-        .filter(|e| {
-            p.glob
-                .as_deref()
-                .is_none_or(|g| incident::glob_match(g, &e.election))
-        })
+        .filter(|e| p.glob.as_deref().is_none_or(|g| glob_match(g, &e.election)))
         .collect();
     let matching = rows.len();
     let leaderless = rows.iter().filter(|e| e.current.is_none()).count();

@@ -282,7 +282,7 @@ pub struct Timeline {
     pub refusals: Vec<Marker>,
     pub gaps: Vec<Marker>,
     /// etcd's own events (issue 14): set by the page after layout
-    /// ([`crate::web::incident::cluster_markers`]); empty from [`layout`].
+    /// ([`crate::web::shared::marks::cluster_markers`]); empty from [`layout`].
     pub cluster: Vec<ClusterMarker>,
     /// Where "now" is, when it is inside the window.
     pub now_x: Option<Px>,

@@ -40,11 +40,11 @@ fn asset(body: &'static str, content_type: &'static str) -> Response {
         .into_response()
 }
 
-pub(super) async fn css() -> Response {
+pub(in crate::web) async fn css() -> Response {
     asset(CSS, "text/css; charset=utf-8")
 }
 
-pub(super) async fn js() -> Response {
+pub(in crate::web) async fn js() -> Response {
     asset(JS, "text/javascript; charset=utf-8")
 }
 

@@ -1,0 +1,62 @@
+//! What every HTML page shares, whichever view it belongs to (the pages
+//! and the incident view both import it, and it imports neither): the
+//! head, rendering, the error page, static assets and headers, URL coding,
+//! the name glob, and the cluster marks both timelines draw.
+
+pub(crate) mod assets;
+mod error;
+pub(crate) mod glob;
+pub(crate) mod marks;
+pub(crate) mod urls;
+
+use askama::Template;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use crate::history::short_time;
+
+pub(in crate::web) use error::error_page;
+
+/// What the header of every page shows.
+pub(in crate::web) struct Head {
+    pub(in crate::web) title: String,
+    pub(in crate::web) css: String,
+    pub(in crate::web) js: String,
+    pub(in crate::web) etcd_up: bool,
+    pub(in crate::web) revision: i64,
+    pub(in crate::web) rendered_at: String,
+    /// The server's clock (unix ms), so the script's counters do not
+    /// depend on the browser's clock being right.
+    pub(in crate::web) now_ms: i64,
+}
+
+impl Head {
+    pub(in crate::web) fn new(state: &AppState, title: String, now: i64) -> Self {
+        Head {
+            title,
+            css: assets::css_href(),
+            js: assets::js_href(),
+            etcd_up: state.readiness.etcd_up(),
+            revision: state.readiness.revision(),
+            rendered_at: short_time(now)[..19].to_owned(),
+            now_ms: now,
+        }
+    }
+}
+
+/// A page as HTML with the pages' headers, or a plain 500 when the
+/// template fails.
+pub(in crate::web) fn render<T: Template>(status: StatusCode, page: &T) -> Response {
+    match page.render() {
+        Ok(body) => assets::html(status, body),
+        Err(e) => {
+            tracing::error!(error = %e, "rendering a page");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "rendering the page failed\n",
+            )
+                .into_response()
+        }
+    }
+}

@@ -221,16 +221,6 @@ impl State {
                 e.waiting_reported = count;
             }
         }
-        // Dirty: only the elections whose waiting count differs from the
-        // one last reported (all `waiting_changes` would hand out), not
-        // every election (issue 23: 100,000 names cloned, then each looked
-        // up again, at every start-up).
-        self.dirty = self
-            .elections
-            .iter()
-            .filter(|(_, e)| e.waiting() != e.waiting_reported)
-            .map(|(n, _)| n.clone())
-            .collect();
         let open: HashMap<&str, &OpenTerm> =
             open.iter().map(|t| (t.election.as_str(), t)).collect();
         let mut events = Vec::new();
@@ -266,6 +256,16 @@ impl State {
                 }
             }
         }
+        // Dirty, now the leaders are known: only the elections whose
+        // waiting count differs from the one last reported (all that
+        // `waiting_changes` would hand out), not every election (issue 23:
+        // 100,000 names cloned, then each looked up again, at start-up).
+        self.dirty = self
+            .elections
+            .iter()
+            .filter(|(_, e)| e.waiting() != e.waiting_reported)
+            .map(|(n, _)| n.clone())
+            .collect();
         let before = std::mem::take(&mut self.collisions);
         self.holding = self
             .elections

@@ -73,6 +73,16 @@ impl Leases {
         }
     }
 
+    /// Room for `n` leading elections at once: a snapshot's 100,000
+    /// would otherwise grow (and rehash) every table many times (issue 23).
+    fn reserve(&mut self, n: usize) {
+        self.current.reserve(n);
+        self.in_fresh.reserve(n);
+        self.fresh.reserve(n);
+        self.queued.reserve(n);
+        self.queue.reserve(n);
+    }
+
     fn ended(&mut self, election: &str) {
         if let Some(lease) = self.current.remove(election) {
             self.samples.remove(&lease);
@@ -364,6 +374,7 @@ impl Watcher {
             return;
         };
         *l = Leases::default();
+        l.reserve(state.len());
         for (name, t) in state.leaders() {
             if t.lease_id != 0 {
                 l.leads(name, t.lease_id);

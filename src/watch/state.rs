@@ -3,6 +3,7 @@
 //! is tested without etcd and replays the same way every time.
 
 use std::collections::HashMap;
+use std::ops::Bound;
 
 use crate::election::keys::MAX_CANDIDATE_LEN;
 use crate::election::Layout;
@@ -224,8 +225,17 @@ impl State {
                 e.waiting_reported = count;
             }
         }
-        self.dirty = self.elections.keys().cloned().collect();
         let mut events = self.reconcile(revision, open, at_ms);
+        // Dirty, now the leaders are known: only the elections whose
+        // waiting count differs from the one last reported (all that
+        // `waiting_changes` would hand out), not every election (issue 23:
+        // 100,000 names cloned, then each looked up again, at start-up).
+        self.dirty = self
+            .elections
+            .iter()
+            .filter(|(_, e)| e.waiting() != e.waiting_reported)
+            .map(|(n, _)| n.clone())
+            .collect();
         events.extend(self.collisions_after_load(revision, at_ms));
         (events, statuses)
     }
@@ -307,13 +317,18 @@ impl State {
             .filter(|a| self.holding.contains(*a))
             .map(|a| (a.to_owned(), name.to_owned()))
             .collect();
-        // `/` sorts right below `0`: every name under `name/` is here.
-        let nested = format!("{name}/")..format!("{name}0");
-        pairs.extend(
-            self.holding
-                .range(nested)
-                .map(|n| (name.to_owned(), n.clone())),
-        );
+        // Every name under `name/` follows `name`, after the ones that go on
+        // with a byte below `/` (`name-x`): found without building the
+        // bounds (issue 23: two strings per election at every start-up).
+        let nested = self
+            .holding
+            .range::<str, _>((Bound::Excluded(name), Bound::Unbounded))
+            .map(|n| (n, n.strip_prefix(name).map(|rest| rest.bytes().next())))
+            // `name-x`, `name.x`, …: below `name/`.
+            .skip_while(|(_, next)| matches!(next, Some(Some(b)) if *b < b'/'))
+            .take_while(|(_, next)| *next == Some(Some(b'/')))
+            .map(|(n, _)| n);
+        pairs.extend(nested.map(|n| (name.to_owned(), n.clone())));
         pairs
     }
 

@@ -24,6 +24,10 @@ const WRITER_LOCK_TIMEOUT: &str = "5s";
 
 /// The statements of the write path, prepared once per connection.
 struct Stmts {
+    /// The fence row, locked: the first statement of every transaction
+    /// (prepared once: as a string it was parsed again each time, one
+    /// more round trip per commit, issue 23).
+    fence: Statement,
     read_state: Statement,
     set_state: Statement,
     /// The rows of events, terms, refusals and the `elections` table.
@@ -156,6 +160,8 @@ impl PgWriter {
             migrate(client, url)?;
         }
         let stmts = Stmts {
+            fence: client
+                .prepare("SELECT token, generation FROM history_writer WHERE id = 1 FOR UPDATE")?,
             read_state: client.prepare("SELECT value FROM watcher_state WHERE key = $1")?,
             set_state: client.prepare(
                 "INSERT INTO watcher_state (key, value) VALUES ($1, $2)
@@ -191,15 +197,13 @@ impl PgWriter {
     /// no-op when it is already there).
     fn fence(
         tx: &mut Transaction<'_>,
+        read: &Statement,
         token: i64,
         generation: i64,
         holder: &str,
         refused: &AtomicU64,
     ) -> Result<(), HistoryError> {
-        let row = tx.query_one(
-            "SELECT token, generation FROM history_writer WHERE id = 1 FOR UPDATE",
-            &[],
-        )?;
+        let row = tx.query_one(read, &[])?;
         let (stored, current): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
         if stored > token || generation != current {
             refused.fetch_add(1, Ordering::Relaxed);
@@ -238,7 +242,14 @@ impl WriteConn for PgWriter {
         let client = self.conn.get()?;
         let result = (|| {
             let mut tx = client.transaction()?;
-            Self::fence(&mut tx, token, claimed, &holder, &refused)?;
+            Self::fence(
+                &mut tx,
+                &self.stmts.fence,
+                token,
+                claimed,
+                &holder,
+                &refused,
+            )?;
             let revision = f(&mut PgTx {
                 tx: &mut tx,
                 stmts: &self.stmts,
@@ -257,7 +268,14 @@ impl WriteConn for PgWriter {
         let holder = self.holder.clone();
         let client = self.conn.get()?;
         let mut tx = client.transaction()?;
-        Self::fence(&mut tx, token, claimed, &holder, &refused)?;
+        Self::fence(
+            &mut tx,
+            &self.stmts.fence,
+            token,
+            claimed,
+            &holder,
+            &refused,
+        )?;
         summary::before_prune(&mut tx, cutoff)?;
         let events = tx.execute("DELETE FROM events WHERE at_ms < $1", &[&cutoff])?;
         let refusals = tx.execute("DELETE FROM refusals WHERE at_ms < $1", &[&cutoff])?;

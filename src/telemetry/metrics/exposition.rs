@@ -3,6 +3,7 @@
 //! the text that encoder would produce (families by name, series by label
 //! values, `# HELP`/`# TYPE` headers, empty families left out).
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use prometheus::proto::MetricFamily;
@@ -15,8 +16,8 @@ use super::families::{
 };
 
 /// Appends every family to `out`, in name order: `registry`'s (as
-/// gathered) and the per-election ones of `elections` (sorted by name),
-/// the opt-in ones only when `detail`.
+/// gathered) and the per-election ones of `elections` (sorted by name,
+/// names unescaped), the opt-in ones only when `detail`.
 pub(super) fn write_all(
     out: &mut String,
     registry: &[MetricFamily],
@@ -42,13 +43,15 @@ pub(super) fn write_all(
             .map(|f| (f.name, Part::Election(f))),
     );
     parts.sort_by(|a, b| a.0.cmp(b.0));
+    let names = escaped_names(elections);
+    let elections: Vec<(&str, &Election)> = names.iter().map(|(n, e)| (n.as_ref(), *e)).collect();
     for (_, part) in parts {
         match part {
             // Encoding fails only for an empty family, which gather() prunes.
             Part::Registry(mf) => {
                 let _ = TextEncoder::new().encode_utf8(std::slice::from_ref(mf), out);
             }
-            Part::Election(f) => write_family(out, f, elections),
+            Part::Election(f) => write_family(out, f, &elections),
         }
     }
 }
@@ -74,7 +77,8 @@ fn push_escaped(out: &mut String, v: &str, quotes: bool) {
 }
 
 /// One sample line of `f`: `name{l1="v1",...} value`, its labels named by
-/// the family's declaration (`values` in that order), then `le` if given.
+/// the family's declaration (`values` in that order, already escaped), then
+/// `le` if given.
 fn sample(out: &mut String, f: &Family, suffix: &str, values: &[&str], le: Option<&str>, v: f64) {
     out.push_str(f.name);
     out.push_str(suffix);
@@ -90,14 +94,66 @@ fn sample(out: &mut String, f: &Family, suffix: &str, values: &[&str], le: Optio
         out.push(sep);
         out.push_str(k);
         out.push_str("=\"");
-        push_escaped(out, val, true);
+        out.push_str(val);
         out.push('"');
         sep = ',';
     }
     if sep != '{' {
         out.push('}');
     }
-    let _ = writeln!(out, " {v}");
+    out.push(' ');
+    push_value(out, v);
+    out.push('\n');
+}
+
+/// `v` exactly as `{v}` (`Display`, what the registry's encoder writes)
+/// would write it, without the formatting machinery (issue 23: it was a
+/// third of a render): whole numbers by `itoa`; others by `ryu` when its
+/// text is a plain decimal of at most 15 significant digits (then the only
+/// shortest one: both give it); the rest (17-digit ties, which the two
+/// round differently, exponents, infinities) by `Display`.
+fn push_value(out: &mut String, v: f64) {
+    const WHOLE: f64 = 1e15;
+    if v.fract() == 0.0 && v.abs() < WHOLE && !(v == 0.0 && v.is_sign_negative()) {
+        // Exact: a whole number below 2^53.
+        out.push_str(itoa::Buffer::new().format(v as i64));
+        return;
+    }
+    if v.is_finite() && (1e-4..WHOLE).contains(&v.abs()) {
+        let mut b = ryu::Buffer::new();
+        let text = b.format_finite(v);
+        let significant = text
+            .bytes()
+            .filter(u8::is_ascii_digit)
+            .skip_while(|&d| d == b'0')
+            .count();
+        if significant <= 15 {
+            out.push_str(text);
+            return;
+        }
+    }
+    let _ = write!(out, "{v}");
+}
+
+/// The label values of election names, escaped once per render rather
+/// than once per sample.
+fn escaped_names<'a>(elections: &[(&'a str, &'a Election)]) -> Vec<(Cow<'a, str>, &'a Election)> {
+    elections
+        .iter()
+        .map(|&(n, e)| (escape(n, true), e))
+        .collect()
+}
+
+fn escape(v: &str, quotes: bool) -> Cow<'_, str> {
+    let needs = v
+        .bytes()
+        .any(|b| b == b'\\' || b == b'\n' || (quotes && b == b'"'));
+    if !needs {
+        return Cow::Borrowed(v);
+    }
+    let mut out = String::with_capacity(v.len() + 8);
+    push_escaped(&mut out, v, quotes);
+    Cow::Owned(out)
 }
 
 /// Writes one per-election family: its headers and its series sorted as
@@ -160,7 +216,8 @@ fn write_family(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
         Id::LeaderInfo => {
             for &(el, e) in elections {
                 if let Some(t) = &e.term {
-                    sample(out, f, "", &[el, &t.holder_label], None, 1.0);
+                    let holder = escape(&t.holder_label, true);
+                    sample(out, f, "", &[el, &holder], None, 1.0);
                 }
             }
         }
@@ -208,6 +265,61 @@ fn write_family(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
                 };
                 sample(out, f, "", &[el], None, v);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_value;
+
+    /// `push_value` must write what `Display` writes (the registry's
+    /// encoder's text), for every kind of value a series holds and for
+    /// arbitrary bit patterns.
+    #[test]
+    fn values_are_written_exactly_as_display_writes_them() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut values = vec![
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            1e-4,
+            9.99e-5,
+            1e15,
+            1e15 - 1.0,
+            -1e15,
+            1e16,
+            1e21,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            (1u64 << 53) as f64,
+        ];
+        for _ in 0..200_000 {
+            let r = next();
+            values.push(f64::from_bits(r));
+            // Unix times in seconds from milliseconds (term starts).
+            values.push((r % 4_000_000_000_000) as f64 / 1000.0);
+            // Counters and tokens.
+            values.push((r % (1 << 40)) as f64);
+            // Accrued seconds.
+            values.push((r % 10_000_000) as f64 / 7.0);
+        }
+        let mut out = String::new();
+        for v in values {
+            out.clear();
+            push_value(&mut out, v);
+            assert_eq!(out, format!("{v}"), "bits {:#x}", v.to_bits());
         }
     }
 }

@@ -79,7 +79,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use prometheus::Registry;
 
-use crate::events::{EventKind, OpenTerm, Update, WatchStatus};
+use crate::events::{Event, EventKind, OpenTerm, Update, WatchStatus};
 
 use super::TelemetryError;
 use election::Election;
@@ -196,6 +196,39 @@ impl Metrics {
         elections.get_mut(name)
     }
 
+    /// Creates at once the elections of `events` not yet known, when they
+    /// are many (a snapshot's: 100,000 at start-up): one build of the map
+    /// from sorted names, instead of as many inserts (issue 23: the
+    /// snapshot's batch is applied before `/readyz` says ready). The same
+    /// elections as [`Metrics::apply`]'s loop would create.
+    fn create_many(&self, elections: &mut BTreeMap<String, Box<Election>>, events: &[Event]) {
+        const MANY: usize = 1024;
+        if events.len() < MANY {
+            return;
+        }
+        let mut missing: Vec<&str> = events
+            .iter()
+            .filter(|e| !matches!(e.kind, EventKind::Gap { .. } | EventKind::Reset { .. }))
+            .filter(|e| !e.election.is_empty())
+            .map(|e| cap_label(&e.election, MAX_ELECTION_LABEL_BYTES))
+            .filter(|n| !elections.contains_key(*n))
+            .collect();
+        if missing.len() < MANY {
+            return;
+        }
+        missing.sort_unstable();
+        missing.dedup();
+        let detail = self.options.per_election_detail;
+        let known = std::mem::take(elections);
+        let new = missing
+            .into_iter()
+            .map(|n| (n.to_owned(), Box::new(Election::new(detail))));
+        // Both sorted: the build sorts (stably, a merge of two runs) and
+        // fills the tree in order.
+        *elections = known.into_iter().chain(new).collect();
+        self.p.elections.set(elections.len() as i64);
+    }
+
     /// Gives the terms history holds as open (the resume point) their
     /// series at start-up: the watcher adopts them silently (no event), so
     /// without this an election leading across a restart of `serve` would
@@ -241,6 +274,7 @@ impl Metrics {
         match update {
             Update::Batch(batch) => {
                 let mut elections = self.lock();
+                self.create_many(&mut elections, &batch.events);
                 for event in &batch.events {
                     if let EventKind::Gap { .. } | EventKind::Reset { .. } = event.kind {
                         self.p.gaps.inc();

@@ -378,11 +378,15 @@ async fn patroni_keys_through_bootstrap_switchover_restart_and_crash_failover() 
     );
     assert_eq!((h.timeline, h.reason.as_str()), (2, PROMOTION_REASON));
     assert_eq!(h.leader.as_deref(), Some(c.as_str()));
-    assert_eq!(
-        roles(&since(&log, mark), &c),
-        ["replica", "promoted", "primary"],
-        "{c}"
-    );
+    // Its member key says replica after the kill only if its data changed
+    // before the promotion (a loaded host may not get that far).
+    let c_roles = roles(&since(&log, mark), &c);
+    let c_roles: Vec<&str> = c_roles
+        .iter()
+        .map(String::as_str)
+        .skip_while(|r| *r == "replica")
+        .collect();
+    assert_eq!(c_roles, ["promoted", "primary"], "{c}");
     assert!(
         !pg.pg_is_in_recovery(&b),
         "{b}'s PostgreSQL a primary still: two primaries"

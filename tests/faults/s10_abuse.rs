@@ -513,8 +513,11 @@ async fn abuse(scenario: &str, burst_calls: usize, rate: u32) {
         limited >= burst_calls.saturating_sub(allowed) && limited > 0,
         "{statuses:?}"
     );
+    // 429 (rate) or 503 (etcd did not answer in time: a loaded host) both
+    // tell the caller to retry; nothing else is acceptable.
+    let unavailable = statuses.get(&503).copied().unwrap_or(0);
     assert_eq!(
-        served + limited,
+        served + limited + unavailable,
         burst_calls,
         "every call is served or told to retry: {statuses:?}"
     );

@@ -23,6 +23,10 @@ if [ "${1:-}" = "--test" ]; then
   command -v faketime >/dev/null 2>&1 || need+=(faketime)
   # tests/tls.rs makes its certificates with the openssl command.
   command -v openssl >/dev/null 2>&1 || need+=(openssl)
+  # tests/backup.rs reads the history file with the sqlite3 shell (the online backup);
+  # tests/guard.rs names the guard's process with ps.
+  command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
+  command -v ps >/dev/null 2>&1 || need+=(procps)
   # tests/postgres.rs and the bench's pg measurement start their own PostgreSQL server
   # (initdb, postgres) and use psql.
   { ls /usr/lib/postgresql/*/bin/postgres && command -v psql; } >/dev/null 2>&1 || need+=(postgresql)

@@ -125,6 +125,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
         // Its etcd is new at every start: a kept history would read as a
         // reset each time, and a floor would refuse the demo's campaigns.
         raise_token_floor: false,
+        sources: Vec::new(),
+        sources_only: false,
     };
     let code = serve::run_until(client, serve_args, async {
         let _ = shutdown_signal().await;

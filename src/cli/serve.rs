@@ -45,6 +45,18 @@ pub struct ServeArgs {
     #[arg(long, env = "TENURE_RETENTION", default_value = "30d", value_parser = parse_duration)]
     pub retention: Duration,
 
+    /// Also watch other systems' elections: LAYOUT:PREFIX, repeatable (layouts: `concurrency`,
+    /// etcd's concurrency package, at any depth under PREFIX; `key`, each key one election;
+    /// `tenure`). Their elections are named by key path (`/app/jobs`). Several key ranges
+    /// need etcd 3.4.25+ or 3.5.8+.
+    #[arg(long = "source", env = "TENURE_SOURCES", value_delimiter = ',', value_name = "LAYOUT:PREFIX", value_parser = parse_source)]
+    pub sources: Vec<crate::layout::Source>,
+
+    /// Watch only the --source(s), not tenure's own elections under --prefix (one source per
+    /// serve works on any etcd version).
+    #[arg(long, env = "TENURE_SOURCES_ONLY", requires = "sources")]
+    pub sources_only: bool,
+
     /// At most this many elections are tracked; changes of more are ignored, counted,
     /// logged, and said on the overview and in /readyz.
     #[arg(long, env = "TENURE_MAX_ELECTIONS", default_value = "100000")]
@@ -149,9 +161,12 @@ pub async fn run_with(
         .with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;
     let db = Db::from_arg(&args.db);
+    // Before anything is opened: a --source etcd cannot serve is refused.
+    let cfg = watch_config(&client, &args).await?;
     let metrics = Arc::new(Metrics::with_options(metrics).context("creating metrics")?);
     let readiness = Arc::new(Readiness::with_max_elections(args.max_elections));
-    let (store, resume) = open_history(&client, &args, &db, addr, &metrics, &readiness).await?;
+    let (store, resume) =
+        open_history(&client, &args, &cfg, &db, addr, &metrics, &readiness).await?;
     if let Some(r) = &resume {
         // Terms leading across the restart get their series now: the
         // watcher adopts them without an event.
@@ -176,10 +191,6 @@ pub async fn run_with(
     announce(resume.as_ref(), &db, addr);
 
     let (tx, mut rx) = mpsc::channel::<Update>(4096);
-    let cfg = WatchConfig {
-        max_elections: args.max_elections,
-        ..WatchConfig::default()
-    };
     let watcher = crate::task::spawn("watcher", Watcher::new(client.clone(), cfg).run(resume, tx));
     let (poller, mut crx) = start_cluster_poller(&client, &args, &store, &mut floors).await?;
     let pid = std::process::id();
@@ -302,6 +313,7 @@ impl Sinks<'_> {
 async fn open_history(
     client: &Client,
     args: &ServeArgs,
+    watch: &WatchConfig,
     db: &Db,
     addr: SocketAddr,
     metrics: &Arc<Metrics>,
@@ -334,10 +346,7 @@ async fn open_history(
                     replica::SharedConfig {
                         url: url.clone(),
                         retention: args.retention,
-                        watch: WatchConfig {
-                            max_elections: args.max_elections,
-                            ..WatchConfig::default()
-                        },
+                        watch: watch.clone(),
                         ttl: crate::election::Ttl::from_duration(args.writer_ttl)?,
                         id: replica::candidate_id(addr),
                         metrics: writer_metrics,
@@ -482,4 +491,21 @@ fn serve_event(kind: ClusterEventKind) -> ClusterEvent {
         not_before_ms: Some(now),
         kind,
     }
+}
+
+fn parse_source(spec: &str) -> Result<crate::layout::Source, crate::layout::SourceError> {
+    crate::layout::Source::parse(spec)
+}
+
+/// What the watcher reads and keeps: the sources checked against etcd
+/// (several key ranges need ordered progress notifications).
+async fn watch_config(client: &Client, args: &ServeArgs) -> anyhow::Result<WatchConfig> {
+    let sources = Watcher::sources(client, args.sources.clone(), args.sources_only)
+        .await
+        .context("reading --source")?;
+    Ok(WatchConfig {
+        max_elections: args.max_elections,
+        sources: Some(sources),
+        ..WatchConfig::default()
+    })
 }

@@ -143,6 +143,9 @@ pub struct RangeWatch {
     /// response's header): events at or below it were already history
     /// then, replayed rather than seen as they happened.
     opened_at: Option<i64>,
+    /// Notified by whoever needs a progress notification now (the merge of
+    /// several ranges, waiting to release a revision): one is requested.
+    asks: Option<std::sync::Arc<tokio::sync::Notify>>,
 }
 
 impl RangeWatch {
@@ -166,7 +169,14 @@ impl RangeWatch {
             repeats: Repeats::new(REPEAT_LOG_EVERY),
             max_message_bytes: None,
             opened_at: None,
+            asks: None,
         }
+    }
+
+    /// Requests a progress notification whenever `asks` is notified.
+    pub fn with_progress_asks(mut self, asks: std::sync::Arc<tokio::sync::Notify>) -> Self {
+        self.asks = Some(asks);
+        self
     }
 
     /// Accepts watch responses up to `bytes` (gRPC's default is 4 MiB: one
@@ -286,7 +296,8 @@ impl RangeWatch {
             let Some(stream) = self.stream.as_mut() else {
                 continue;
             };
-            let message = match tokio::time::timeout(self.probe_after, stream.message()).await {
+            let asked = message_or_ask(stream, self.asks.as_deref());
+            let message = match tokio::time::timeout(self.probe_after, asked).await {
                 Ok(m) => m,
                 Err(_) => {
                     let answered = match stream.request_progress().await {
@@ -392,6 +403,25 @@ impl RangeWatch {
                     }
                 }
                 WatchItem::Progress { .. } | WatchItem::Opened { .. } => {}
+            }
+        }
+    }
+}
+
+/// The stream's next message; meanwhile, each notification of `asks`
+/// requests a progress notification (which arrives as a message).
+async fn message_or_ask(
+    stream: &mut WatchStream,
+    asks: Option<&tokio::sync::Notify>,
+) -> Result<Option<etcd_client::WatchResponse>, etcd_client::Error> {
+    let Some(asks) = asks else {
+        return stream.message().await;
+    };
+    loop {
+        tokio::select! {
+            m = stream.message() => return m,
+            () = asks.notified() => {
+                stream.request_progress().await?;
             }
         }
     }

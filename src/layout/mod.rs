@@ -13,7 +13,15 @@
 //!
 //! A layout file imports `crate::election` (the key schema) and
 //! `crate::events` only (tests/layering.rs holds it to that).
+//!
+//! Layouts: `tenure` (its own, under `--prefix`), and other systems' under
+//! a prefix of the operator's (`--source LAYOUT:PREFIX`): `concurrency`
+//! (etcd's `concurrency` package), `key` (one key, one election). Their
+//! elections are named by key path (`path.rs`).
 
+pub mod concurrency;
+pub mod key;
+pub mod path;
 pub mod tenure;
 
 use std::sync::Arc;
@@ -74,6 +82,23 @@ pub struct Source {
     prefix: String,
 }
 
+/// A `--source` that cannot be read, or sources that cannot be read
+/// together.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("`{0}` is not LAYOUT:PREFIX (for example concurrency:/app/elections/); layouts: {layouts}", layouts = NAMES.join(", "))]
+    Malformed(String),
+    #[error("no layout is called `{0}`; layouts: {layouts}", layouts = NAMES.join(", "))]
+    UnknownLayout(String),
+    #[error("the {0} source needs a prefix: it may not claim the whole keyspace")]
+    EmptyPrefix(String),
+    #[error(
+        "sources {0} and {1} overlap: every key must belong to one source; give prefixes \
+         that are not prefixes of one another"
+    )]
+    Overlap(String, String),
+}
+
 impl Source {
     pub fn new(layout: Arc<dyn Layout>, prefix: impl Into<String>) -> Self {
         Self {
@@ -85,6 +110,14 @@ impl Source {
     /// tenure's own layout under `prefix` (`--prefix`).
     pub fn tenure(prefix: &str) -> Self {
         Self::new(Arc::new(tenure::Tenure::new(prefix)), prefix)
+    }
+
+    /// `LAYOUT:PREFIX`, as `--source` takes it.
+    pub fn parse(spec: &str) -> Result<Self, SourceError> {
+        let (name, prefix) = spec
+            .split_once(':')
+            .ok_or_else(|| SourceError::Malformed(spec.to_owned()))?;
+        by_name(name.trim(), prefix)
     }
 
     pub fn layout(&self) -> &dyn Layout {
@@ -101,6 +134,40 @@ impl Source {
             .ranges()
             .iter()
             .any(|(start, end)| key >= start.as_slice() && key < end.as_slice())
+    }
+
+    /// The beginning every election name of this source has (another
+    /// system's: its prefix as a path); `None` for tenure's own names.
+    fn names_begin(&self) -> Option<String> {
+        (self.layout.name() != tenure::NAME).then(|| {
+            if self.prefix.starts_with('/') {
+                self.prefix.clone()
+            } else {
+                format!("/{}", self.prefix)
+            }
+        })
+    }
+
+    /// Whether two sources could both claim a key, or an election name.
+    fn overlaps(&self, other: &Source) -> bool {
+        let keys = self.layout.ranges().iter().any(|(s1, e1)| {
+            other
+                .layout
+                .ranges()
+                .iter()
+                .any(|(s2, e2)| s1 < e2 && s2 < e1)
+        });
+        let names = match (self.names_begin(), other.names_begin()) {
+            (Some(a), Some(b)) => a.starts_with(&b) || b.starts_with(&a),
+            _ => false,
+        };
+        keys || names
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.layout.name(), self.prefix)
     }
 }
 
@@ -119,8 +186,25 @@ impl Sources {
         Self(vec![Source::tenure(prefix)])
     }
 
+    /// These sources and `more`, refused where two overlap (a key or an
+    /// election name both could claim).
+    pub fn with(mut self, more: Vec<Source>) -> Result<Self, SourceError> {
+        for source in more {
+            if let Some(other) = self.0.iter().find(|s| s.overlaps(&source)) {
+                return Err(SourceError::Overlap(other.to_string(), source.to_string()));
+            }
+            self.0.push(source);
+        }
+        Ok(self)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Source> {
         self.0.iter()
+    }
+
+    /// Every key range of every source, in order.
+    pub fn ranges(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.0.iter().flat_map(|s| s.layout.ranges()).collect()
     }
 
     /// The source `key` belongs to and what it is to it; `None` (and
@@ -133,17 +217,20 @@ impl Sources {
     }
 }
 
-/// The registry: the layout called `name`, under `prefix`. `None` for a
-/// name no layout has ([`NAMES`] lists them).
-pub fn by_name(name: &str, prefix: &str) -> Option<Source> {
-    match name {
-        tenure::NAME => Some(Source::tenure(prefix)),
-        _ => None,
-    }
+/// The registry: the layout called `name`, under `prefix`.
+pub fn by_name(name: &str, prefix: &str) -> Result<Source, SourceError> {
+    let empty = || SourceError::EmptyPrefix(name.to_owned());
+    let layout: Arc<dyn Layout> = match name {
+        tenure::NAME => return Ok(Source::tenure(prefix)),
+        concurrency::NAME => Arc::new(concurrency::Concurrency::new(prefix).ok_or_else(empty)?),
+        key::NAME => Arc::new(key::Key::new(prefix).ok_or_else(empty)?),
+        _ => return Err(SourceError::UnknownLayout(name.to_owned())),
+    };
+    Ok(Source::new(layout, prefix))
 }
 
 /// Every layout's name, as [`by_name`] takes it.
-pub const NAMES: &[&str] = &[tenure::NAME];
+pub const NAMES: &[&str] = &[tenure::NAME, concurrency::NAME, key::NAME];
 
 #[cfg(test)]
 mod tests {
@@ -155,8 +242,52 @@ mod tests {
             let source = by_name(name, "p/").expect("registered");
             assert_eq!(source.layout().name(), *name);
             assert_eq!(source.prefix(), "p/");
+            assert_eq!(
+                Source::parse(&format!("{name}:p/"))
+                    .expect("parsed")
+                    .to_string(),
+                format!("{name}:p/")
+            );
         }
-        assert!(by_name("no-such-layout", "").is_none());
+        assert!(matches!(
+            by_name("no-such-layout", "p/"),
+            Err(SourceError::UnknownLayout(_))
+        ));
+        assert!(matches!(
+            Source::parse("concurrency"),
+            Err(SourceError::Malformed(_))
+        ));
+        assert!(matches!(
+            Source::parse("key:"),
+            Err(SourceError::EmptyPrefix(_))
+        ));
+    }
+
+    #[test]
+    fn overlapping_sources_are_refused() {
+        let base = || Sources::tenure("");
+        let src = |s: &str| Source::parse(s).expect("parsed");
+        // Inside tenure's own range.
+        assert!(base().with(vec![src("key:election/x")]).is_err());
+        // One prefix of the other.
+        assert!(base()
+            .with(vec![src("concurrency:/app/"), src("key:/app/x/")])
+            .is_err());
+        // The same names: `app/x` is shown as `/app/x`.
+        assert!(base()
+            .with(vec![src("key:app/"), src("key:/app/")])
+            .is_err());
+        let ok = base()
+            .with(vec![src("concurrency:/app/"), src("key:/apps/")])
+            .expect("disjoint");
+        assert_eq!(ok.ranges().len(), 3);
+        assert_eq!(
+            ok.classify(b"/apps/leader", 1).1,
+            Role::Candidate {
+                election: "/apps/leader".into(),
+                kind: KeyLayout::Single
+            }
+        );
     }
 
     #[test]

@@ -199,39 +199,40 @@ impl Watcher {
         }
     }
 
-    /// Every key of the watch range, at `revision` (or now), with etcd's
-    /// cluster id.
+    /// Every key of every source's ranges, at `revision` (or at the first
+    /// page's), with etcd's cluster id.
     async fn snapshot(&self, revision: Option<i64>) -> Result<(Vec<Kv>, i64, u64), Error> {
-        let (start, end) = self.client.keys().watch_range();
         let mut kv = self
             .client
             .etcd()
             .kv_client()
             .max_decoding_message_size(MAX_MESSAGE_BYTES);
         let mut kvs = Vec::new();
-        let mut from = start.into_bytes();
         let mut at = revision;
         let mut cluster = 0;
-        // Pages of one revision: the first page's (or the asked one).
-        loop {
-            let mut opts = GetOptions::new()
-                .with_range(end.clone())
-                .with_limit(SNAPSHOT_PAGE_KEYS);
-            if let Some(r) = at {
-                opts = opts.with_revision(r);
-            }
-            let resp = self.client.op(kv.get(from.clone(), Some(opts))).await?;
-            if let Some(h) = resp.header() {
-                cluster = h.cluster_id();
-                at = at.or(Some(h.revision()));
-            }
-            kvs.extend(resp.kvs().iter().map(kv_of));
-            match resp.kvs().last() {
-                Some(last) if resp.more() => {
-                    from = last.key().to_vec();
-                    from.push(0);
+        for (start, end) in self.sources.ranges() {
+            let mut from = start;
+            // Pages of one revision: the first page's (or the asked one).
+            loop {
+                let mut opts = GetOptions::new()
+                    .with_range(end.clone())
+                    .with_limit(SNAPSHOT_PAGE_KEYS);
+                if let Some(r) = at {
+                    opts = opts.with_revision(r);
                 }
-                _ => break,
+                let resp = self.client.op(kv.get(from.clone(), Some(opts))).await?;
+                if let Some(h) = resp.header() {
+                    cluster = h.cluster_id();
+                    at = at.or(Some(h.revision()));
+                }
+                kvs.extend(resp.kvs().iter().map(kv_of));
+                match resp.kvs().last() {
+                    Some(last) if resp.more() => {
+                        from = last.key().to_vec();
+                        from.push(0);
+                    }
+                    _ => break,
+                }
             }
         }
         Ok((kvs, at.unwrap_or_default(), cluster))

@@ -27,6 +27,7 @@ mod causes;
 mod contradiction;
 mod leases;
 mod load;
+mod merge;
 mod replay;
 mod stream;
 
@@ -76,6 +77,9 @@ pub struct WatchConfig {
     pub lease_samples_per_interval: usize,
     /// An election with no keys and no change for this long is forgotten.
     pub forget_after: Duration,
+    /// What is read ([`Watcher::sources`]); `None`: tenure's own layout
+    /// under the client's prefix.
+    pub sources: Option<crate::layout::Sources>,
 }
 
 impl Default for WatchConfig {
@@ -86,6 +90,7 @@ impl Default for WatchConfig {
             lease_sample_interval: Duration::from_secs(1),
             lease_samples_per_interval: 200,
             forget_after: Duration::from_secs(3600),
+            sources: None,
         }
     }
 }
@@ -111,21 +116,74 @@ pub struct Watcher {
     cfg: WatchConfig,
     leases: Arc<Mutex<Leases>>,
     overflows: std::sync::atomic::AtomicU64,
-    /// The layouts the watch range is read with (tenure's, under the
-    /// client's prefix).
+    /// The layouts the watch ranges are read with: tenure's, under the
+    /// client's prefix, and the operator's `--source`s.
     sources: crate::layout::Sources,
+}
+
+/// Sources a watcher cannot read together.
+#[derive(Debug, thiserror::Error)]
+pub enum SourcesError {
+    #[error(transparent)]
+    Source(#[from] crate::layout::SourceError),
+    #[error(
+        "watching several key ranges needs etcd 3.4.25+ or 3.5.8+, whose progress \
+         notifications follow the events they cover (etcd issue 15220); this etcd is {0}. \
+         Upgrade etcd, or watch one source per `tenure serve` (--sources-only)"
+    )]
+    Unordered(String),
+    #[error(
+        "watching several key ranges needs etcd 3.4.25+ or 3.5.8+ (etcd issue 15220), and \
+         etcd's version could not be read: {0}. etcd 3.5 with authentication tells it to \
+         root only: serve as root, or watch one source per `tenure serve` (--sources-only)"
+    )]
+    UnknownVersion(String),
+    #[error("--sources-only needs at least one --source LAYOUT:PREFIX")]
+    NoSource,
 }
 
 impl Watcher {
     pub fn new(client: Client, cfg: WatchConfig) -> Self {
         Self {
             progress_ordered: Default::default(),
-            sources: crate::layout::Sources::tenure(client.keys().prefix()),
+            sources: cfg
+                .sources
+                .clone()
+                .unwrap_or_else(|| crate::layout::Sources::tenure(client.keys().prefix())),
             client,
             cfg,
             leases: Arc::default(),
             overflows: Default::default(),
         }
+    }
+
+    /// The sources to read: tenure's own under the client's prefix and
+    /// `more` (or, `sources_only`, `more` alone), for
+    /// [`WatchConfig::sources`]. Several key ranges are merged in revision
+    /// order, which needs etcd's progress notifications ordered: asked
+    /// here, and refused where they are not, or not known to be.
+    pub async fn sources(
+        client: &Client,
+        more: Vec<crate::layout::Source>,
+        sources_only: bool,
+    ) -> Result<crate::layout::Sources, SourcesError> {
+        let base = if sources_only {
+            crate::layout::Sources::new(Vec::new())
+        } else {
+            crate::layout::Sources::tenure(client.keys().prefix())
+        };
+        let sources = base.with(more)?;
+        if sources.ranges().is_empty() {
+            return Err(SourcesError::NoSource);
+        }
+        if sources.ranges().len() > 1 {
+            match client.op(client.etcd().status()).await {
+                Ok(s) if progress_ordered(s.version()) => {}
+                Ok(s) => return Err(SourcesError::Unordered(s.version().to_owned())),
+                Err(e) => return Err(SourcesError::UnknownVersion(e.to_string())),
+            }
+        }
+        Ok(sources)
     }
 
     /// Runs until the receiver of `tx` is dropped.
@@ -175,7 +233,7 @@ impl Watcher {
         cluster: u64,
     ) -> Option<bool> {
         let mut etcd = asker.clone();
-        let (start, _) = self.client.keys().watch_range();
+        let start = self.sources.ranges().into_iter().next()?.0;
         let count = etcd_client::GetOptions::new().with_count_only();
         let asked =
             tokio::time::timeout(REPLACED_CHECK_TIMEOUT, etcd.get(start, Some(count))).await;

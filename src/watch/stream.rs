@@ -17,9 +17,10 @@
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::merge::{Opening, Watch};
 use super::replay::Replay;
 use super::{open_terms, send, Closed, Resume, State, Watcher, STUCK_AFTER_ATTEMPTS};
-use crate::election::keywatch::{RangeWatch, Reopened, Repeats, WatchItem, REPEAT_LOG_EVERY};
+use crate::election::keywatch::{Reopened, Repeats, WatchItem, REPEAT_LOG_EVERY};
 use crate::events::{now_ms, Batch, RestartReason, Update, WatchStatus};
 
 /// Everything the watch loop carries from one answer to the next.
@@ -27,7 +28,7 @@ pub(super) struct Stream<'w> {
     w: &'w Watcher,
     tx: &'w mpsc::Sender<Update>,
     state: State,
-    watch: RangeWatch,
+    watch: Watch,
     /// The last revision applied: events, or a progress notification
     /// persisted.
     applied: i64,
@@ -84,10 +85,11 @@ impl<'w> Stream<'w> {
                 _ => Some(live_at_ms),
             },
         };
-        let (start, end) = w.client.keys().watch_range();
-        let watch = RangeWatch::new(&w.client.etcd(), start, Some(end.into_bytes()), applied + 1)
-            .with_probe_after(w.cfg.probe_after)
-            .with_max_message_bytes(super::MAX_MESSAGE_BYTES);
+        let opening = Opening {
+            probe_after: w.cfg.probe_after,
+            max_message_bytes: super::MAX_MESSAGE_BYTES,
+        };
+        let watch = Watch::new(&w.client.etcd(), w.sources.ranges(), applied + 1, opening);
         Ok(Stream {
             w,
             tx,
@@ -127,10 +129,10 @@ impl<'w> Stream<'w> {
             }
             match item {
                 WatchItem::Events(events) => self.on_events(&events, received).await?,
-                WatchItem::Progress { revision } if revision < self.applied => {
-                    // etcd is behind what was applied: restored from a
-                    // snapshot, or replaced, under the running watch.
-                    self.reset(Some(self.live_at_ms)).await?;
+                WatchItem::Progress { revision }
+                    if revision < self.applied.max(self.watch.next_revision() - 1) =>
+                {
+                    self.on_progress_behind(revision).await?
                 }
                 WatchItem::Progress { revision } => self.on_progress(revision).await?,
                 WatchItem::Compacted { compact_revision } => {
@@ -228,6 +230,34 @@ impl<'w> Stream<'w> {
         }
         self.send(Update::Watch(WatchStatus::CaughtUp { revision }))
             .await
+    }
+
+    /// A progress notification behind the applied revision: etcd restored
+    /// from a snapshot, or replaced, under the running watch; or, on etcd
+    /// before 3.4.25 / 3.5.8, a requested notification whose revision was
+    /// read before the events it overtook (etcd issue 15220: confirmed to
+    /// happen). Asked (the header of a read), never assumed: a false reset
+    /// would end every open term as unknown.
+    async fn on_progress_behind(&mut self, revision: i64) -> Result<(), Closed> {
+        match self
+            .w
+            .replaced(&self.asker, self.applied, self.cluster)
+            .await
+        {
+            Some(true) => self.reset(Some(self.live_at_ms)).await,
+            answer => {
+                // Not behind, or no answer: a restored etcd's next progress
+                // notification is behind again, and asks again.
+                tracing::debug!(
+                    revision,
+                    applied = self.applied,
+                    answered = answer.is_some(),
+                    "a progress notification behind the applied revision; etcd is not \
+                     known to be behind: ignored"
+                );
+                Ok(())
+            }
+        }
     }
 
     async fn on_compacted(&mut self, compact_revision: i64) -> Result<(), Closed> {

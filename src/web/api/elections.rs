@@ -36,8 +36,10 @@ struct ElectionView {
     since_ms: Option<i64>,
     ttl_remaining_seconds: Option<i64>,
     changes_last_hour: usize,
-    /// False when etcd did not answer: the rest comes from history.
-    etcd_reachable: bool,
+    /// False when etcd did not answer: the rest comes from history. `null`
+    /// for another system's election (a key path): never read live, the
+    /// rest is what the watcher recorded.
+    etcd_reachable: Option<bool>,
     /// Candidates queued behind the leader (queue layout), next first;
     /// `null` when etcd did not answer (only etcd knows them).
     waiting: Option<Vec<WaiterJson>>,
@@ -179,7 +181,12 @@ async fn detail(
     State(s): State<Arc<AppState>>,
     ElectionPath(name): ElectionPath,
 ) -> Result<Json<ElectionView>, ApiError> {
-    let live = s.client.leader(&name).await;
+    // Another system's election is not read live (its layout is the
+    // watcher's): what the watcher recorded is all there is.
+    let live = match name.own() {
+        Some(own) => Some(s.client.leader(own).await),
+        None => None,
+    };
     let reader = s.history.clone();
     let n = name.to_string();
     let hour_ago = now_ms() - 3_600_000;
@@ -205,18 +212,20 @@ async fn detail(
         bool,
         Option<Vec<Leader>>,
     ) = match live {
-        Ok(Some(st)) => (
+        None => (None, None, false, None),
+        Some(Ok(Some(st))) => (
             Some(st.leader),
             st.ttl_remaining_seconds,
             true,
             Some(st.waiting),
         ),
-        Ok(None) => (None, None, true, Some(Vec::new())),
+        Some(Ok(None)) => (None, None, true, Some(Vec::new())),
         // Only etcd knows who waits: unknown, not "nobody".
-        Err(e) if e.is_unavailable() => (None, None, false, None),
-        Err(e) => return Err(e.into()),
+        Some(Err(e)) if e.is_unavailable() => (None, None, false, None),
+        Some(Err(e)) => return Err(e.into()),
     };
-    if reachable && leader.is_none() && !known {
+    let read_live = name.own().is_some();
+    if (reachable || !read_live) && leader.is_none() && !known {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_election",
@@ -249,7 +258,7 @@ async fn detail(
         since_ms,
         ttl_remaining_seconds: ttl,
         changes_last_hour: changes,
-        etcd_reachable: reachable,
+        etcd_reachable: read_live.then_some(reachable),
         waiting: waiting.map(|w| {
             w.into_iter()
                 .map(|c| WaiterJson {

@@ -64,14 +64,15 @@ pub(super) async fn raw_name(parts: &mut Parts) -> Result<String, Response> {
 /// The route's `{name}`, validated. Handlers that also take a query
 /// extract this after it, so a bad query is reported before a bad name,
 /// as when they validated the name themselves.
-pub(super) struct ElectionPath(pub(super) ElectionName);
+pub(super) struct ElectionPath(pub(super) crate::layout::path::WatchedName);
 
 impl<S: Send + Sync> FromRequestParts<S> for ElectionPath {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         let raw = raw_name(parts).await?;
-        election_name(&raw)
+        crate::layout::path::WatchedName::parse(&raw)
+            .map_err(ApiError::from)
             .map(ElectionPath)
             .map_err(IntoResponse::into_response)
     }

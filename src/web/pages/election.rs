@@ -29,9 +29,9 @@ use axum::response::Response;
 use super::election_input::{EtcdAnswer, History, PageInput, Params, Window};
 pub use super::election_input::{MAX_ROWS, STALE_PAD};
 use super::render;
-use crate::election::ElectionName;
 use crate::events::{now_ms, Event, EventKind};
 use crate::history::{self, format_ms, parse_time, Query, Reader};
+use crate::layout::path::WatchedName;
 use crate::web::replays;
 use crate::web::shared::error_page;
 use crate::web::timeline::GapMark;
@@ -175,7 +175,7 @@ pub(super) async fn election_page(
     Path(raw): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let name = match ElectionName::new(&raw) {
+    let name = match WatchedName::parse(&raw) {
         Ok(n) => n,
         Err(e) => {
             return error_page(
@@ -204,7 +204,7 @@ pub(super) async fn election_page(
 
 async fn timeline_page(
     s: &Arc<AppState>,
-    name: &ElectionName,
+    name: &WatchedName,
     params: &Params,
     now: i64,
 ) -> Result<Response, PageError> {
@@ -243,7 +243,14 @@ async fn timeline_page(
         h.unwatched_since = readiness.unwatched_since(&reader);
         Ok::<_, history::HistoryError>(h)
     });
-    let etcd = tokio::time::timeout(ETCD_WAIT, s.client.leader(name));
+    // Another system's election is not read live: its layout is the
+    // watcher's, and what the watcher recorded is shown.
+    let etcd = async {
+        match name.own() {
+            Some(own) => Some(tokio::time::timeout(ETCD_WAIT, s.client.leader(own)).await),
+            None => None,
+        }
+    };
     let (history, etcd) = tokio::join!(history, etcd);
     let h = match history {
         Ok(Ok(h)) => h,
@@ -251,18 +258,26 @@ async fn timeline_page(
         Err(e) => return Err(PageError::History(e.to_string())),
     };
     let etcd = match etcd {
-        Ok(Ok(leader)) => EtcdAnswer { leader, note: None },
-        Ok(Err(e)) if e.is_unavailable() => {
+        None => EtcdAnswer::missing(
+            "Another system's election, as tenure's watcher recorded it (not read live)."
+                .to_owned(),
+        ),
+        Some(Ok(Ok(leader))) => EtcdAnswer { leader, note: None },
+        Some(Ok(Err(e))) if e.is_unavailable() => {
             EtcdAnswer::missing("etcd unreachable: showing what the history knows.".to_owned())
         }
-        Ok(Err(e)) => EtcdAnswer::missing(format!("etcd: {e}. Showing what the history knows.")),
-        Err(_) => EtcdAnswer::missing(format!(
+        Some(Ok(Err(e))) => {
+            EtcdAnswer::missing(format!("etcd: {e}. Showing what the history knows."))
+        }
+        Some(Err(_)) => EtcdAnswer::missing(format!(
             "etcd unreachable: no answer within {} ms. Showing what the history knows.",
             ETCD_WAIT.as_millis()
         )),
     };
     if h.summary.is_none() && etcd.leader.is_none() {
-        let msg = if etcd.answered() {
+        let msg = if name.own().is_none() {
+            format!("tenure has no history of {name}: is its prefix given with --source?")
+        } else if etcd.answered() {
             format!("Nobody leads {name} and tenure has no history of it.")
         } else {
             format!("tenure has no history of {name}, and etcd could not be asked.")

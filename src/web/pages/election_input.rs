@@ -2,10 +2,11 @@
 //! the window, what the history and etcd said. `election.rs` loads it,
 //! `election_view.rs` shows it; both import this, and it imports neither.
 
-use crate::election::{ElectionName, LeaderStatus};
+use crate::election::LeaderStatus;
 use crate::events::cluster::ClusterEvent;
 use crate::events::Event;
 use crate::history::{ElectionSummary, RefusalRow, TermRow};
+use crate::layout::path::WatchedName;
 use crate::web::replays::ReplayMark;
 use crate::web::timeline::GapMark;
 use crate::web::AppState;
@@ -99,7 +100,7 @@ impl EtcdAnswer {
 /// Everything the timeline page is built from.
 pub(super) struct PageInput<'a> {
     pub(super) state: &'a AppState,
-    pub(super) name: &'a ElectionName,
+    pub(super) name: &'a WatchedName,
     pub(super) params: &'a Params,
     /// Rows per table.
     pub(super) limit: usize,

@@ -11,9 +11,9 @@ use askama::Template;
 use super::election_input::{EtcdAnswer, History, PageInput, Params, Window, MAX_ROWS, STALE_PAD};
 use super::urls::{election_href, encode_component};
 use super::{ago, Head};
-use crate::election::ElectionName;
 use crate::events::{EndCause, Event, EventKind, OpenTerm};
 use crate::history::{self, format_duration_ms, format_ms, short_time, TermRow};
+use crate::layout::path::WatchedName;
 use crate::web::replays::{duration_text, Moment, ReplayMark};
 use crate::web::shared::marks;
 use crate::web::timeline::{self, Input, Timeline};
@@ -318,7 +318,7 @@ struct RangeLinks {
 }
 
 impl RangeLinks {
-    fn new(name: &ElectionName, href: &str, params: &Params, w: &Window, now: i64) -> Self {
+    fn new(name: &WatchedName, href: &str, params: &Params, w: &Window, now: i64) -> Self {
         let span = w.to_ms - w.from_ms;
         let with = |from: &str, to: Option<&str>| -> String {
             let mut q = format!("{href}?from={}", encode_component(from));

@@ -1,0 +1,104 @@
+//! etcd's `concurrency` layout (`Election`, `Mutex`, `etcdctl elect` and
+//! `lock`) under any prefix: a candidate is a key `<election>/<id>` (the
+//! id is a hex lease id for etcd's clients, any suffix for others); every
+//! election found under the prefix, at any depth. The lowest CreateRevision
+//! leads, its CreateRevision is the token (what `concurrency` itself calls
+//! `Rev()`), its value the holder (etcd's `Mutex` writes an empty one).
+//!
+//! No hint: `concurrency` writes nothing about how a term ended, so the
+//! end cause is what the state machine can tell (a lease-less key deleted,
+//! a lease etcd no longer knows) or `unknown`.
+
+use super::path::{prefix_range, watched_path};
+use super::{EndHint, Layout, Role};
+use crate::election::Layout as KeyLayout;
+
+/// The name of this layout in `--source concurrency:PREFIX`.
+pub const NAME: &str = "concurrency";
+
+#[derive(Debug, Clone)]
+pub struct Concurrency {
+    prefix: Vec<u8>,
+    range: (Vec<u8>, Vec<u8>),
+}
+
+impl Concurrency {
+    /// `None` for a prefix that would claim the whole keyspace.
+    pub fn new(prefix: &str) -> Option<Self> {
+        Some(Self {
+            prefix: prefix.as_bytes().to_vec(),
+            range: prefix_range(prefix.as_bytes())?,
+        })
+    }
+}
+
+impl Layout for Concurrency {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn ranges(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        vec![self.range.clone()]
+    }
+
+    fn classify(&self, key: &[u8], _lease: i64) -> Role {
+        if !key.starts_with(&self.prefix) {
+            return Role::Ignored;
+        }
+        let Some(slash) = key.iter().rposition(|b| *b == b'/') else {
+            return Role::Invalid;
+        };
+        // The election is the parent path; it holds what the prefix names
+        // (a prefix `/app/el` does not make `/app/el1` a candidate of `/app`).
+        let parent = &key[..slash];
+        let named = self.prefix.strip_suffix(b"/").unwrap_or(&self.prefix);
+        if slash + 1 == key.len() || parent.is_empty() || parent.len() < named.len() {
+            return Role::Invalid;
+        }
+        match watched_path(parent) {
+            Some(election) => Role::Candidate {
+                election,
+                kind: KeyLayout::Queue,
+            },
+            None => Role::Invalid,
+        }
+    }
+
+    fn read_hint(&self, _value: &[u8]) -> Option<EndHint> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cand(e: &str) -> Role {
+        Role::Candidate {
+            election: e.into(),
+            kind: KeyLayout::Queue,
+        }
+    }
+
+    #[test]
+    fn a_candidate_belongs_to_its_parent_path_at_any_depth() {
+        let c = Concurrency::new("/app/").expect("a prefix");
+        assert_eq!(
+            c.classify(b"/app/jobs/694d7a1b2c3d4e5f", 0x694d),
+            cand("/app/jobs")
+        );
+        assert_eq!(c.classify(b"/app/a/b/c/12", 12), cand("/app/a/b/c"));
+        assert_eq!(c.classify(b"/app/x", 0), cand("/app"), "the prefix's own");
+        assert_eq!(c.classify(b"/app/jobs/", 0), Role::Invalid, "no id");
+        assert_eq!(c.classify(b"/app/j\xff/1", 0), Role::Invalid);
+        assert_eq!(c.classify(b"/other/x/1", 0), Role::Ignored);
+    }
+
+    #[test]
+    fn a_prefix_without_a_slash_names_no_election_above_it() {
+        let c = Concurrency::new("_ld/el").expect("a prefix");
+        assert_eq!(c.classify(b"_ld/election/7", 7), cand("/_ld/election"));
+        assert_eq!(c.classify(b"_ld/el1", 0), Role::Invalid);
+        assert!(Concurrency::new("").is_none());
+    }
+}

@@ -1,0 +1,130 @@
+//! What other systems' layouts share: the range of a prefix, and the name
+//! an election read from someone else's key is shown by.
+//!
+//! Their elections are named by their key path, always beginning with `/`
+//! (`/service/pg/leader`, `/_ld/job` for a key `_ld/job`): tenure's own
+//! names never do (`ElectionName`), so the two cannot collide.
+
+use crate::election::ElectionName;
+
+/// The longest election path accepted from etcd (a longer one is counted
+/// as an ignored key): history, labels and pages stay bounded.
+pub const MAX_PATH_BYTES: usize = 512;
+
+/// `[prefix, end)`: every key that begins with `prefix` (etcd's own rule:
+/// the last byte below 0xff incremented, what follows dropped). `None` for
+/// an empty prefix or one of 0xff bytes only: the whole keyspace, which a
+/// source may not claim.
+pub fn prefix_range(prefix: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let last = prefix.iter().rposition(|b| *b != 0xff)?;
+    let mut end = prefix[..=last].to_vec();
+    end[last] += 1;
+    Some((prefix.to_vec(), end))
+}
+
+/// The name of the election at key path `path`: UTF-8 without control
+/// characters, at most [`MAX_PATH_BYTES`], with a leading `/` added where
+/// it has none. `None`: malformed (an ignored key).
+pub fn watched_path(path: &[u8]) -> Option<String> {
+    let s = std::str::from_utf8(path).ok()?;
+    if s.is_empty() || s.len() >= MAX_PATH_BYTES || s.chars().any(char::is_control) {
+        return None;
+    }
+    Some(if s.starts_with('/') {
+        s.to_owned()
+    } else {
+        format!("/{s}")
+    })
+}
+
+/// Whether `name` is the name of an election read from another system's
+/// keys (a path), not one of tenure's own.
+pub fn is_watched_path(name: &str) -> bool {
+    name.starts_with('/')
+}
+
+/// An election name as the read-only pages and API take it: one of
+/// tenure's own ([`ElectionName`]) or another system's key path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchedName {
+    Own(ElectionName),
+    Path(String),
+}
+
+impl WatchedName {
+    /// A path (beginning with `/`) as [`watched_path`] names one, else
+    /// tenure's own name rules.
+    pub fn parse(raw: &str) -> Result<Self, crate::election::Error> {
+        if !is_watched_path(raw) {
+            return ElectionName::new(raw).map(Self::Own);
+        }
+        match watched_path(raw.as_bytes()) {
+            Some(p) if p == raw => Ok(Self::Path(p)),
+            _ => Err(crate::election::Error::InvalidName {
+                name: raw.chars().take(64).collect(),
+                reason: "a watched election's path is UTF-8 without control characters, \
+                         shorter than 512 bytes",
+            }),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Own(n) => n.as_str(),
+            Self::Path(p) => p,
+        }
+    }
+
+    /// tenure's own name: its keys can be read and written live.
+    pub fn own(&self) -> Option<&ElectionName> {
+        match self {
+            Self::Own(n) => Some(n),
+            Self::Path(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for WatchedName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_range_is_etcds() {
+        assert_eq!(
+            prefix_range(b"/app/"),
+            Some((b"/app/".to_vec(), b"/app0".to_vec()))
+        );
+        assert_eq!(
+            prefix_range(b"a\xff"),
+            Some((b"a\xff".to_vec(), b"b".to_vec()))
+        );
+        assert_eq!(prefix_range(b""), None);
+        assert_eq!(prefix_range(b"\xff\xff"), None);
+    }
+
+    #[test]
+    fn a_path_is_named_with_a_leading_slash() {
+        assert_eq!(watched_path(b"/service/pg").as_deref(), Some("/service/pg"));
+        assert_eq!(watched_path(b"_ld/job").as_deref(), Some("/_ld/job"));
+        assert_eq!(watched_path(b"a\xffb"), None, "not UTF-8");
+        assert_eq!(watched_path(b"a\nb"), None, "a control character");
+        assert_eq!(watched_path(b""), None);
+        assert_eq!(watched_path(&[b'a'; MAX_PATH_BYTES]), None);
+    }
+
+    #[test]
+    fn a_name_is_tenures_own_or_a_path() {
+        let own = WatchedName::parse("team/db").expect("own");
+        assert!(own.own().is_some());
+        let path = WatchedName::parse("/app/jobs x").expect("a path");
+        assert_eq!((path.own(), path.as_str()), (None, "/app/jobs x"));
+        assert!(WatchedName::parse("/a\u{7}").is_err());
+        assert!(WatchedName::parse("a b").is_err(), "tenure's rules");
+    }
+}

@@ -1,0 +1,377 @@
+//! The watch of every source's key ranges, as one stream in revision order.
+//!
+//! One range (tenure's own layout alone, the default) is one
+//! [`RangeWatch`], passed through unchanged. Several ranges (`--source`)
+//! are one `RangeWatch` each, merged: a revision is handed on only once
+//! every range is known to be complete up to it, by an event of its own at
+//! or after it, or by a progress notification. Events wait in a buffer
+//! meanwhile, and the ranges behind are asked for progress at once (then
+//! once a second). The history stays one revision, consistent across
+//! sources: a restart resumes every range from it, exactly.
+//!
+//! Invariant: nothing is handed on above the lowest range's mark, so no
+//! later answer can carry an event at or below a revision handed on.
+//! That needs etcd to send a requested progress notification after every
+//! event it covers (3.4.25+, 3.5.8+: etcd issue 15220); before those, a
+//! notification may overtake pending events, and the watcher refuses
+//! several ranges (`Watcher::with_sources`) rather than merge them wrong.
+//!
+//! Deliberately absent: one gRPC stream for all ranges. etcd replays an
+//! unsynced watcher's backlog per watcher, so ranges on one stream are no
+//! more ordered than on several, and one range's failure would take the
+//! others down with it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Client as EtcdClient, Event};
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::Notify;
+
+use crate::election::keywatch::{RangeWatch, WatchItem};
+
+/// How often ranges behind a buffered event are asked again for progress.
+const ASK_AGAIN: Duration = Duration::from_secs(1);
+
+/// How each range's watch is made.
+#[derive(Clone)]
+pub(super) struct Opening {
+    pub probe_after: Duration,
+    pub max_message_bytes: usize,
+}
+
+pub(super) enum Watch {
+    One(Box<RangeWatch>),
+    Many(Box<Many>),
+}
+
+type Next = BoxFuture<'static, (usize, RangeWatch, WatchItem)>;
+
+pub(super) struct Many {
+    client: EtcdClient,
+    ranges: Vec<(Vec<u8>, Vec<u8>)>,
+    opening: Opening,
+    merge: Merge<Event>,
+    /// Per range: etcd's revision when its current stream was created.
+    opened: Vec<Option<i64>>,
+    asks: Vec<Arc<Notify>>,
+    /// The watches, each waiting for its next answer. In a mutex only to be
+    /// `Sync` (the loop holds `&self` across awaits); never contended.
+    running: Mutex<FuturesUnordered<Next>>,
+}
+
+impl Watch {
+    pub fn new(
+        client: &EtcdClient,
+        ranges: Vec<(Vec<u8>, Vec<u8>)>,
+        from_rev: i64,
+        opening: Opening,
+    ) -> Self {
+        match <[_; 1]>::try_from(ranges) {
+            Ok([(start, end)]) => {
+                Watch::One(Box::new(open(client, start, end, from_rev, &opening)))
+            }
+            Err(ranges) => {
+                let n = ranges.len();
+                let mut many = Many {
+                    client: client.clone(),
+                    merge: Merge::new(n, from_rev - 1),
+                    opened: vec![None; n],
+                    asks: (0..n).map(|_| Arc::new(Notify::new())).collect(),
+                    ranges,
+                    opening,
+                    running: Mutex::default(),
+                };
+                many.restart();
+                Watch::Many(Box::new(many))
+            }
+        }
+    }
+
+    pub async fn next_item(&mut self) -> WatchItem {
+        match self {
+            Watch::One(w) => w.next_item().await,
+            Watch::Many(m) => m.next_item().await,
+        }
+    }
+
+    /// etcd's revision when the stream was created (of every range: the
+    /// latest); `None` until every range's stream answered.
+    pub fn opened_at(&self) -> Option<i64> {
+        match self {
+            Watch::One(w) => w.opened_at(),
+            Watch::Many(m) => m.opened.iter().try_fold(0, |a, o| o.map(|o| a.max(o))),
+        }
+    }
+
+    /// The revision the next event handed on will be at or after.
+    pub fn next_revision(&self) -> i64 {
+        match self {
+            Watch::One(w) => w.next_revision(),
+            Watch::Many(m) => m.merge.released + 1,
+        }
+    }
+
+    /// Reopen on another connection, each range from where it is.
+    pub fn set_client(&mut self, client: &EtcdClient) {
+        match self {
+            Watch::One(w) => w.set_client(client),
+            Watch::Many(m) => {
+                m.client = client.clone();
+                m.restart();
+            }
+        }
+    }
+
+    /// Nothing is pending up to `revision` (a progress notification
+    /// trusted): a reopen starts after it.
+    pub fn advance_to(&mut self, revision: i64) {
+        match self {
+            Watch::One(w) => w.advance_to(revision),
+            // Only ever what this merge handed on: every mark is there.
+            Watch::Many(_) => {}
+        }
+    }
+
+    /// Continue after `revision` (a snapshot read at that revision).
+    pub fn resume_after(&mut self, revision: i64) {
+        match self {
+            Watch::One(w) => w.resume_after(revision),
+            Watch::Many(m) => {
+                m.merge = Merge::new(m.ranges.len(), revision);
+                m.restart();
+            }
+        }
+    }
+}
+
+fn open(
+    client: &EtcdClient,
+    start: Vec<u8>,
+    end: Vec<u8>,
+    from_rev: i64,
+    opening: &Opening,
+) -> RangeWatch {
+    RangeWatch::new(client, start, Some(end), from_rev)
+        .with_probe_after(opening.probe_after)
+        .with_max_message_bytes(opening.max_message_bytes)
+}
+
+fn next(i: usize, mut watch: RangeWatch) -> Next {
+    Box::pin(async move {
+        let item = watch.next_item().await;
+        (i, watch, item)
+    })
+}
+
+impl Many {
+    /// Every range's watch anew, from after its mark (what was received is
+    /// buffered, not asked for again).
+    fn restart(&mut self) {
+        let running = self.running.get_mut().unwrap_or_else(|p| p.into_inner());
+        *running = FuturesUnordered::new();
+        for (i, (start, end)) in self.ranges.iter().enumerate() {
+            let watch = open(
+                &self.client,
+                start.clone(),
+                end.clone(),
+                self.merge.marks[i] + 1,
+                &self.opening,
+            )
+            .with_progress_asks(self.asks[i].clone());
+            running.push(next(i, watch));
+            self.opened[i] = None;
+        }
+    }
+
+    async fn next_item(&mut self) -> WatchItem {
+        loop {
+            match self.merge.release() {
+                Some(Released::Events(events)) => return WatchItem::Events(events),
+                Some(Released::Progress(revision)) => return WatchItem::Progress { revision },
+                None => {}
+            }
+            for i in self.merge.behind() {
+                self.asks[i].notify_one();
+            }
+            let running = self.running.get_mut().unwrap_or_else(|p| p.into_inner());
+            let answered = if self.merge.waiting() {
+                match tokio::time::timeout(ASK_AGAIN, running.next()).await {
+                    Ok(answered) => answered,
+                    Err(_) => continue,
+                }
+            } else {
+                running.next().await
+            };
+            // Never empty: every answer pushes its watch back.
+            let Some((i, watch, item)) = answered else {
+                self.restart();
+                continue;
+            };
+            self.opened[i] = watch.opened_at();
+            running.push(next(i, watch));
+            match item {
+                WatchItem::Events(events) => self.merge.events(
+                    i,
+                    events
+                        .into_iter()
+                        .map(|e| (e.kv().map_or(0, |kv| kv.mod_revision()), e)),
+                ),
+                WatchItem::Progress { revision } => {
+                    // Behind what this range delivered: etcd restored or
+                    // replaced under the watch. Behind what was handed on,
+                    // the loop asks etcd; otherwise it is only not used.
+                    if !self.merge.progress(i, revision) && revision < self.merge.released {
+                        return WatchItem::Progress { revision };
+                    }
+                }
+                // A compaction, a reopen, trouble, a new stream: the loop's.
+                other => return other,
+            }
+        }
+    }
+}
+
+/// What the merge hands on.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Released<E> {
+    /// Every buffered event at or below the revision all ranges are
+    /// complete up to, in revision order (within one, as received).
+    Events(Vec<E>),
+    /// Every range is complete up to this revision, past the last handed on.
+    Progress(i64),
+}
+
+/// The merge's bookkeeping, apart from etcd: which revisions every range
+/// is complete up to, and what can be handed on.
+#[derive(Debug)]
+pub(super) struct Merge<E> {
+    /// Per range: every event at or below it was received.
+    marks: Vec<i64>,
+    /// Received, not yet handed on, by revision.
+    buffer: BTreeMap<i64, Vec<E>>,
+    /// The last revision handed on (events or progress).
+    released: i64,
+}
+
+impl<E> Merge<E> {
+    /// `ranges` ranges, each complete up to `revision` (a snapshot's).
+    pub fn new(ranges: usize, revision: i64) -> Self {
+        Self {
+            marks: vec![revision; ranges],
+            buffer: BTreeMap::new(),
+            released: revision,
+        }
+    }
+
+    /// One answer of `range`'s watch: its events, in its revision order
+    /// (etcd sends a watcher all of one revision's events at once).
+    pub fn events(&mut self, range: usize, events: impl IntoIterator<Item = (i64, E)>) {
+        for (revision, e) in events {
+            self.marks[range] = self.marks[range].max(revision);
+            self.buffer.entry(revision).or_default().push(e);
+        }
+    }
+
+    /// A progress notification of `range`'s watch; `false` (and nothing
+    /// changed) where it is behind what that range already delivered.
+    pub fn progress(&mut self, range: usize, revision: i64) -> bool {
+        if revision < self.marks[range] {
+            return false;
+        }
+        self.marks[range] = revision;
+        true
+    }
+
+    /// The revision every range is complete up to.
+    fn complete(&self) -> i64 {
+        self.marks.iter().copied().min().unwrap_or(self.released)
+    }
+
+    /// Whether events wait for a range behind.
+    pub fn waiting(&self) -> bool {
+        !self.buffer.is_empty()
+    }
+
+    /// The ranges behind the oldest buffered event: to be asked for
+    /// progress.
+    pub fn behind(&self) -> Vec<usize> {
+        let Some((oldest, _)) = self.buffer.first_key_value() else {
+            return Vec::new();
+        };
+        (0..self.marks.len())
+            .filter(|i| self.marks[*i] < *oldest)
+            .collect()
+    }
+
+    /// What can be handed on now, if anything.
+    pub fn release(&mut self) -> Option<Released<E>> {
+        let complete = self.complete();
+        if self
+            .buffer
+            .first_key_value()
+            .is_some_and(|(r, _)| *r <= complete)
+        {
+            let later = self.buffer.split_off(&(complete + 1));
+            let ready = std::mem::replace(&mut self.buffer, later);
+            self.released = complete;
+            return Some(Released::Events(ready.into_values().flatten().collect()));
+        }
+        if complete > self.released {
+            self.released = complete;
+            return Some(Released::Progress(complete));
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_is_handed_on_above_a_range_behind() {
+        let mut m = Merge::new(2, 10);
+        m.events(0, [(12, "a12"), (14, "a14")]);
+        assert_eq!(m.release(), None, "range 1 may still hold 11..14");
+        assert_eq!(m.behind(), vec![1]);
+        m.events(1, [(13, "b13")]);
+        assert_eq!(m.release(), Some(Released::Events(vec!["a12", "b13"])));
+        assert_eq!(m.release(), None, "a14: range 1 is complete up to 13 only");
+        assert!(m.progress(1, 20));
+        assert_eq!(m.release(), Some(Released::Events(vec!["a14"])));
+        // Range 0 is complete up to 14 only: nothing past it.
+        assert_eq!(m.release(), None);
+        assert!(m.progress(0, 21));
+        assert_eq!(m.release(), Some(Released::Progress(20)));
+        assert_eq!(m.release(), None);
+    }
+
+    #[test]
+    fn one_revision_across_ranges_stays_together_in_order() {
+        let mut m = Merge::new(3, 0);
+        m.events(2, [(5, "c5")]);
+        m.events(0, [(5, "a5"), (6, "a6")]);
+        m.events(1, [(7, "b7")]);
+        // Every range is complete up to 5: its events, in range order.
+        assert_eq!(m.release(), Some(Released::Events(vec!["c5", "a5"])));
+        assert_eq!(m.release(), None, "range 2 may hold 6");
+        assert!(m.progress(2, 7));
+        assert_eq!(m.release(), Some(Released::Events(vec!["a6"])));
+        assert!(m.progress(0, 7));
+        assert_eq!(m.release(), Some(Released::Events(vec!["b7"])));
+    }
+
+    #[test]
+    fn a_progress_behind_a_ranges_own_events_is_refused() {
+        let mut m = Merge::new(2, 0);
+        m.events(0, [(9, "a9")]);
+        assert!(!m.progress(0, 8), "etcd went back under the watch");
+        assert!(m.progress(1, 9));
+        assert_eq!(m.release(), Some(Released::Events(vec!["a9"])));
+        assert!(m.behind().is_empty());
+        assert!(!m.waiting());
+    }
+}

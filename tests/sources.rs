@@ -1,0 +1,433 @@
+//! Other systems' elections (`serve --source LAYOUT:PREFIX`), written by
+//! clients tenure did not write, against a real etcd: `etcdctl elect`
+//! (etcd's `concurrency.Election`) under an application's prefix, and a
+//! service's own key. The recorded terms are checked against what etcd
+//! itself said (each key's CreateRevision, read directly), across a
+//! `kill -9` of serve while the elections went on.
+//!
+//! On etcd whose progress notifications may overtake events (before 3.4.25
+//! and 3.5.8: Debian's 3.4.23) several key ranges cannot be merged
+//! certainly: serve must refuse them, say why, and watch one source alone
+//! (`--sources-only`). The same test checks whichever applies.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
+
+mod support;
+
+use std::time::Duration;
+
+use etcd_client::{Client as EtcdClient, GetOptions};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use support::fixtures::{tenure, text};
+use support::{Etcd, Serve};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// `etcdctl elect KEY VALUE`, and a wait for its "elected" line.
+struct Elect {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Elect {
+    fn start(etcd: &Etcd, election: &str, value: &str) -> Elect {
+        let mut child = etcd.etcdctl_elect(election, value);
+        let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        Elect { child, lines }
+    }
+
+    /// The leader key etcdctl prints once elected.
+    async fn elected(&mut self) -> String {
+        tokio::time::timeout(WAIT, self.lines.next_line())
+            .await
+            .expect("elected in time")
+            .expect("read")
+            .expect("a line")
+    }
+
+    /// SIGINT: etcdctl resigns (deletes its key) and exits.
+    async fn resign(mut self) {
+        let pid = self.child.id().expect("running") as i32;
+        kill(Pid::from_raw(pid), Signal::SIGINT).expect("signal");
+        let _ = tokio::time::timeout(WAIT, self.child.wait()).await;
+    }
+}
+
+/// Every key under `prefix` with its CreateRevision, from etcd itself.
+async fn created(raw: &mut EtcdClient, prefix: &str) -> Vec<(String, i64)> {
+    let resp = raw
+        .get(prefix, Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("get");
+    resp.kvs()
+        .iter()
+        .map(|kv| (text(kv.key()), kv.create_revision()))
+        .collect()
+}
+
+async fn now_revision(raw: &mut EtcdClient) -> i64 {
+    raw.get("x", None)
+        .await
+        .expect("get")
+        .header()
+        .expect("header")
+        .revision()
+}
+
+async fn get_json(s: &Serve, path: &str) -> (u16, Value) {
+    let r = reqwest::get(s.url(path)).await.expect("GET");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The terms history holds for `election` (a key path), as
+/// (token, holder, end cause).
+async fn terms(s: &Serve, election: &str) -> Vec<(i64, String, Option<String>)> {
+    let path = format!("/api/v1/elections/{}/terms", election.replace('/', "%2F"));
+    let (status, v) = get_json(s, &path).await;
+    assert_eq!(status, 200, "{path}: {v}");
+    v["terms"]
+        .as_array()
+        .expect("terms")
+        .iter()
+        .map(|t| {
+            (
+                t["token"].as_i64().expect("token"),
+                t["holder"].as_str().expect("holder").to_owned(),
+                t["end_cause"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+async fn ordered(raw: &mut EtcdClient) -> bool {
+    let version = raw.status().await.expect("status").version().to_owned();
+    let v: Vec<u64> = version.split('.').filter_map(|p| p.parse().ok()).collect();
+    matches!(v.as_slice(), [3, 4, p, ..] if *p >= 25)
+        || matches!(v.as_slice(), [3, 5, p, ..] if *p >= 8)
+        || matches!(v.as_slice(), [3, m, ..] if *m >= 6)
+}
+
+/// `tenure serve ARGS` expected to refuse: its exit code and stderr.
+async fn refused(etcd: &Etcd, db: &std::path::Path, args: &[&str]) -> String {
+    let out = tokio::time::timeout(
+        WAIT,
+        tenure(etcd)
+            .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+            .arg(db)
+            .args(args)
+            .output(),
+    )
+    .await
+    .expect("serve refused in time")
+    .expect("run serve");
+    assert!(!out.status.success(), "serve {args:?} started");
+    text(&out.stderr)
+}
+
+#[tokio::test]
+async fn other_systems_elections_are_recorded_exactly_across_a_crash() {
+    let etcd = Etcd::start().await;
+    let mut raw = etcd.client().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("history.db");
+    let several = ordered(&mut raw).await;
+    let args: Vec<&str> = if several {
+        vec!["--source", "concurrency:/app/", "--source", "key:/svc/"]
+    } else {
+        // Several ranges are refused, clearly, and nothing is created.
+        let err = refused(&etcd, &db, &["--source", "concurrency:/app/"]).await;
+        assert!(err.contains("etcd issue 15220"), "{err}");
+        assert!(err.contains("--sources-only"), "{err}");
+        assert!(!db.exists(), "a refused serve created its history");
+        vec!["--sources-only", "--source", "concurrency:/app/"]
+    };
+    let serve = Serve::start(&[etcd.endpoint()], &db, &args, &[]).await;
+    serve.ready().await;
+
+    // etcd's own election under the application's prefix: A leads, B waits.
+    let mut a = Elect::start(&etcd, "/app/jobs", "A");
+    a.elected().await;
+    let mut b = Elect::start(&etcd, "/app/jobs", "B");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let keys = loop {
+        let keys = created(&mut raw, "/app/jobs/").await;
+        if keys.len() == 2 {
+            break keys;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "B never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut tokens: Vec<i64> = keys.iter().map(|(_, r)| *r).collect();
+    tokens.sort_unstable();
+    // A service's own key, lease-less: its deletion can only be a delete.
+    if several {
+        raw.put("/svc/leader", "node-1", None).await.expect("put");
+    }
+    let k1 = created(&mut raw, "/svc/leader").await;
+    a.resign().await;
+    b.elected().await;
+    let rev = now_revision(&mut raw).await;
+    serve.caught_up(rev).await;
+
+    // serve dies; the elections go on without it.
+    serve.crash().await;
+    b.resign().await;
+    if several {
+        raw.delete("/svc/leader", None).await.expect("delete");
+        raw.put("/svc/leader", "node-2", None).await.expect("put");
+    }
+    let k2 = created(&mut raw, "/svc/leader").await;
+    let rev = now_revision(&mut raw).await;
+
+    let serve = Serve::start(&[etcd.endpoint()], &db, &args, &[]).await;
+    serve.ready().await;
+    serve.caught_up(rev).await;
+
+    let jobs = terms(&serve, "/app/jobs").await;
+    let got: Vec<(i64, &str)> = jobs.iter().map(|(t, h, _)| (*t, h.as_str())).collect();
+    assert_eq!(
+        got,
+        vec![(tokens[0], "A"), (tokens[1], "B")],
+        "one term each, with etcd's CreateRevision as the token"
+    );
+    assert!(jobs.iter().all(|(_, _, end)| end.is_some()), "{jobs:?}");
+    if several {
+        let svc = terms(&serve, "/svc/leader").await;
+        assert_eq!(
+            svc,
+            vec![
+                (k1[0].1, "node-1".to_owned(), Some("deleted".to_owned())),
+                (k2[0].1, "node-2".to_owned(), None),
+            ]
+        );
+        // tenure's own elections are still watched beside them.
+        let (status, _) = get_json(&serve, "/api/v1/elections").await;
+        assert_eq!(status, 200);
+    }
+    let logs = serve.log_text();
+    assert!(!logs.contains("recording a reset"), "{logs}");
+
+    // The page and the detail of another system's election: from history,
+    // never read live, and saying so.
+    let page = reqwest::get(serve.url("/elections/%2Fapp%2Fjobs"))
+        .await
+        .expect("page");
+    assert_eq!(page.status().as_u16(), 200);
+    let html = page.text().await.expect("html");
+    assert!(html.contains("/app/jobs"), "{html}");
+    assert!(html.contains("not read live"), "{html}");
+    let (status, detail) = get_json(&serve, "/api/v1/elections/%2Fapp%2Fjobs").await;
+    assert_eq!(status, 200, "{detail}");
+    assert_eq!(detail["etcd_reachable"], Value::Null);
+    assert_eq!(
+        detail["holder"],
+        Value::Null,
+        "nobody leads after B resigned"
+    );
+    serve.stop().await;
+}
+
+#[tokio::test]
+async fn a_source_that_cannot_be_read_is_refused_before_anything_is_written() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("history.db");
+    for (args, says) in [
+        (
+            vec!["--source", "key:election/x"],
+            "overlap: every key must belong to one source",
+        ),
+        (
+            vec!["--source", "nosuch:/a/"],
+            "no layout is called `nosuch`",
+        ),
+        (vec!["--source", "concurrency"], "is not LAYOUT:PREFIX"),
+        (vec!["--source", "key:"], "may not claim the whole keyspace"),
+        (
+            vec!["--source", "key:/a/", "--source", "concurrency:a/b/"],
+            "overlap",
+        ),
+    ] {
+        let err = refused(&etcd, &db, &args).await;
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(
+            !db.exists(),
+            "{args:?}: a refused serve created its history"
+        );
+    }
+}
+
+/// A key's election under the test's three sources, as an independent
+/// model says (not tenure's layouts): tenure's single key `election/N`,
+/// `concurrency:/app/` (the parent path), `key:/svc/` (the key).
+fn model_election(key: &str) -> Option<String> {
+    if let Some(name) = key.strip_prefix("election/") {
+        return Some(name.to_owned());
+    }
+    if key.starts_with("/app/") {
+        return key.rsplit_once('/').map(|(parent, _)| parent.to_owned());
+    }
+    key.starts_with("/svc/").then(|| key.to_owned())
+}
+
+/// Every term etcd's own log implies, per election: (token, holder), the
+/// lowest CreateRevision among an election's keys leading.
+async fn terms_in_etcds_log(
+    raw: &mut EtcdClient,
+    to: i64,
+) -> std::collections::BTreeMap<String, Vec<(i64, String)>> {
+    use std::collections::BTreeMap;
+    let opts = etcd_client::WatchOptions::new()
+        .with_all_keys()
+        .with_start_revision(1);
+    let mut stream = raw.watch("\0", Some(opts)).await.expect("watch the log");
+    // key -> (create, value), per election
+    let mut keys: BTreeMap<String, BTreeMap<String, (i64, String)>> = BTreeMap::new();
+    let mut leading: BTreeMap<String, Option<i64>> = BTreeMap::new();
+    let mut terms: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
+    let mut last = 0;
+    while last < to {
+        let msg = tokio::time::timeout(WAIT, stream.message())
+            .await
+            .expect("etcd replayed its log")
+            .expect("log")
+            .expect("open");
+        // One revision at a time: leaders are compared after each.
+        let mut i = 0;
+        let events = msg.events();
+        while i < events.len() {
+            let rev = events[i].kv().expect("kv").mod_revision();
+            let mut touched = std::collections::BTreeSet::new();
+            while i < events.len() && events[i].kv().expect("kv").mod_revision() == rev {
+                let kv = events[i].kv().expect("kv");
+                let key = text(kv.key());
+                if let Some(e) = model_election(&key) {
+                    let m = keys.entry(e.clone()).or_default();
+                    if events[i].event_type() == etcd_client::EventType::Put {
+                        m.insert(key, (kv.create_revision(), text(kv.value())));
+                    } else {
+                        m.remove(&key);
+                    }
+                    touched.insert(e);
+                }
+                i += 1;
+            }
+            for e in touched {
+                let leader = keys[&e].values().min_by_key(|(c, _)| *c).cloned();
+                let was = leading.entry(e.clone()).or_default();
+                if *was != leader.as_ref().map(|(c, _)| *c) {
+                    *was = leader.as_ref().map(|(c, _)| *c);
+                    if let Some(l) = leader {
+                        terms.entry(e).or_default().push(l);
+                    }
+                }
+            }
+            last = rev;
+        }
+    }
+    terms
+}
+
+/// Random writes to three sources at once, some in one txn across them;
+/// serve killed with -9 halfway and restarted. Every term history holds
+/// equals what etcd's log implies (an independent model), none twice.
+#[tokio::test]
+async fn interleaved_sources_match_etcds_log_across_a_crash() {
+    let etcd = Etcd::start().await;
+    let mut raw = etcd.client().await;
+    if !ordered(&mut raw).await {
+        eprintln!("etcd before 3.4.25 / 3.5.8: several sources are refused (checked above)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("history.db");
+    let args = ["--source", "concurrency:/app/", "--source", "key:/svc/"];
+    let mut serve = Some(Serve::start(&[etcd.endpoint()], &db, &args, &[]).await);
+    serve.as_ref().expect("serve").ready().await;
+    let seed = support::rng::Rng::seed_from_env("TENURE_SOURCES_SEED");
+    eprintln!("seed {seed} (TENURE_SOURCES_SEED)");
+    let mut rng = support::rng::Rng::new(seed);
+    let mut live: Vec<String> = Vec::new();
+    const OPS: u64 = 600;
+    for n in 0..OPS {
+        let key = match rng.below(3) {
+            0 => format!("election/t{}", rng.below(3)),
+            1 => format!("/app/e{}/{:x}", rng.below(3), 0x1000 + rng.below(6)),
+            _ => format!("/svc/k{}", rng.below(3)),
+        };
+        if n == OPS / 2 {
+            serve.take().expect("serve").crash().await;
+        }
+        if rng.chance(15) {
+            // One revision across every source.
+            let ops = vec![
+                etcd_client::TxnOp::put(
+                    format!("election/t{}", rng.below(3)),
+                    format!("x{n}"),
+                    None,
+                ),
+                etcd_client::TxnOp::put(
+                    format!("/app/e{}/{:x}", rng.below(3), 0x2000 + n),
+                    format!("x{n}"),
+                    None,
+                ),
+                etcd_client::TxnOp::delete(format!("/svc/k{}", rng.below(3)), None),
+            ];
+            raw.txn(etcd_client::Txn::new().and_then(ops))
+                .await
+                .expect("txn");
+        } else if rng.chance(40) && !live.is_empty() {
+            let k = live.swap_remove(rng.below(live.len() as u64) as usize);
+            raw.delete(k, None).await.expect("delete");
+        } else {
+            raw.put(key.clone(), format!("h{n}"), None)
+                .await
+                .expect("put");
+            live.push(key);
+        }
+        if n == OPS / 2 + 50 {
+            serve = Some(Serve::start(&[etcd.endpoint()], &db, &args, &[]).await);
+        }
+    }
+    let last = now_revision(&mut raw).await;
+    let serve = serve.expect("serve");
+    serve.ready().await;
+    serve.caught_up(last).await;
+    assert_eq!(serve.stop().await, Some(0));
+
+    let expected = terms_in_etcds_log(&mut raw, last).await;
+    let reader = tenure::history::Reader::open(&db).expect("history");
+    let q = tenure::history::Query {
+        from_ms: None,
+        to_ms: None,
+        limit: Some(tenure::history::MAX_LIMIT),
+    };
+    let mut compared = 0;
+    for (election, want) in &expected {
+        let got: Vec<(i64, String)> = reader
+            .terms(election, &q)
+            .expect("terms")
+            .into_iter()
+            .map(|t| (t.token, t.holder))
+            .collect();
+        assert_eq!(&got, want, "{election} (seed {seed})");
+        compared += want.len();
+    }
+    let recorded: usize = reader
+        .elections()
+        .expect("elections")
+        .iter()
+        .map(|e| reader.terms(&e.election, &q).expect("terms").len())
+        .sum();
+    assert_eq!(
+        recorded, compared,
+        "no term recorded that etcd's log does not imply"
+    );
+    eprintln!(
+        "{compared} terms in {} elections, equal to etcd's log",
+        expected.len()
+    );
+}

@@ -47,8 +47,9 @@ pub struct ServeArgs {
 
     /// Also watch other systems' elections: LAYOUT:PREFIX, repeatable (layouts: `concurrency`,
     /// etcd's concurrency package, at any depth under PREFIX; `key`, each key one election;
-    /// `tenure`). Their elections are named by key path (`/app/jobs`). Several key ranges
-    /// need etcd 3.4.25+ or 3.5.8+.
+    /// `patroni`, PREFIX its namespace, default /service/; `tenure`). Their elections are
+    /// named by key path (`/app/jobs`, `/service/SCOPE`). Several key ranges need etcd 3.4.25+
+    /// or 3.5.8+.
     #[arg(long = "source", env = "TENURE_SOURCES", value_delimiter = ',', value_name = "LAYOUT:PREFIX", value_parser = parse_source)]
     pub sources: Vec<crate::layout::Source>,
 

@@ -16,12 +16,14 @@
 //!
 //! Layouts: `tenure` (its own, under `--prefix`), and other systems' under
 //! a prefix of the operator's (`--source LAYOUT:PREFIX`): `concurrency`
-//! (etcd's `concurrency` package), `key` (one key, one election). Their
+//! (etcd's `concurrency` package), `key` (one key, one election),
+//! `patroni` (Patroni's PostgreSQL leader, one election per scope). Their
 //! elections are named by key path (`path.rs`).
 
 pub mod concurrency;
 pub mod key;
 pub mod path;
+pub mod patroni;
 pub mod tenure;
 
 use std::sync::Arc;
@@ -224,13 +226,18 @@ pub fn by_name(name: &str, prefix: &str) -> Result<Source, SourceError> {
         tenure::NAME => return Ok(Source::tenure(prefix)),
         concurrency::NAME => Arc::new(concurrency::Concurrency::new(prefix).ok_or_else(empty)?),
         key::NAME => Arc::new(key::Key::new(prefix).ok_or_else(empty)?),
+        patroni::NAME => {
+            let layout = patroni::Patroni::new(prefix).ok_or_else(empty)?;
+            let namespace = String::from_utf8_lossy(layout.namespace()).into_owned();
+            return Ok(Source::new(Arc::new(layout), namespace));
+        }
         _ => return Err(SourceError::UnknownLayout(name.to_owned())),
     };
     Ok(Source::new(layout, prefix))
 }
 
 /// Every layout's name, as [`by_name`] takes it.
-pub const NAMES: &[&str] = &[tenure::NAME, concurrency::NAME, key::NAME];
+pub const NAMES: &[&str] = &[tenure::NAME, concurrency::NAME, key::NAME, patroni::NAME];
 
 #[cfg(test)]
 mod tests {

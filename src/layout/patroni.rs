@@ -1,0 +1,113 @@
+//! Patroni's PostgreSQL leader (`patroni[etcd3]`): under its namespace
+//! (default `/service/`), one election per scope, named by the scope's path
+//! (`/service/pg`). The leader is the `leader` key: its value is the member
+//! name, its CreateRevision the token. What Patroni writes, key by key, is
+//! measured in docs/patroni-facts.md (tests/patroni.rs asserts it):
+//!
+//! - a term is one create revision of `leader`: every change of leader
+//!   deletes the key and creates it anew; a Patroni restarted within the TTL
+//!   puts it again on its new lease, the same term (the same CreateRevision);
+//! - a crash failover deletes `leader` with the old leader's member key when
+//!   the lease expires (`expired`, asked of etcd as for any key);
+//! - a switchover or a graceful stop deletes `leader` while the lease
+//!   lives (`deleted`); `history` reads the same after both, so it is not
+//!   taken as a hint.
+//!
+//! Deliberately absent: the members (`members/NAME`) and the `failover`
+//! request are not read yet; they are not terms.
+
+use super::path::{prefix_range, watched_path};
+use super::{EndHint, Layout, Role};
+use crate::election::Layout as KeyLayout;
+
+/// The name of this layout in `--source patroni:NAMESPACE`.
+pub const NAME: &str = "patroni";
+
+/// Patroni's namespace when `--source patroni:` gives none.
+pub const DEFAULT_NAMESPACE: &str = "/service/";
+
+#[derive(Debug, Clone)]
+pub struct Patroni {
+    namespace: Vec<u8>,
+    range: (Vec<u8>, Vec<u8>),
+}
+
+impl Patroni {
+    /// Patroni's `namespace` (empty: [`DEFAULT_NAMESPACE`]); Patroni joins
+    /// it to the scope with one `/`, so one is added where it has none.
+    pub fn new(namespace: &str) -> Option<Self> {
+        let namespace = match namespace {
+            "" => DEFAULT_NAMESPACE.to_owned(),
+            n if n.ends_with('/') => n.to_owned(),
+            n => format!("{n}/"),
+        };
+        Some(Self {
+            range: prefix_range(namespace.as_bytes())?,
+            namespace: namespace.into_bytes(),
+        })
+    }
+
+    /// The namespace as read (`/service/` when none was given).
+    pub fn namespace(&self) -> &[u8] {
+        &self.namespace
+    }
+}
+
+impl Layout for Patroni {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn ranges(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        vec![self.range.clone()]
+    }
+
+    fn classify(&self, key: &[u8], _lease: i64) -> Role {
+        let Some(rest) = key.strip_prefix(self.namespace.as_slice()) else {
+            return Role::Ignored;
+        };
+        // `SCOPE/leader`, one level below the namespace; the scope's other
+        // keys (members, config, history, failover, status…) are not terms.
+        let Some(scope) = rest.strip_suffix(b"/leader") else {
+            return Role::Ignored;
+        };
+        if scope.is_empty() || scope.contains(&b'/') {
+            return Role::Ignored;
+        }
+        match watched_path(&key[..self.namespace.len() + scope.len()]) {
+            Some(election) => Role::Candidate {
+                election,
+                kind: KeyLayout::Single,
+            },
+            None => Role::Invalid,
+        }
+    }
+
+    fn read_hint(&self, _value: &[u8]) -> Option<EndHint> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_leader_key_of_each_scope_is_its_election() {
+        let p = Patroni::new("").expect("the default namespace");
+        let cand = |e: &str| Role::Candidate {
+            election: e.into(),
+            kind: KeyLayout::Single,
+        };
+        assert_eq!(p.classify(b"/service/pg/leader", 7), cand("/service/pg"));
+        assert_eq!(p.classify(b"/service/pg/members/m1", 7), Role::Ignored);
+        assert_eq!(p.classify(b"/service/pg/failover", 0), Role::Ignored);
+        assert_eq!(p.classify(b"/service/a/b/leader", 7), Role::Ignored);
+        assert_eq!(p.classify(b"/service//leader", 7), Role::Ignored);
+        assert_eq!(p.classify(b"/service/p\x01/leader", 7), Role::Invalid);
+        assert_eq!(p.classify(b"/other/pg/leader", 7), Role::Ignored);
+        let q = Patroni::new("/db").expect("a namespace");
+        assert_eq!(q.namespace(), b"/db/");
+        assert_eq!(q.classify(b"/db/main/leader", 7), cand("/db/main"));
+    }
+}

@@ -1,0 +1,110 @@
+//! tenure watching real Patroni (`serve --source patroni:/service/`): three
+//! Patroni 4.1 members with PostgreSQL, through bootstrap, a planned
+//! switchover and a crash failover (kill -9 of the leader's Patroni, the
+//! lease left to expire). Every term history records for the scope is
+//! checked against the `leader` key's own record (one etcd watch from
+//! revision 1, [`DcsLog`], independent of tenure): the holder, the token
+//! (the key's CreateRevision), the revision it ended at and how (`deleted`
+//! by the old leader in a switchover, `expired` in a crash).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use support::patroni::dcs::DcsLog;
+use support::patroni::{PatroniCluster, READY_TIMEOUT};
+use support::{Etcd, Serve};
+
+const SCOPE: &str = "watched";
+
+fn ordered(version: &str) -> bool {
+    let v: Vec<u64> = version.split('.').filter_map(|p| p.parse().ok()).collect();
+    matches!(v.as_slice(), [3, 4, p, ..] if *p >= 25)
+        || matches!(v.as_slice(), [3, 5, p, ..] if *p >= 8)
+        || matches!(v.as_slice(), [3, m, ..] if *m >= 6)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patroni_terms_are_recorded_as_its_leader_key_says() {
+    let etcd = Etcd::start().await;
+    let mut raw = etcd.client().await;
+    let version = raw.status().await.expect("status").version().to_owned();
+    let log = DcsLog::start(etcd.client().await, &format!("/service/{SCOPE}/")).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("history.db");
+    // Beside tenure's own where etcd can merge several ranges; alone where
+    // it cannot (tests/sources.rs checks the refusal).
+    let args: Vec<&str> = if ordered(&version) {
+        vec!["--source", "patroni:"]
+    } else {
+        vec!["--sources-only", "--source", "patroni:"]
+    };
+    let serve = Serve::start(&[etcd.endpoint()], &db, &args, &[]).await;
+    serve.ready().await;
+
+    let mut pg = PatroniCluster::start(3, &etcd, SCOPE).await;
+    let a = pg.wait_ready(READY_TIMEOUT).await;
+    let b = pg.names().into_iter().find(|n| *n != a).expect("a replica");
+    pg.switchover(&a, &b).await;
+    assert_eq!(pg.wait_ready(READY_TIMEOUT).await, b);
+    pg.kill9(&b);
+    // The lease (ttl 20 s) expires; a replica takes over.
+    let c = pg.wait_ready(Duration::from_secs(90)).await;
+    assert!(c != b, "{b} was killed");
+    let head = raw
+        .get("x", None)
+        .await
+        .expect("get")
+        .header()
+        .expect("header")
+        .revision();
+    serve.caught_up(head).await;
+
+    let truth = log.terms();
+    assert_eq!(truth.len(), 3, "{}", log.timeline());
+    let r = reqwest::get(serve.url(&format!("/api/v1/elections/%2Fservice%2F{SCOPE}/terms")))
+        .await
+        .expect("terms");
+    assert_eq!(r.status().as_u16(), 200);
+    let v: Value = r.json().await.expect("json");
+    let got: Vec<(String, i64, Option<i64>, Option<String>)> = v["terms"]
+        .as_array()
+        .expect("terms")
+        .iter()
+        .map(|t| {
+            (
+                t["holder"].as_str().expect("holder").to_owned(),
+                t["token"].as_i64().expect("token"),
+                t["ended_revision"].as_i64(),
+                t["end_cause"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    let causes = [Some("deleted"), Some("expired"), None];
+    let want: Vec<(String, i64, Option<i64>, Option<String>)> = truth
+        .iter()
+        .zip(causes)
+        .map(|(t, cause)| {
+            (
+                t.leader.clone(),
+                t.create_revision,
+                t.ended.map(|(r, _)| r),
+                cause.map(str::to_owned),
+            )
+        })
+        .collect();
+    assert_eq!(got, want, "{}", log.timeline());
+    assert_eq!(
+        (got[0].0.as_str(), got[1].0.as_str(), got[2].0.as_str()),
+        (a.as_str(), b.as_str(), c.as_str())
+    );
+    let page = reqwest::get(serve.url(&format!("/elections/%2Fservice%2F{SCOPE}")))
+        .await
+        .expect("page");
+    assert_eq!(page.status().as_u16(), 200);
+    let html = page.text().await.expect("html");
+    assert!(html.contains(&c), "the leader on the page");
+    serve.stop().await;
+}

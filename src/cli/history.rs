@@ -6,12 +6,13 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use crate::election::ElectionName;
 use crate::history::{parse_time, terms_to_csv, Db, Query, Reader};
+use crate::layout::path::WatchedName;
 
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
-    pub name: ElectionName,
+    /// The election: one of tenure's own, or another system's key path (`/service/pg`).
+    pub name: WatchedName,
 
     /// History written by `tenure serve --db`: a SQLite file, or a postgres:// URL.
     #[arg(long, env = "TENURE_DB", default_value = "tenure.db")]

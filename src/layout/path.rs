@@ -84,6 +84,14 @@ impl WatchedName {
     }
 }
 
+impl std::str::FromStr for WatchedName {
+    type Err = crate::election::Error;
+
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        Self::parse(raw)
+    }
+}
+
 impl std::fmt::Display for WatchedName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -21,8 +21,8 @@ const SCOPE: &str = "watched";
 
 fn ordered(version: &str) -> bool {
     let v: Vec<u64> = version.split('.').filter_map(|p| p.parse().ok()).collect();
-    matches!(v.as_slice(), [3, 4, p, ..] if *p >= 25)
-        || matches!(v.as_slice(), [3, 5, p, ..] if *p >= 8)
+    matches!(v.as_slice(), [3, 4, p, ..] if *p >= 31)
+        || matches!(v.as_slice(), [3, 5, p, ..] if *p >= 13)
         || matches!(v.as_slice(), [3, m, ..] if *m >= 6)
 }
 

@@ -349,9 +349,29 @@ impl Need {
                     prefix("readwrite", &fences),
                 ],
             ),
-            // serve watches one range, [P election/, P fence0), so that one
-            // stream keeps both prefixes in revision order: etcd checks the
-            // whole range, so the grant is that range.
+            // serve alone watches one range, [P election/, P fence0), so
+            // that one stream keeps both prefixes in revision order: etcd
+            // checks the whole range, so the grant is that range. With
+            // --source: exactly each source's prefixes.
+            Command::Serve(cmd) => {
+                let ranges = serve::watched_ranges(&cmd.args, keys);
+                let shown = |start: &[u8], end: &[u8]| {
+                    let (start, end) =
+                        (String::from_utf8_lossy(start), String::from_utf8_lossy(end));
+                    match crate::layout::path::prefix_range(start.as_bytes()) {
+                        Some((_, e)) if e == end.as_bytes() => {
+                            (format!("{start}*"), format!("--prefix=true read '{start}'"))
+                        }
+                        _ => (format!("{start}..{end}"), format!("read '{start}' '{end}'")),
+                    }
+                };
+                let (keys, grant) = ranges.iter().map(|(s, e)| shown(s, e)).unzip();
+                Need {
+                    access: "read",
+                    grant,
+                    keys,
+                }
+            }
             _ => {
                 let (start, end) = keys.watch_range();
                 Need {

@@ -48,8 +48,8 @@ pub struct ServeArgs {
     /// Also watch other systems' elections: LAYOUT:PREFIX, repeatable (layouts: `concurrency`,
     /// etcd's concurrency package, at any depth under PREFIX; `key`, each key one election;
     /// `patroni`, PREFIX its namespace, default /service/; `tenure`). Their elections are
-    /// named by key path (`/app/jobs`, `/service/SCOPE`). Several key ranges need etcd 3.4.25+
-    /// or 3.5.8+.
+    /// named by key path (`/app/jobs`, `/service/SCOPE`). Several key ranges need etcd 3.4.31+
+    /// or 3.5.13+.
     #[arg(long = "source", env = "TENURE_SOURCES", value_delimiter = ',', value_name = "LAYOUT:PREFIX", value_parser = parse_source)]
     pub sources: Vec<crate::layout::Source>,
 
@@ -127,8 +127,12 @@ pub async fn run(client: Client, cmd: ServeCommand) -> anyhow::Result<i32> {
     // error now, not a watcher retrying forever. Write permission is not
     // needed: with a read-only role the mutating API answers 403. Bounded:
     // a frozen etcd must not delay serving the history (the watcher waits).
+    let sources = Watcher::sources(&client, args.sources.clone(), args.sources_only)
+        .await
+        .context("reading --source")?;
+    let ranges = sources.ranges();
     if let Ok(checked) =
-        tokio::time::timeout(Duration::from_secs(1), client.check_read_access()).await
+        tokio::time::timeout(Duration::from_secs(1), client.check_read_access(&ranges)).await
     {
         checked?;
     }
@@ -509,4 +513,23 @@ async fn watch_config(client: &Client, args: &ServeArgs) -> anyhow::Result<Watch
         sources: Some(sources),
         ..WatchConfig::default()
     })
+}
+
+/// The key ranges a serve with `args` watches (for the message when etcd
+/// denies them; the sources were checked when read).
+pub(crate) fn watched_ranges(
+    args: &ServeArgs,
+    keys: &crate::election::Keys,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    use crate::layout::{Source, Sources};
+    let base = if args.sources_only {
+        Sources::new(Vec::new())
+    } else if args.sources.is_empty() {
+        Sources::tenure(keys.prefix())
+    } else {
+        Sources::new(vec![Source::tenure_exact(keys.prefix())])
+    };
+    base.with(args.sources.clone())
+        .map(|s| s.ranges())
+        .unwrap_or_default()
 }

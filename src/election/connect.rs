@@ -293,19 +293,21 @@ pub(crate) fn tls_problem(text: &str, tls: &TlsFiles, at: &str) -> Option<String
 }
 
 impl super::Client {
-    /// Reads (counts) the keys `serve` watches, to find out now whether
-    /// this client may: a permission, user or TLS problem is an error;
-    /// an unreachable etcd is not (the watcher waits for it).
-    pub async fn check_read_access(&self) -> Result<(), Error> {
-        let (start, end) = self.keys().watch_range();
-        let opts = etcd_client::GetOptions::new()
-            .with_range(end)
-            .with_count_only();
-        match self.op(self.etcd().get(start, Some(opts))).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_access_denied() => Err(e),
-            Err(_) => Ok(()),
+    /// Reads (counts) the key ranges `serve` watches, to find out now
+    /// whether this client may: a permission, user or TLS problem is an
+    /// error; an unreachable etcd is not (the watcher waits for it).
+    pub async fn check_read_access(&self, ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<(), Error> {
+        for (start, end) in ranges {
+            let opts = etcd_client::GetOptions::new()
+                .with_range(end.clone())
+                .with_count_only();
+            match self.op(self.etcd().get(start.clone(), Some(opts))).await {
+                Ok(_) => {}
+                Err(e) if e.is_access_denied() => return Err(e),
+                Err(_) => return Ok(()),
+            }
         }
+        Ok(())
     }
 }
 

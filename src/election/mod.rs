@@ -161,6 +161,11 @@ impl Client {
         self.config.connect(&self.endpoints, false).await.ok()
     }
 
+    /// The endpoints this client connected to (empty for [`Client::new`]).
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
     /// The TLS files and etcd user this client connected with.
     pub fn connect_config(&self) -> &ConnectConfig {
         &self.config

@@ -114,6 +114,12 @@ impl Source {
         Self::new(Arc::new(tenure::Tenure::new(prefix)), prefix)
     }
 
+    /// tenure's own layout under `prefix`, as exactly `P election/` and
+    /// `P fence/` (beside other sources).
+    pub fn tenure_exact(prefix: &str) -> Self {
+        Self::new(Arc::new(tenure::Tenure::exact(prefix)), prefix)
+    }
+
     /// `LAYOUT:PREFIX`, as `--source` takes it.
     pub fn parse(spec: &str) -> Result<Self, SourceError> {
         let (name, prefix) = spec
@@ -161,6 +167,9 @@ impl Source {
         });
         let names = match (self.names_begin(), other.names_begin()) {
             (Some(a), Some(b)) => a.starts_with(&b) || b.starts_with(&a),
+            // tenure's names carry no prefix: two of its sources would
+            // both name an election `db`.
+            (None, None) => true,
             _ => false,
         };
         keys || names
@@ -284,6 +293,8 @@ mod tests {
         assert!(base()
             .with(vec![src("key:app/"), src("key:/app/")])
             .is_err());
+        // A second tenure source: both would name elections `db`.
+        assert!(base().with(vec![src("tenure:b/")]).is_err());
         let ok = base()
             .with(vec![src("concurrency:/app/"), src("key:/apps/")])
             .expect("disjoint");

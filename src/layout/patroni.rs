@@ -13,6 +13,9 @@
 //!   lives (`deleted`); `history` reads the same after both, so it is not
 //!   taken as a hint.
 //!
+//! A Citus cluster (`SCOPE/GROUP/leader`, GROUP a number) is one election
+//! per group (`/service/SCOPE/GROUP`).
+//!
 //! Deliberately absent: the members (`members/NAME`) and the `failover`
 //! request are not read yet; they are not terms.
 
@@ -71,7 +74,14 @@ impl Layout for Patroni {
         let Some(scope) = rest.strip_suffix(b"/leader") else {
             return Role::Ignored;
         };
-        if scope.is_empty() || scope.contains(&b'/') {
+        // A Citus cluster's groups: `SCOPE/GROUP/leader`, GROUP a number.
+        let citus = |scope: &[u8]| {
+            matches!(
+                scope.split(|b| *b == b'/').collect::<Vec<_>>().as_slice(),
+                [s, g] if !s.is_empty() && !g.is_empty() && g.iter().all(u8::is_ascii_digit)
+            )
+        };
+        if scope.is_empty() || (scope.contains(&b'/') && !citus(scope)) {
             return Role::Ignored;
         }
         match watched_path(&key[..self.namespace.len() + scope.len()]) {
@@ -103,6 +113,9 @@ mod tests {
         assert_eq!(p.classify(b"/service/pg/members/m1", 7), Role::Ignored);
         assert_eq!(p.classify(b"/service/pg/failover", 0), Role::Ignored);
         assert_eq!(p.classify(b"/service/a/b/leader", 7), Role::Ignored);
+        // Citus: one election per group.
+        assert_eq!(p.classify(b"/service/c/0/leader", 7), cand("/service/c/0"));
+        assert_eq!(p.classify(b"/service/c/0/x/leader", 7), Role::Ignored);
         assert_eq!(p.classify(b"/service//leader", 7), Role::Ignored);
         assert_eq!(p.classify(b"/service/p\x01/leader", 7), Role::Invalid);
         assert_eq!(p.classify(b"/other/pg/leader", 7), Role::Ignored);

@@ -15,12 +15,26 @@ pub const NAME: &str = "tenure";
 #[derive(Debug, Clone)]
 pub struct Tenure {
     keys: Keys,
+    /// Two ranges, `P election/` and `P fence/` exactly, instead of the one
+    /// between them.
+    exact: bool,
 }
 
 impl Tenure {
     pub fn new(prefix: &str) -> Self {
         Self {
             keys: Keys::new(prefix),
+            exact: false,
+        }
+    }
+
+    /// Reads `P election/` and `P fence/` as two ranges, nothing between
+    /// them: what a role granted read on exactly those prefixes may watch.
+    /// Used beside other sources, whose ranges are merged anyway.
+    pub fn exact(prefix: &str) -> Self {
+        Self {
+            keys: Keys::new(prefix),
+            exact: true,
         }
     }
 }
@@ -30,9 +44,15 @@ impl Layout for Tenure {
         NAME
     }
 
-    /// One range for both `P election/` and `P fence/`: one stream keeps
-    /// their events in revision order.
+    /// One range for both `P election/` and `P fence/` (one stream keeps
+    /// their events in revision order), or, [`Tenure::exact`], the two.
     fn ranges(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        if self.exact {
+            return [self.keys.elections_root(), self.keys.fences_root()]
+                .iter()
+                .filter_map(|root| super::path::prefix_range(root.as_bytes()))
+                .collect();
+        }
         let (start, end) = self.keys.watch_range();
         vec![(start.into_bytes(), end.into_bytes())]
     }
@@ -119,6 +139,20 @@ mod tests {
         assert_eq!(t.classify(b"q/election/a", 0), Role::Ignored);
         assert_eq!(t.classify(b"p/election/a\xff", 0), Role::Invalid);
         assert_eq!(t.classify(b"p/election/../x", 0), Role::Invalid);
+    }
+
+    #[test]
+    fn exactly_the_two_prefixes_or_the_range_between() {
+        let one = Tenure::new("p/").ranges();
+        assert_eq!(one, vec![(b"p/election/".to_vec(), b"p/fence0".to_vec())]);
+        let two = Tenure::exact("p/").ranges();
+        assert_eq!(
+            two,
+            vec![
+                (b"p/election/".to_vec(), b"p/election0".to_vec()),
+                (b"p/fence/".to_vec(), b"p/fence0".to_vec())
+            ]
+        );
     }
 
     #[test]

@@ -12,8 +12,10 @@
 //! Invariant: nothing is handed on above the lowest range's mark, so no
 //! later answer can carry an event at or below a revision handed on.
 //! That needs etcd to send a requested progress notification after every
-//! event it covers (3.4.25+, 3.5.8+: etcd issue 15220); before those, a
-//! notification may overtake pending events, and the watcher refuses
+//! event it covers (3.4.25+, 3.5.8+: etcd issue 15220) and to answer a
+//! request made while a watch catches up once it has (3.4.31+, 3.5.13+:
+//! etcd issue 17507, or an idle range would hold every other back); before
+//! those the watcher refuses
 //! several ranges (`Watcher::with_sources`) rather than merge them wrong.
 //!
 //! Deliberately absent: one gRPC stream for all ranges. etcd replays an
@@ -29,6 +31,7 @@ use etcd_client::{Client as EtcdClient, Event};
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::election::keywatch::{RangeWatch, WatchItem};
 
@@ -53,10 +56,18 @@ pub(super) struct Many {
     client: EtcdClient,
     ranges: Vec<(Vec<u8>, Vec<u8>)>,
     opening: Opening,
-    merge: Merge<Event>,
+    /// Events with the instant their answer arrived.
+    merge: Merge<(Instant, Event)>,
     /// Per range: etcd's revision when its current stream was created.
     opened: Vec<Option<i64>>,
     asks: Vec<Arc<Notify>>,
+    /// Per range: when progress was last asked and not yet answered.
+    asked: Vec<Option<Instant>>,
+    /// Per range: reopens in a row without an answer.
+    fails: Vec<u32>,
+    /// When the answers of the events last handed on arrived (the
+    /// earliest): what they happened before.
+    received: Option<Instant>,
     /// The watches, each waiting for its next answer. In a mutex only to be
     /// `Sync` (the loop holds `&self` across awaits); never contended.
     running: Mutex<FuturesUnordered<Next>>,
@@ -80,6 +91,9 @@ impl Watch {
                     merge: Merge::new(n, from_rev - 1),
                     opened: vec![None; n],
                     asks: (0..n).map(|_| Arc::new(Notify::new())).collect(),
+                    asked: vec![None; n],
+                    fails: vec![0; n],
+                    received: None,
                     ranges,
                     opening,
                     running: Mutex::default(),
@@ -103,6 +117,16 @@ impl Watch {
         match self {
             Watch::One(w) => w.opened_at(),
             Watch::Many(m) => m.opened.iter().try_fold(0, |a, o| o.map(|o| a.max(o))),
+        }
+    }
+
+    /// When the events last handed on arrived (several ranges: the
+    /// earliest answer of them, which may have waited for the others);
+    /// `None`: as they are handed on.
+    pub fn received(&self) -> Option<Instant> {
+        match self {
+            Watch::One(_) => None,
+            Watch::Many(m) => m.received,
         }
     }
 
@@ -183,19 +207,36 @@ impl Many {
             .with_progress_asks(self.asks[i].clone());
             running.push(next(i, watch));
             self.opened[i] = None;
+            self.asked[i] = None;
+        }
+    }
+
+    /// Asks the ranges behind the oldest buffered event for progress: one
+    /// request outstanding per range, asked again after [`ASK_AGAIN`].
+    fn ask_behind(&mut self) {
+        for i in self.merge.behind() {
+            if self.asked[i].is_none_or(|at| at.elapsed() >= ASK_AGAIN) {
+                self.asked[i] = Some(Instant::now());
+                self.asks[i].notify_one();
+            }
         }
     }
 
     async fn next_item(&mut self) -> WatchItem {
+        if self.ranges.is_empty() {
+            // Nothing to watch (`Watcher::sources` refuses it): nothing comes.
+            return std::future::pending().await;
+        }
         loop {
             match self.merge.release() {
-                Some(Released::Events(events)) => return WatchItem::Events(events),
+                Some(Released::Events(events)) => {
+                    self.received = events.iter().map(|(at, _)| *at).min();
+                    return WatchItem::Events(events.into_iter().map(|(_, e)| e).collect());
+                }
                 Some(Released::Progress(revision)) => return WatchItem::Progress { revision },
                 None => {}
             }
-            for i in self.merge.behind() {
-                self.asks[i].notify_one();
-            }
+            self.ask_behind();
             let running = self.running.get_mut().unwrap_or_else(|p| p.into_inner());
             let answered = if self.merge.waiting() {
                 match tokio::time::timeout(ASK_AGAIN, running.next()).await {
@@ -206,29 +247,77 @@ impl Many {
                 running.next().await
             };
             // Never empty: every answer pushes its watch back.
-            let Some((i, watch, item)) = answered else {
+            let Some((i, mut watch, item)) = answered else {
                 self.restart();
                 continue;
             };
+            let handed = self.take(i, item);
             self.opened[i] = watch.opened_at();
+            // A reopen of this range starts after what it is known complete
+            // up to (an idle range's progress too), never below.
+            watch.advance_to(self.merge.marks[i]);
+            let running = self.running.get_mut().unwrap_or_else(|p| p.into_inner());
             running.push(next(i, watch));
-            match item {
-                WatchItem::Events(events) => self.merge.events(
+            if let Some(item) = handed {
+                return item;
+            }
+        }
+    }
+
+    /// One answer of range `i`'s watch into the merge; what the loop must
+    /// hear of it, if anything.
+    fn take(&mut self, i: usize, item: WatchItem) -> Option<WatchItem> {
+        let delivered = matches!(item, WatchItem::Events(_) | WatchItem::Progress { .. });
+        if delivered {
+            self.fails[i] = 0;
+            self.asked[i] = None;
+        }
+        match item {
+            WatchItem::Events(events) => {
+                let at = Instant::now();
+                let dropped = self.merge.events(
                     i,
                     events
                         .into_iter()
-                        .map(|e| (e.kv().map_or(0, |kv| kv.mod_revision()), e)),
-                ),
-                WatchItem::Progress { revision } => {
-                    // Behind what this range delivered: etcd restored or
-                    // replaced under the watch. Behind what was handed on,
-                    // the loop asks etcd; otherwise it is only not used.
-                    if !self.merge.progress(i, revision) && revision < self.merge.released {
-                        return WatchItem::Progress { revision };
-                    }
+                        .map(|e| (e.kv().map_or(0, |kv| kv.mod_revision()), (at, e))),
+                );
+                if dropped > 0 {
+                    tracing::warn!(
+                        range = i,
+                        dropped,
+                        mark = self.merge.marks[i],
+                        "events at or below a revision this range was complete up to; \
+                         not applied out of order"
+                    );
                 }
-                // A compaction, a reopen, trouble, a new stream: the loop's.
-                other => return other,
+                None
+            }
+            WatchItem::Progress { revision } => {
+                // Behind what this range delivered: etcd restored or
+                // replaced under the watch. Behind what was handed on, the
+                // loop asks etcd; otherwise it is only not used.
+                (!self.merge.progress(i, revision) && revision < self.merge.released)
+                    .then_some(WatchItem::Progress { revision })
+            }
+            WatchItem::Reopening(why) => {
+                self.opened[i] = None;
+                // One blip reopens every range once: the loop hears of a
+                // reopen only when one range has failed more often in a
+                // row than any other, so its count of failures in a row is
+                // a range's, not the number of ranges.
+                self.fails[i] += 1;
+                let most = self.fails.iter().enumerate().filter(|(j, _)| *j != i);
+                (most.map(|(_, f)| *f).max().unwrap_or(0) < self.fails[i])
+                    .then_some(WatchItem::Reopening(why))
+            }
+            other => {
+                if matches!(
+                    other,
+                    WatchItem::Unavailable(_) | WatchItem::Compacted { .. }
+                ) {
+                    self.opened[i] = None;
+                }
+                Some(other)
             }
         }
     }
@@ -268,11 +357,20 @@ impl<E> Merge<E> {
 
     /// One answer of `range`'s watch: its events, in its revision order
     /// (etcd sends a watcher all of one revision's events at once).
-    pub fn events(&mut self, range: usize, events: impl IntoIterator<Item = (i64, E)>) {
+    /// Returns how many were at or below what the range was already
+    /// complete up to, and dropped: handed on, they would be out of order.
+    pub fn events(&mut self, range: usize, events: impl IntoIterator<Item = (i64, E)>) -> usize {
+        let floor = self.marks[range];
+        let mut dropped = 0;
         for (revision, e) in events {
+            if revision <= floor {
+                dropped += 1;
+                continue;
+            }
             self.marks[range] = self.marks[range].max(revision);
             self.buffer.entry(revision).or_default().push(e);
         }
+        dropped
     }
 
     /// A progress notification of `range`'s watch; `false` (and nothing
@@ -362,6 +460,15 @@ mod tests {
         assert_eq!(m.release(), Some(Released::Events(vec!["a6"])));
         assert!(m.progress(0, 7));
         assert_eq!(m.release(), Some(Released::Events(vec!["b7"])));
+    }
+
+    #[test]
+    fn events_a_range_was_already_complete_up_to_are_dropped() {
+        let mut m = Merge::new(2, 10);
+        assert!(m.progress(0, 15));
+        assert_eq!(m.events(0, [(14, "late"), (16, "a16"), (16, "a16b")]), 1);
+        assert!(m.progress(1, 16));
+        assert_eq!(m.release(), Some(Released::Events(vec!["a16", "a16b"])));
     }
 
     #[test]

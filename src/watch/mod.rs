@@ -30,6 +30,7 @@ mod load;
 mod merge;
 mod replay;
 mod stream;
+mod version;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -127,15 +128,18 @@ pub enum SourcesError {
     #[error(transparent)]
     Source(#[from] crate::layout::SourceError),
     #[error(
-        "watching several key ranges needs etcd 3.4.25+ or 3.5.8+, whose progress \
-         notifications follow the events they cover (etcd issue 15220); this etcd is {0}. \
+        "watching several key ranges needs etcd 3.4.31+ or 3.5.13+, whose progress \
+         notifications follow the events they cover and come once a watch caught up (etcd \
+         issues 15220 and 17507); this etcd is {0}. \
          Upgrade etcd, or watch one source per `tenure serve` (--sources-only)"
     )]
     Unordered(String),
     #[error(
-        "watching several key ranges needs etcd 3.4.25+ or 3.5.8+ (etcd issue 15220), and \
+        "watching several key ranges needs etcd 3.4.31+ or 3.5.13+ (etcd issues 15220 and \
+         17507), and \
          etcd's version could not be read: {0}. etcd 3.5 with authentication tells it to \
-         root only: serve as root, or watch one source per `tenure serve` (--sources-only)"
+         root only, and over TLS tenure does not ask /version: serve as root, or watch one \
+         source per `tenure serve` (--sources-only)"
     )]
     UnknownVersion(String),
     #[error("--sources-only needs at least one --source LAYOUT:PREFIX")]
@@ -167,20 +171,25 @@ impl Watcher {
         more: Vec<crate::layout::Source>,
         sources_only: bool,
     ) -> Result<crate::layout::Sources, SourcesError> {
+        let prefix = client.keys().prefix();
         let base = if sources_only {
             crate::layout::Sources::new(Vec::new())
+        } else if more.is_empty() {
+            crate::layout::Sources::tenure(prefix)
         } else {
-            crate::layout::Sources::tenure(client.keys().prefix())
+            // Merged with other ranges anyway: exactly tenure's prefixes,
+            // nothing between them, is what a careful role grants.
+            crate::layout::Sources::new(vec![crate::layout::Source::tenure_exact(prefix)])
         };
         let sources = base.with(more)?;
         if sources.ranges().is_empty() {
             return Err(SourcesError::NoSource);
         }
         if sources.ranges().len() > 1 {
-            match client.op(client.etcd().status()).await {
-                Ok(s) if progress_ordered(s.version()) => {}
-                Ok(s) => return Err(SourcesError::Unordered(s.version().to_owned())),
-                Err(e) => return Err(SourcesError::UnknownVersion(e.to_string())),
+            match version::etcd_version(client).await {
+                Ok(v) if progress_ordered(&v) && progress_answered_when_synced(&v) => {}
+                Ok(v) => return Err(SourcesError::Unordered(v)),
+                Err(e) => return Err(SourcesError::UnknownVersion(e)),
             }
         }
         Ok(sources)
@@ -211,10 +220,9 @@ impl Watcher {
     /// after pending events from etcd 3.4.25 and 3.5.8 on (etcd PRs 15697,
     /// 15695 for issue 15220). Unknown (no answer, unparsable) → untrusted.
     async fn check_progress_order(&self) {
-        let version = match self.client.op(self.client.etcd().status()).await {
-            Ok(s) => s.version().to_owned(),
-            Err(_) => String::new(),
-        };
+        let version = version::etcd_version(&self.client)
+            .await
+            .unwrap_or_default();
         let ordered = progress_ordered(&version);
         self.progress_ordered
             .store(ordered, std::sync::atomic::Ordering::Relaxed);
@@ -294,13 +302,35 @@ fn progress_ordered(version: &str) -> bool {
     }
 }
 
+/// Whether etcd `version` answers a progress request made while a watch
+/// catches up once it has (3.4.31+, 3.5.13+, 3.6: etcd issue 17507; from
+/// 3.4.25 and 3.5.8 until then the request waits for the watch's next
+/// event, forever on an idle range).
+fn progress_answered_when_synced(version: &str) -> bool {
+    let mut parts = version
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .map(|p| p.parse::<u64>().ok());
+    let (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) =
+        (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    match (major, minor) {
+        (3, 4) => patch >= 31,
+        (3, 5) => patch >= 13,
+        (3, m) => m >= 6,
+        (m, _) => m > 3,
+    }
+}
+
 async fn send(tx: &mpsc::Sender<Update>, u: Update) -> Result<(), Closed> {
     tx.send(u).await.map_err(|_| Closed)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::progress_ordered;
+    use super::{progress_answered_when_synced, progress_ordered};
 
     #[test]
     fn progress_is_trusted_only_where_etcd_fixed_its_order() {
@@ -309,6 +339,12 @@ mod tests {
         }
         for v in ["3.4.25", "3.5.8", "3.5.21", "3.6.0", "v3.6.4", "4.0.0"] {
             assert!(progress_ordered(v), "{v}");
+        }
+        for v in ["3.4.30", "3.5.12", "3.5.8", "", "x"] {
+            assert!(!progress_answered_when_synced(v), "{v}");
+        }
+        for v in ["3.4.31", "3.5.13", "3.5.16", "3.5.30", "3.6.0", "4.0.0"] {
+            assert!(progress_answered_when_synced(v), "{v}");
         }
     }
 }

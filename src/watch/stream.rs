@@ -117,7 +117,7 @@ impl<'w> Stream<'w> {
         loop {
             let item = self.next_item().await;
             // When the events arrived: their deletions happened before it.
-            let received = Instant::now();
+            let received = self.watch.received().unwrap_or_else(Instant::now);
             let now_up = !matches!(item, WatchItem::Unavailable(_));
             if now_up != self.up {
                 self.up = now_up;

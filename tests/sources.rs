@@ -538,3 +538,56 @@ async fn a_role_with_read_on_only_the_watched_prefixes_runs_serve() {
     assert!(!logs.contains("permission denied"), "{logs}");
     serve.stop().await;
 }
+
+/// Go's `concurrency.Mutex` (a Vitess-style lock path), its holder killed
+/// with -9: the next waiter's term starts when the lease expires, and the
+/// first term ends `expired`, with etcd's CreateRevisions as tokens.
+#[tokio::test]
+async fn a_go_mutex_under_an_applications_prefix_is_recorded_like_tenures_own() {
+    use support::go::GoActor;
+    let etcd = Etcd::start().await;
+    let mut raw = etcd.client().await;
+    let several = ordered(&mut raw).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("history.db");
+    let mut args = vec!["--source", "concurrency:/vt/elections/"];
+    if !several {
+        args.insert(0, "--sources-only");
+    }
+    let serve = Serve::start(&[etcd.endpoint()], &db, &args, &[]).await;
+    serve.ready().await;
+    let lock = "/vt/elections/x/locks";
+    let mut first = GoActor::spawn("first", &etcd.endpoint(), 2).await;
+    first.lock(lock).await;
+    let mut second = GoActor::spawn("second", &etcd.endpoint(), 30).await;
+    second.send(&format!("lock {lock}")).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let keys = loop {
+        let keys = created(&mut raw, &format!("{lock}/")).await;
+        if keys.len() == 2 {
+            break keys;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "second never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut tokens: Vec<i64> = keys.iter().map(|(_, r)| *r).collect();
+    tokens.sort_unstable();
+    first.kill().await;
+    second.expect(&format!("locked {lock} "), WAIT).await;
+    let rev = now_revision(&mut raw).await;
+    serve.caught_up(rev).await;
+    let got = terms(&serve, lock).await;
+    assert_eq!(
+        got,
+        vec![
+            (tokens[0], String::new(), Some("expired".to_owned())),
+            (tokens[1], String::new(), None),
+        ],
+        "a Mutex's value is empty; the killed holder's lease expired"
+    );
+    second.kill().await;
+    serve.stop().await;
+}

@@ -23,17 +23,22 @@ pub enum EndCause {
     Deleted,
     /// Another key became leader while the old key still existed.
     Superseded,
+    /// The holder handed over on request: it deleted its key while its
+    /// lease lived, while a switchover naming it stood (Patroni's
+    /// `failover` key).
+    Switchover,
     /// tenure cannot tell: the term ended while it was not watching, in a
     /// compacted gap or an etcd reset, or its lease was gone unsampled.
     Unknown,
 }
 
 impl EndCause {
-    pub const ALL: [EndCause; 5] = [
+    pub const ALL: [EndCause; 6] = [
         EndCause::Resigned,
         EndCause::Expired,
         EndCause::Deleted,
         EndCause::Superseded,
+        EndCause::Switchover,
         EndCause::Unknown,
     ];
 
@@ -43,6 +48,7 @@ impl EndCause {
             EndCause::Expired => "expired",
             EndCause::Deleted => "deleted",
             EndCause::Superseded => "superseded",
+            EndCause::Switchover => "switchover",
             EndCause::Unknown => "unknown",
         }
     }
@@ -70,6 +76,10 @@ impl EndCause {
                  etcdctl del)"
             }
             EndCause::Superseded => "another key became leader while this one still existed",
+            EndCause::Switchover => {
+                "the holder handed over on request: it deleted its key while its lease lived, \
+                 with a switchover naming it standing (Patroni's failover key)"
+            }
             EndCause::Unknown => {
                 "tenure cannot tell: the term ended while it was not watching, in a compacted \
                  gap or an etcd reset, or its lease was gone before it was sampled"

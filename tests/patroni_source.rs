@@ -4,8 +4,10 @@
 //! lease left to expire). Every term history records for the scope is
 //! checked against the `leader` key's own record (one etcd watch from
 //! revision 1, [`DcsLog`], independent of tenure): the holder, the token
-//! (the key's CreateRevision), the revision it ended at and how (`deleted`
-//! by the old leader in a switchover, `expired` in a crash).
+//! (the key's CreateRevision), the revision it ended at and how
+//! (`switchover`: deleted by the old leader while patronictl's request
+//! named it; `expired` in a crash), with serve itself killed -9 and
+//! restarted between the two.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
@@ -49,6 +51,10 @@ async fn patroni_terms_are_recorded_as_its_leader_key_says() {
     let b = pg.names().into_iter().find(|n| *n != a).expect("a replica");
     pg.switchover(&a, &b).await;
     assert_eq!(pg.wait_ready(READY_TIMEOUT).await, b);
+    // tenure itself is killed and restarted between the two handovers.
+    serve.crash().await;
+    let serve = Serve::start(&[etcd.endpoint()], &db, &args, &[]).await;
+    serve.ready().await;
     pg.kill9(&b);
     // The lease (ttl 20 s) expires; a replica takes over.
     let c = pg.wait_ready(Duration::from_secs(90)).await;
@@ -82,7 +88,7 @@ async fn patroni_terms_are_recorded_as_its_leader_key_says() {
             )
         })
         .collect();
-    let causes = [Some("deleted"), Some("expired"), None];
+    let causes = [Some("switchover"), Some("expired"), None];
     let want: Vec<(String, i64, Option<i64>, Option<String>)> = truth
         .iter()
         .zip(causes)

@@ -45,6 +45,11 @@ pub trait Layout: Send + Sync + std::fmt::Debug {
     /// What the value of a [`Role::Hint`] key says: which term ended, and
     /// how. `None` when the value is malformed (counted as an ignored key).
     fn read_hint(&self, value: &[u8]) -> Option<EndHint>;
+    /// What the current value of a [`Role::Standing`] key says about how
+    /// the next term of its election ends. `None`: nothing (or malformed).
+    fn read_standing(&self, _value: &[u8]) -> Option<Standing> {
+        None
+    }
 }
 
 /// What a key is to a layout.
@@ -59,6 +64,10 @@ pub enum Role {
     /// A key whose PUT, in the revision that ends a term of `election`,
     /// says how it ended ([`Layout::read_hint`]); its deletion means nothing.
     Hint { election: String },
+    /// A key whose current value, while it stands, says how a term of
+    /// `election` that ends by deletion (its lease alive) ended
+    /// ([`Layout::read_standing`]): Patroni's `failover` request.
+    Standing { election: String },
     /// tenure's fence accepted a token for `resource` (value: the token).
     Fence { election: String, resource: String },
     /// tenure's fence refused one (value: the refusal record).
@@ -74,6 +83,14 @@ pub enum Role {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EndHint {
     pub token: i64,
+    pub cause: EndCause,
+}
+
+/// A standing request's word: a term of `holder` deleted while its lease
+/// lives ended by `cause` (a deletion by expiry or revocation is not it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Standing {
+    pub holder: String,
     pub cause: EndCause,
 }
 

@@ -9,19 +9,23 @@
 //!   puts it again on its new lease, the same term (the same CreateRevision);
 //! - a crash failover deletes `leader` with the old leader's member key when
 //!   the lease expires (`expired`, asked of etcd as for any key);
-//! - a switchover or a graceful stop deletes `leader` while the lease
-//!   lives (`deleted`); `history` reads the same after both, so it is not
-//!   taken as a hint.
+//! - a switchover deletes `leader` while the lease lives, with `failover`
+//!   = `{"leader":OLD,"member":NEW}` standing since before (`switchover`:
+//!   the standing request, [`Layout::read_standing`]); a graceful stop
+//!   deletes it with no request standing (`deleted`); `history` reads the
+//!   same after a switchover and a failover, so it is not taken as a hint.
+//!   A crash while a switchover stands is still `expired`: the standing
+//!   request only renames a deletion made while the lease lived.
 //!
 //! A Citus cluster (`SCOPE/GROUP/leader`, GROUP a number) is one election
 //! per group (`/service/SCOPE/GROUP`).
 //!
-//! Deliberately absent: the members (`members/NAME`) and the `failover`
-//! request are not read yet; they are not terms.
+//! Deliberately absent: the members (`members/NAME`) are not read yet.
 
 use super::path::{prefix_range, watched_path};
-use super::{EndHint, Layout, Role};
+use super::{EndHint, Layout, Role, Standing};
 use crate::election::Layout as KeyLayout;
+use crate::events::EndCause;
 
 /// The name of this layout in `--source patroni:NAMESPACE`.
 pub const NAME: &str = "patroni";
@@ -71,8 +75,13 @@ impl Layout for Patroni {
         };
         // `SCOPE/leader`, one level below the namespace; the scope's other
         // keys (members, config, history, failover, status…) are not terms.
-        let Some(scope) = rest.strip_suffix(b"/leader") else {
-            return Role::Ignored;
+        let (scope, standing) = match (
+            rest.strip_suffix(b"/leader"),
+            rest.strip_suffix(b"/failover"),
+        ) {
+            (Some(scope), _) => (scope, false),
+            (None, Some(scope)) => (scope, true),
+            (None, None) => return Role::Ignored,
         };
         // A Citus cluster's groups: `SCOPE/GROUP/leader`, GROUP a number.
         let citus = |scope: &[u8]| {
@@ -85,6 +94,7 @@ impl Layout for Patroni {
             return Role::Ignored;
         }
         match watched_path(&key[..self.namespace.len() + scope.len()]) {
+            Some(election) if standing => Role::Standing { election },
             Some(election) => Role::Candidate {
                 election,
                 kind: KeyLayout::Single,
@@ -95,6 +105,19 @@ impl Layout for Patroni {
 
     fn read_hint(&self, _value: &[u8]) -> Option<EndHint> {
         None
+    }
+
+    /// `failover` = `{"leader":"A","member":"B"}` (patronictl switchover,
+    /// scheduled or not): A's term, if A deletes its key while its lease
+    /// lives, ended by the switchover. `{}` (cleared by the new leader), a
+    /// failover request without a leader, or anything else: nothing.
+    fn read_standing(&self, value: &[u8]) -> Option<Standing> {
+        let v: serde_json::Value = serde_json::from_slice(value).ok()?;
+        let holder = v.get("leader")?.as_str()?;
+        (!holder.is_empty()).then(|| Standing {
+            holder: holder.to_owned(),
+            cause: EndCause::Switchover,
+        })
     }
 }
 
@@ -111,7 +134,12 @@ mod tests {
         };
         assert_eq!(p.classify(b"/service/pg/leader", 7), cand("/service/pg"));
         assert_eq!(p.classify(b"/service/pg/members/m1", 7), Role::Ignored);
-        assert_eq!(p.classify(b"/service/pg/failover", 0), Role::Ignored);
+        assert_eq!(
+            p.classify(b"/service/pg/failover", 0),
+            Role::Standing {
+                election: "/service/pg".into()
+            }
+        );
         assert_eq!(p.classify(b"/service/a/b/leader", 7), Role::Ignored);
         // Citus: one election per group.
         assert_eq!(p.classify(b"/service/c/0/leader", 7), cand("/service/c/0"));
@@ -122,5 +150,24 @@ mod tests {
         let q = Patroni::new("/db").expect("a namespace");
         assert_eq!(q.namespace(), b"/db/");
         assert_eq!(q.classify(b"/db/main/leader", 7), cand("/db/main"));
+    }
+
+    #[test]
+    fn a_standing_switchover_names_the_leader_it_ends() {
+        let p = Patroni::new("").expect("the default namespace");
+        assert_eq!(
+            p.read_standing(br#"{"leader":"m0","member":"m1"}"#),
+            Some(Standing {
+                holder: "m0".into(),
+                cause: EndCause::Switchover
+            })
+        );
+        assert_eq!(p.read_standing(b"{}"), None, "cleared");
+        assert_eq!(
+            p.read_standing(br#"{"member":"m1"}"#),
+            None,
+            "a failover request"
+        );
+        assert_eq!(p.read_standing(b"not json"), None);
     }
 }

@@ -110,7 +110,10 @@ impl Watcher {
                 if let (Some(lease), EventKind::TermEnded { cause, .. }) =
                     (p.cause_lookup, &mut event.kind)
                 {
-                    *cause = causes.get(&lease).copied().unwrap_or(EndCause::Unknown);
+                    *cause = match causes.get(&lease).copied() {
+                        Some(EndCause::Deleted) => p.deleted_as.unwrap_or(EndCause::Deleted),
+                        looked_up => looked_up.unwrap_or(EndCause::Unknown),
+                    };
                 }
                 event
             })
@@ -128,7 +131,7 @@ fn revision_of(e: &etcd_client::Event) -> i64 {
 fn ends_deleted(pending: &mut [state::Pending]) {
     for p in pending {
         if let (Some(_), EventKind::TermEnded { cause, .. }) = (p.cause_lookup, &mut p.event.kind) {
-            *cause = EndCause::Deleted;
+            *cause = p.deleted_as.unwrap_or(EndCause::Deleted);
             p.cause_lookup = None;
         }
     }

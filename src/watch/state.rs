@@ -82,6 +82,9 @@ impl Election {
 pub struct Pending {
     pub event: Event,
     pub cause_lookup: Option<i64>,
+    /// What a `deleted` end is instead, by a standing request of the
+    /// layout's (`Layout::read_standing`): a Patroni switchover.
+    pub deleted_as: Option<EndCause>,
 }
 
 impl Pending {
@@ -89,6 +92,7 @@ impl Pending {
         Self {
             event,
             cause_lookup: None,
+            deleted_as: None,
         }
     }
 }
@@ -122,6 +126,9 @@ pub struct State {
     /// The elections that hold keys, in order: the ones nested under a
     /// name are one range of it (`name/` up to `name0`).
     holding: std::collections::BTreeSet<String>,
+    /// Standing requests by election (`Role::Standing`), as their layout
+    /// read them; at most one per election.
+    standing: HashMap<String, crate::layout::Standing>,
 }
 
 impl State {
@@ -133,6 +140,27 @@ impl State {
             dirty: Default::default(),
             collisions: Default::default(),
             holding: Default::default(),
+            standing: HashMap::new(),
+        }
+    }
+
+    /// A standing request of `election` (its key `key`) put with `value`,
+    /// or deleted (`None`): read by the layout of the key's source.
+    fn stand(&mut self, election: String, key: &[u8], value: Option<&[u8]>) {
+        let read = value.and_then(|v| {
+            let (source, _) = self.sources.classify(key, 0);
+            source.and_then(|s| s.layout().read_standing(v))
+        });
+        match read {
+            Some(s)
+                if self.standing.len() < self.max_elections
+                    || self.standing.contains_key(&election) =>
+            {
+                self.standing.insert(election, s);
+            }
+            _ => {
+                self.standing.remove(&election);
+            }
         }
     }
 
@@ -196,6 +224,7 @@ impl State {
             .map(|(n, e)| (n.clone(), e.waiting_reported))
             .collect();
         self.elections.clear();
+        self.standing.clear();
         // Room for them all at once: growing by doubling would move every
         // election, and hold both tables, several times (issue 23).
         self.elections.reserve(kvs.len().min(self.max_elections));
@@ -208,6 +237,7 @@ impl State {
                     }
                     Err(s) => statuses.push(s),
                 },
+                Role::Standing { election } => self.stand(election, &kv.key, Some(&kv.value)),
                 Role::Invalid => statuses.push(WatchStatus::IgnoredKey),
                 _ => {}
             }

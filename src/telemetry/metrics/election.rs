@@ -15,6 +15,7 @@ pub(super) fn cause_index(cause: EndCause) -> usize {
         EndCause::Deleted => 2,
         EndCause::Superseded => 3,
         EndCause::Unknown => 4,
+        EndCause::Switchover => 5,
     }
 }
 

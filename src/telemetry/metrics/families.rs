@@ -378,11 +378,12 @@ pub const METRIC_NAMES: &[&str] = &DEFAULT_NAMES;
 pub const DETAIL_METRIC_NAMES: &[&str] = &DETAIL_NAMES;
 
 /// The values of a `cause` label, in the exposition's (label value) order.
-pub const CAUSES_SORTED: [EndCause; 5] = [
+pub const CAUSES_SORTED: [EndCause; 6] = [
     EndCause::Deleted,
     EndCause::Expired,
     EndCause::Resigned,
     EndCause::Superseded,
+    EndCause::Switchover,
     EndCause::Unknown,
 ];
 

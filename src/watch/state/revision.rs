@@ -106,6 +106,10 @@ impl State {
                     Err(_) => statuses.push(WatchStatus::IgnoredKey),
                 }
             }
+            (Role::Standing { election }, Change::Put(kv)) => {
+                self.stand(election, key, Some(&kv.value))
+            }
+            (Role::Standing { election }, Change::Delete { .. }) => self.stand(election, key, None),
             (Role::Invalid, _) => statuses.push(WatchStatus::IgnoredKey),
             // Not an election's, or deleted hints, fence keys and refusal
             // records: nothing happened.
@@ -164,6 +168,8 @@ impl State {
         revision: i64,
         at_ms: i64,
     ) -> Vec<Pending> {
+        // A standing request naming the holder whose term ends here.
+        let standing = self.standing.get(name).cloned();
         let Some(e) = self.elections.get_mut(name) else {
             return Vec::new();
         };
@@ -210,6 +216,7 @@ impl State {
                     out.push(Pending {
                         event: ended(revision, at_ms, name, &open, cause),
                         cause_lookup: lookup,
+                        deleted_as: standing.filter(|s| s.holder == old.holder).map(|s| s.cause),
                     });
                 }
                 if let Some(t) = &now {

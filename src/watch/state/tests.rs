@@ -372,3 +372,32 @@ fn hostile_input_is_bounded() {
     );
     assert_eq!(s.len(), 2);
 }
+
+#[test]
+fn a_standing_switchover_renames_the_deletion_of_the_term_it_names() {
+    let sources = crate::layout::Sources::new(vec![
+        crate::layout::Source::parse("patroni:").expect("patroni")
+    ]);
+    let mut s = State::new(sources, 10);
+    let (p, _) = s.apply(5, &[put("/service/pg/leader", "m0", 5, 5, 100)], 1000);
+    assert_eq!(kinds(&p), ["term_started"]);
+    // The request names m0; m0 deletes its key alone, its lease alive.
+    let req = r#"{"leader":"m0","member":"m1"}"#;
+    s.apply(6, &[put("/service/pg/failover", req, 6, 6, 0)], 1100);
+    let (p, _) = s.apply(7, &[del("/service/pg/leader", 7, 100)], 1200);
+    assert_eq!(kinds(&p), ["term_ended"]);
+    assert_eq!(
+        (p[0].cause_lookup, p[0].deleted_as),
+        (Some(100), Some(EndCause::Switchover))
+    );
+    // m1 leads and clears the request: m1's later deletion is only that.
+    s.apply(8, &[put("/service/pg/leader", "m1", 8, 8, 200)], 1300);
+    s.apply(9, &[put("/service/pg/failover", "{}", 6, 9, 0)], 1400);
+    let (p, _) = s.apply(10, &[del("/service/pg/leader", 10, 200)], 1500);
+    assert_eq!(p[0].deleted_as, None);
+    // A request naming another member does not rename m2's end.
+    s.apply(11, &[put("/service/pg/leader", "m2", 11, 11, 300)], 1600);
+    s.apply(12, &[put("/service/pg/failover", req, 6, 12, 0)], 1700);
+    let (p, _) = s.apply(13, &[del("/service/pg/leader", 13, 300)], 1800);
+    assert_eq!(p[0].deleted_as, None);
+}

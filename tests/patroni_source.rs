@@ -112,5 +112,13 @@ async fn patroni_terms_are_recorded_as_its_leader_key_says() {
     assert_eq!(page.status().as_u16(), 200);
     let html = page.text().await.expect("html");
     assert!(html.contains(&c), "the leader on the page");
+    // The members beside it, read live: the killed one's key went with its
+    // lease, and the page says etcd does not show it.
+    assert!(html.contains("id=\"members\""), "{html}");
+    assert!(html.contains(&format!("data-member=\"{a}\"")), "{html}");
+    assert!(html.contains(&format!("data-member=\"{c}\"")), "{html}");
+    assert!(!html.contains(&format!("data-member=\"{b}\"")), "{html}");
+    assert!(html.contains("holds the leader key"), "{html}");
+    assert!(html.contains("etcd does not show that"), "{html}");
     serve.stop().await;
 }

@@ -191,6 +191,10 @@ pub async fn run_with(
         auth: auth_of(&args),
         api_rate: RateLimiter::new(args.campaign_rate),
         limits: limits_of(&args),
+        sources: cfg
+            .sources
+            .clone()
+            .unwrap_or_else(|| crate::layout::Sources::tenure(client.keys().prefix())),
     });
     let (stop_http, server) = start_http(listener, state);
     announce(resume.as_ref(), &db, addr);

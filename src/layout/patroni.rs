@@ -20,7 +20,9 @@
 //! A Citus cluster (`SCOPE/GROUP/leader`, GROUP a number) is one election
 //! per group (`/service/SCOPE/GROUP`).
 //!
-//! Deliberately absent: the members (`members/NAME`) are not read yet.
+//! The members (`members/NAME`: role, state, timeline, WAL position) are
+//! not terms: [`members_prefix`] and [`Member::parse`] read them for the
+//! election page, live.
 
 use super::path::{prefix_range, watched_path};
 use super::{EndHint, Layout, Role, Standing};
@@ -121,6 +123,54 @@ impl Layout for Patroni {
     }
 }
 
+/// Where the members of the election `path` (`/service/SCOPE`) are.
+pub fn members_prefix(path: &str) -> String {
+    format!("{path}/members/")
+}
+
+/// One member key as Patroni writes it (docs/patroni-facts.md): every
+/// field but the name may be missing (`timeline` is, in some puts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub name: String,
+    pub role: Option<String>,
+    pub state: Option<String>,
+    pub timeline: Option<i64>,
+    /// `xlog_location`: the WAL position it reported (running only).
+    pub wal: Option<u64>,
+}
+
+impl Member {
+    /// The member `name` from its key's JSON; `None` when not JSON.
+    pub fn parse(name: &str, value: &[u8]) -> Option<Member> {
+        let v: serde_json::Value = serde_json::from_slice(value).ok()?;
+        let text = |f: &str| {
+            v.get(f)
+                .and_then(|x| x.as_str())
+                .map(|s| s.chars().take(64).collect())
+        };
+        Some(Member {
+            name: name.chars().take(128).collect(),
+            role: text("role"),
+            state: text("state"),
+            timeline: v.get("timeline").and_then(serde_json::Value::as_i64),
+            wal: v.get("xlog_location").and_then(serde_json::Value::as_u64),
+        })
+    }
+
+    /// Whether it says it is a primary (`primary`, or Patroni's older
+    /// word `master`).
+    pub fn says_primary(&self) -> bool {
+        matches!(self.role.as_deref(), Some("primary" | "master"))
+    }
+
+    /// How far behind `leader`'s WAL position it reported, in bytes (what
+    /// `patronictl list` calls the lag); `None` when either did not say.
+    pub fn lag_behind(&self, leader: &Member) -> Option<u64> {
+        Some(leader.wal?.saturating_sub(self.wal?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,6 +200,27 @@ mod tests {
         let q = Patroni::new("/db").expect("a namespace");
         assert_eq!(q.namespace(), b"/db/");
         assert_eq!(q.classify(b"/db/main/leader", 7), cand("/db/main"));
+    }
+
+    #[test]
+    fn members_are_read_field_by_field() {
+        let leader = Member::parse(
+            "m0",
+            br#"{"role":"primary","state":"running","timeline":2,"xlog_location":1000}"#,
+        )
+        .expect("json");
+        let replica = Member::parse(
+            "m1",
+            br#"{"role":"replica","state":"running","xlog_location":400}"#,
+        )
+        .expect("json");
+        assert!(leader.says_primary() && !replica.says_primary());
+        assert_eq!(replica.timeline, None, "missing from some puts");
+        assert_eq!(replica.lag_behind(&leader), Some(600));
+        let starting =
+            Member::parse("m2", br#"{"role":"replica","state":"starting"}"#).expect("json");
+        assert_eq!(starting.lag_behind(&leader), None);
+        assert_eq!(Member::parse("m3", b"not json"), None);
     }
 
     #[test]

@@ -285,6 +285,8 @@ pub struct AppState {
     pub auth: Auth,
     pub limits: Limits,
     pub api_rate: api::RateLimiter,
+    /// What the watcher reads (the pages read Patroni's members live).
+    pub sources: crate::layout::Sources,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {

@@ -79,6 +79,7 @@ pub async fn serve(store: &Store) -> (String, tokio::task::JoinHandle<()>) {
         auth: Auth::Open,
         api_rate: web::api::RateLimiter::new(limits.campaigns_per_second),
         limits,
+        sources: tenure::layout::Sources::tenure(""),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

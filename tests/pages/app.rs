@@ -72,6 +72,7 @@ pub fn app_state(store: &Store, client: Client, readiness: Arc<Readiness>) -> Ar
         auth: Auth::Open,
         api_rate: web::api::RateLimiter::new(limits.campaigns_per_second),
         limits,
+        sources: tenure::layout::Sources::tenure(""),
     })
 }
 

@@ -290,7 +290,13 @@ async fn timeline_page(
         ));
     }
 
-    let page = PageInput {
+    let holder = h
+        .summary
+        .as_ref()
+        .and_then(|e| e.current.as_ref())
+        .map(|t| t.holder.clone());
+    let members = super::members::patroni_members(s, name, holder.as_deref()).await;
+    let input = PageInput {
         state: s,
         name,
         params,
@@ -298,8 +304,9 @@ async fn timeline_page(
         now,
         history: h,
         etcd,
-    }
-    .build();
+        members,
+    };
+    let page = input.build();
     Ok(render(StatusCode::OK, &page))
 }
 

@@ -107,4 +107,6 @@ pub(super) struct PageInput<'a> {
     pub(super) now: i64,
     pub(super) history: History,
     pub(super) etcd: EtcdAnswer,
+    /// Patroni's members, read live (a Patroni scope only).
+    pub(super) members: Option<super::members::MembersView>,
 }

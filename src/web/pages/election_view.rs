@@ -19,7 +19,7 @@ use crate::web::shared::marks;
 use crate::web::timeline::{self, Input, Timeline};
 
 impl PageInput<'_> {
-    pub(super) fn build(&self) -> TimelinePage {
+    pub(super) fn build(&self) -> TimelinePage<'_> {
         let (name, params, now, h) = (self.name, self.params, self.now, &self.history);
         let href = election_href(name.as_str());
         let w = h.window;
@@ -93,6 +93,7 @@ impl PageInput<'_> {
             events: tables.events,
             events_info: tables.events_info,
             waits: tables.waits,
+            members: self.members.as_ref(),
         }
     }
 
@@ -461,7 +462,7 @@ struct TableInfo {
 
 #[derive(Template)]
 #[template(path = "timeline.html")]
-pub(super) struct TimelinePage {
+pub(super) struct TimelinePage<'a> {
     head: Head,
     name: String,
     href: String,
@@ -491,6 +492,8 @@ pub(super) struct TimelinePage {
     events_info: TableInfo,
     /// Who waited in the queue (queue layout), newest first.
     waits: Vec<WaitView>,
+    /// Patroni's members, read live.
+    members: Option<&'a super::members::MembersView>,
 }
 
 #[derive(Template)]

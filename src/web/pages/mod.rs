@@ -19,6 +19,7 @@
 mod election;
 mod election_input;
 mod election_view;
+mod members;
 mod overview;
 pub(crate) use super::shared::urls;
 

@@ -73,6 +73,13 @@ impl ElectionName {
         if name.len() > MAX_NAME_LEN {
             return Err(invalid("an election name is at most 128 bytes"));
         }
+        if name.starts_with('/') {
+            return Err(invalid(
+                "a name beginning with '/' is another system's election (a key path that \
+                 `tenure serve --source` watches): read it with `tenure history PATH` or on its \
+                 page; tenure's own commands take tenure's own names",
+            ));
+        }
         for segment in name.split('/') {
             match segment {
                 "" => return Err(invalid("empty segment (leading, trailing or double '/')")),

@@ -194,6 +194,15 @@ pub enum EventKind {
     NameCollision {
         other: String,
     },
+    /// A member of this election (Patroni's `members/NAME`) says it is a
+    /// primary while `leader` holds the leader key (term `token`): two
+    /// primaries, as far as etcd shows them. Recorded when it arises, once
+    /// per member until it stops saying so.
+    TwoPrimaries {
+        member: String,
+        leader: String,
+        token: i64,
+    },
     /// etcd's timeline was replaced: its revision went behind the stored one
     /// (a restore from `etcdctl snapshot save`, a new cluster) or its cluster
     /// id changed. History up to `from_revision` belongs to the old timeline
@@ -224,6 +233,7 @@ impl EventKind {
             EventKind::CandidateQueued { .. } => "candidate_queued",
             EventKind::CandidateLeft { .. } => "candidate_left",
             EventKind::NameCollision { .. } => "name_collision",
+            EventKind::TwoPrimaries { .. } => "two_primaries",
         }
     }
 }

@@ -143,5 +143,43 @@ async fn patroni_terms_are_recorded_as_its_leader_key_says() {
     assert!(!html.contains(&format!("data-member=\"{b}\"")), "{html}");
     assert!(html.contains("holds the leader key"), "{html}");
     assert!(html.contains("etcd does not show that"), "{html}");
+    assert!(!html.contains("two primaries"), "{html}");
+
+    // A member that says it is a primary beside the leader (written here by
+    // the test, as a misbehaving Patroni would): two_primaries, recorded,
+    // counted, on the page.
+    let rogue = r#"{"role":"primary","state":"running","timeline":9}"#;
+    let put = raw
+        .put(format!("/service/{SCOPE}/members/rogue"), rogue, None)
+        .await
+        .expect("put");
+    serve
+        .caught_up(put.header().expect("header").revision())
+        .await;
+    let r = reqwest::get(serve.url(&format!(
+        "/api/v1/elections/%2Fservice%2F{SCOPE}/events?limit=1000"
+    )))
+    .await
+    .expect("events");
+    let events: Value = r.json().await.expect("json");
+    let two: Vec<&Value> = events["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["type"] == "two_primaries")
+        .collect();
+    assert_eq!(two.len(), 1, "{events}");
+    assert_eq!(
+        (two[0]["member"].as_str(), two[0]["leader"].as_str()),
+        (Some("rogue"), Some(c.as_str()))
+    );
+    assert_eq!(serve.metric("tenure_two_primaries_total").await, Some(1.0));
+    let html = reqwest::get(serve.url(&format!("/elections/%2Fservice%2F{SCOPE}")))
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("html");
+    assert!(html.contains("two primaries"), "{html}");
     serve.stop().await;
 }

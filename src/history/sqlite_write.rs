@@ -122,7 +122,8 @@ fn apply(
         | EventKind::Unobserved { .. }
         | EventKind::CandidateQueued { .. }
         | EventKind::CandidateLeft { .. }
-        | EventKind::NameCollision { .. } => {}
+        | EventKind::NameCollision { .. }
+        | EventKind::TwoPrimaries { .. } => {}
     }
     Ok(())
 }

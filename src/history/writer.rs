@@ -282,6 +282,7 @@ pub(super) fn event_row(
         EventKind::FenceAccepted { token, .. } | EventKind::FenceRefused { token, .. } => {
             (Some(*token), None)
         }
+        EventKind::TwoPrimaries { token, leader, .. } => (Some(*token), Some(leader.as_str())),
         EventKind::Gap { .. }
         | EventKind::Reset { .. }
         | EventKind::Unobserved { .. }

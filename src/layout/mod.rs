@@ -50,6 +50,11 @@ pub trait Layout: Send + Sync + std::fmt::Debug {
     fn read_standing(&self, _value: &[u8]) -> Option<Standing> {
         None
     }
+    /// Whether the value of a [`Role::Member`] key says that member is a
+    /// primary. `None`: malformed.
+    fn read_member(&self, _value: &[u8]) -> Option<bool> {
+        None
+    }
 }
 
 /// What a key is to a layout.
@@ -68,6 +73,10 @@ pub enum Role {
     /// `election` that ends by deletion (its lease alive) ended
     /// ([`Layout::read_standing`]): Patroni's `failover` request.
     Standing { election: String },
+    /// A member of `election` that is not a candidate but says what it is
+    /// ([`Layout::read_member`]): Patroni's `members/NAME`. One that says
+    /// primary while another holds the leader key is `two_primaries`.
+    Member { election: String, member: String },
     /// tenure's fence accepted a token for `resource` (value: the token).
     Fence { election: String, resource: String },
     /// tenure's fence refused one (value: the refusal record).

@@ -62,6 +62,27 @@ impl Patroni {
     }
 }
 
+impl Patroni {
+    /// `SCOPE/members/NAME` (one level of scope): a member of the scope.
+    fn member(&self, key: &[u8], rest: &[u8]) -> Option<Role> {
+        const MEMBERS: &[u8] = b"/members/";
+        let at = rest.windows(MEMBERS.len()).position(|w| w == MEMBERS)?;
+        let (scope, name) = (&rest[..at], &rest[at + MEMBERS.len()..]);
+        if scope.is_empty() || scope.contains(&b'/') || name.is_empty() || name.contains(&b'/') {
+            return Some(Role::Ignored);
+        }
+        let election = watched_path(&key[..self.namespace.len() + scope.len()]);
+        let member = std::str::from_utf8(name).ok().filter(|n| n.len() <= 128);
+        Some(match (election, member) {
+            (Some(election), Some(member)) => Role::Member {
+                election,
+                member: member.to_owned(),
+            },
+            _ => Role::Invalid,
+        })
+    }
+}
+
 impl Layout for Patroni {
     fn name(&self) -> &'static str {
         NAME
@@ -77,6 +98,9 @@ impl Layout for Patroni {
         };
         // `SCOPE/leader`, one level below the namespace; the scope's other
         // keys (members, config, history, failover, status…) are not terms.
+        if let Some(role) = self.member(key, rest) {
+            return role;
+        }
         let (scope, standing) = match (
             rest.strip_suffix(b"/leader"),
             rest.strip_suffix(b"/failover"),
@@ -107,6 +131,10 @@ impl Layout for Patroni {
 
     fn read_hint(&self, _value: &[u8]) -> Option<EndHint> {
         None
+    }
+
+    fn read_member(&self, value: &[u8]) -> Option<bool> {
+        Member::parse("", value).map(|m| m.says_primary())
     }
 
     /// `failover` = `{"leader":"A","member":"B"}` (patronictl switchover,
@@ -183,7 +211,15 @@ mod tests {
             kind: KeyLayout::Single,
         };
         assert_eq!(p.classify(b"/service/pg/leader", 7), cand("/service/pg"));
-        assert_eq!(p.classify(b"/service/pg/members/m1", 7), Role::Ignored);
+        assert_eq!(
+            p.classify(b"/service/pg/members/m1", 7),
+            Role::Member {
+                election: "/service/pg".into(),
+                member: "m1".into()
+            }
+        );
+        assert_eq!(p.read_member(br#"{"role":"primary"}"#), Some(true));
+        assert_eq!(p.read_member(br#"{"role":"replica"}"#), Some(false));
         assert_eq!(
             p.classify(b"/service/pg/failover", 0),
             Role::Standing {

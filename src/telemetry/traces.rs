@@ -274,7 +274,9 @@ pub fn record_event(event: &Event) {
         EventKind::FenceRefused { .. }
         | EventKind::CandidateQueued { .. }
         | EventKind::CandidateLeft { .. } => record_refusal_or_queue(event),
-        EventKind::FenceAccepted { .. } | EventKind::NameCollision { .. } => {}
+        EventKind::FenceAccepted { .. }
+        | EventKind::NameCollision { .. }
+        | EventKind::TwoPrimaries { .. } => {}
     }
 }
 

@@ -129,6 +129,10 @@ pub struct State {
     /// Standing requests by election (`Role::Standing`), as their layout
     /// read them; at most one per election.
     standing: HashMap<String, crate::layout::Standing>,
+    /// Members that say they are primaries, by election (`Role::Member`),
+    /// and those already reported as a second primary.
+    primaries: HashMap<String, std::collections::BTreeSet<String>>,
+    reported_primaries: HashMap<String, std::collections::BTreeSet<String>>,
 }
 
 impl State {
@@ -141,6 +145,8 @@ impl State {
             collisions: Default::default(),
             holding: Default::default(),
             standing: HashMap::new(),
+            primaries: HashMap::new(),
+            reported_primaries: HashMap::new(),
         }
     }
 
@@ -162,6 +168,58 @@ impl State {
                 self.standing.remove(&election);
             }
         }
+    }
+
+    /// Member `member` of `election` says it is a primary, or not (or is
+    /// gone). Bounded: at most `max_elections` elections, 64 members each.
+    fn member_says(&mut self, election: &str, member: String, primary: bool) {
+        if !primary {
+            if let Some(p) = self.primaries.get_mut(election) {
+                p.remove(&member);
+                if p.is_empty() {
+                    self.primaries.remove(election);
+                }
+            }
+            return;
+        }
+        if self.primaries.len() >= self.max_elections && !self.primaries.contains_key(election) {
+            return;
+        }
+        let p = self.primaries.entry(election.to_owned()).or_default();
+        if p.len() < 64 {
+            p.insert(member);
+        }
+    }
+
+    /// `two_primaries` for each member of `name` that says it is a primary
+    /// while another holds the leader key, once until it stops saying so.
+    fn two_primaries(&mut self, name: &str, revision: i64, at_ms: i64) -> Vec<Pending> {
+        let leader = self.elections.get(name).and_then(|e| e.leader.as_ref());
+        let second: std::collections::BTreeSet<String> = match (leader, self.primaries.get(name)) {
+            (Some(l), Some(p)) => p.iter().filter(|m| **m != l.holder).cloned().collect(),
+            _ => Default::default(),
+        };
+        let (holder, token) = leader.map_or((String::new(), 0), |l| (l.holder.clone(), l.token));
+        let before = self.reported_primaries.remove(name).unwrap_or_default();
+        let out = second
+            .difference(&before)
+            .map(|member| {
+                Pending::done(event(
+                    revision,
+                    at_ms,
+                    name,
+                    EventKind::TwoPrimaries {
+                        member: member.clone(),
+                        leader: holder.clone(),
+                        token,
+                    },
+                ))
+            })
+            .collect();
+        if !second.is_empty() {
+            self.reported_primaries.insert(name.to_owned(), second);
+        }
+        out
     }
 
     pub fn len(&self) -> usize {
@@ -225,6 +283,7 @@ impl State {
             .collect();
         self.elections.clear();
         self.standing.clear();
+        self.primaries.clear();
         // Room for them all at once: growing by doubling would move every
         // election, and hold both tables, several times (issue 23).
         self.elections.reserve(kvs.len().min(self.max_elections));
@@ -238,6 +297,11 @@ impl State {
                     Err(s) => statuses.push(s),
                 },
                 Role::Standing { election } => self.stand(election, &kv.key, Some(&kv.value)),
+                Role::Member { election, member } => {
+                    let (source, _) = self.sources.classify(&kv.key, kv.lease);
+                    let primary = source.and_then(|s| s.layout().read_member(&kv.value));
+                    self.member_says(&election, member, primary == Some(true));
+                }
                 Role::Invalid => statuses.push(WatchStatus::IgnoredKey),
                 _ => {}
             }

@@ -226,7 +226,8 @@ impl Pending {
             | EventKind::Unobserved { .. }
             | EventKind::CandidateQueued { .. }
             | EventKind::CandidateLeft { .. }
-            | EventKind::NameCollision { .. } => {}
+            | EventKind::NameCollision { .. }
+            | EventKind::TwoPrimaries { .. } => {}
         }
         Ok(())
     }

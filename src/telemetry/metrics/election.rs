@@ -241,7 +241,8 @@ impl Election {
             | EventKind::Unobserved { .. }
             | EventKind::CandidateQueued { .. }
             | EventKind::CandidateLeft { .. }
-            | EventKind::NameCollision { .. } => None,
+            | EventKind::NameCollision { .. }
+            | EventKind::TwoPrimaries { .. } => None,
         }
     }
 

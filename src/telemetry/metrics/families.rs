@@ -65,6 +65,7 @@ pub enum Id {
     WatchIgnoredKeys,
     WatchRestarts,
     WatchRevision,
+    TwoPrimaries,
 }
 
 /// One metric family.
@@ -115,7 +116,7 @@ use Kind::{Counter, Gauge, Histogram};
 use Scope::{Election, ElectionDetail, Process};
 
 /// Every family, in name order (the order of the exposition).
-pub const FAMILIES: [Family; 24] = [
+pub const FAMILIES: [Family; 25] = [
     family(
         Id::BuildInfo,
         "tenure_build_info",
@@ -275,6 +276,15 @@ pub const FAMILIES: [Family; 24] = [
         TERM_ENDS_HELP,
         Counter,
         &["cause"],
+        Process,
+    ),
+    family(
+        Id::TwoPrimaries,
+        "tenure_two_primaries_total",
+        "Times a member said it is a primary while another held the leader key \
+         (Patroni's members/NAME): the two_primaries events, all elections together.",
+        Counter,
+        &[],
         Process,
     ),
     family(

@@ -280,6 +280,9 @@ impl Metrics {
                         self.p.gaps.inc();
                         continue;
                     }
+                    if let EventKind::TwoPrimaries { .. } = event.kind {
+                        self.p.two_primaries.inc();
+                    }
                     if event.election.is_empty() {
                         continue;
                     }

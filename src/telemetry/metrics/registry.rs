@@ -21,6 +21,7 @@ pub(super) struct Process {
     pub gaps: IntCounter,
     pub overflow: IntCounter,
     pub ignored_keys: IntCounter,
+    pub two_primaries: IntCounter,
     pub elections: IntGauge,
     /// Fleet-wide: every election's ended terms.
     pub term_duration: Histogram,
@@ -56,6 +57,10 @@ impl Process {
             ignored_keys: reg(
                 r,
                 IntCounter::with_opts(opts(Id::WatchIgnoredKeys, Kind::Counter)?)?,
+            )?,
+            two_primaries: reg(
+                r,
+                IntCounter::with_opts(opts(Id::TwoPrimaries, Kind::Counter)?)?,
             )?,
             elections: reg(
                 r,

@@ -24,6 +24,8 @@ struct Said {
     /// revision's leader is) and waiting ones that went.
     came: Vec<(String, Vec<u8>)>,
     left: Vec<(String, Candidate)>,
+    /// Elections whose members (`Role::Member`) changed.
+    members: Vec<String>,
 }
 
 impl State {
@@ -48,6 +50,12 @@ impl State {
             out.extend(self.pick_again(name, &said.hints, revision, at_ms));
         }
         out.extend(collisions.into_iter().map(Pending::done));
+        let mut checked = std::collections::HashSet::new();
+        for name in said.touched.iter().chain(&said.members) {
+            if checked.insert(name.as_str()) {
+                out.extend(self.two_primaries(name, revision, at_ms));
+            }
+        }
         out.extend(self.queue_events(said.left, said.came, revision, at_ms));
         out.extend(self.fence_events(said.fence, revision, at_ms, &mut statuses));
         (out, statuses)
@@ -110,6 +118,14 @@ impl State {
                 self.stand(election, key, Some(&kv.value))
             }
             (Role::Standing { election }, Change::Delete { .. }) => self.stand(election, key, None),
+            (Role::Member { election, member }, change) => {
+                let primary = match change {
+                    Change::Put(kv) => source.and_then(|s| s.layout().read_member(&kv.value)),
+                    Change::Delete { .. } => Some(false),
+                };
+                self.member_says(&election, member, primary == Some(true));
+                said.members.push(election);
+            }
             (Role::Invalid, _) => statuses.push(WatchStatus::IgnoredKey),
             // Not an election's, or deleted hints, fence keys and refusal
             // records: nothing happened.

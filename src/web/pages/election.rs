@@ -295,7 +295,7 @@ async fn timeline_page(
         .as_ref()
         .and_then(|e| e.current.as_ref())
         .map(|t| t.holder.clone());
-    let members = super::members::patroni_members(s, name, holder.as_deref()).await;
+    let members = super::members::patroni_members(s, name, holder.as_deref(), ETCD_WAIT).await;
     let input = PageInput {
         state: s,
         name,

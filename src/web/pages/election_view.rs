@@ -670,6 +670,17 @@ fn event_view(e: &Event) -> EventView {
             format!("{holder} left the queue without leading (token {token})"),
             false,
         ),
+        EventKind::TwoPrimaries {
+            member,
+            leader,
+            token,
+        } => (
+            format!(
+                "two primaries: member {member} says it is a primary while {leader} holds the \
+                 leader key (token {token}), as etcd shows them"
+            ),
+            true,
+        ),
         EventKind::NameCollision { other } => (
             format!(
                 "name collision with election {other}: one name is a path prefix of the other, so \

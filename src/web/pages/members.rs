@@ -7,7 +7,6 @@
 
 use etcd_client::GetOptions;
 
-use super::election::ETCD_WAIT;
 use crate::layout::path::WatchedName;
 use crate::layout::patroni::{self, Member};
 use crate::web::AppState;
@@ -32,11 +31,13 @@ pub(super) struct MemberRow {
 }
 
 /// The members of `name` if it is a Patroni scope of one of serve's
-/// sources; `None` otherwise. `leader`: who holds the leader key.
+/// sources; `None` otherwise. `leader`: who holds the leader key; `wait`:
+/// how long etcd may take.
 pub(super) async fn patroni_members(
     s: &AppState,
     name: &WatchedName,
     leader: Option<&str>,
+    wait: std::time::Duration,
 ) -> Option<MembersView> {
     let WatchedName::Path(path) = name else {
         return None;
@@ -53,17 +54,11 @@ pub(super) async fn patroni_members(
     };
     let prefix = patroni::members_prefix(key_path);
     let opts = GetOptions::new().with_prefix().with_limit(MAX_MEMBERS);
-    let read =
-        tokio::time::timeout(ETCD_WAIT, s.client.etcd().get(prefix.clone(), Some(opts))).await;
+    let read = tokio::time::timeout(wait, s.client.etcd().get(prefix.clone(), Some(opts))).await;
     let resp = match read {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return Some(unread(format!("etcd: {e}"))),
-        Err(_) => {
-            return Some(unread(format!(
-                "no answer within {} ms",
-                ETCD_WAIT.as_millis()
-            )))
-        }
+        Err(_) => return Some(unread(format!("no answer within {} ms", wait.as_millis()))),
     };
     let members: Vec<Member> = resp
         .kvs()

@@ -129,6 +129,22 @@ async fn patroni_terms_are_recorded_as_its_leader_key_says() {
         (got[0].0.as_str(), got[1].0.as_str(), got[2].0.as_str()),
         (a.as_str(), b.as_str(), c.as_str())
     );
+    // Patroni's own `history`: one entry per promotion, naming the new
+    // primary, written ~2 s after its leader key: the same successors.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let promoted = loop {
+        let h = pg.history().await;
+        if h.len() >= 2 || std::time::Instant::now() > deadline {
+            break h;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let successors: Vec<Option<&str>> = promoted.iter().map(|e| e.leader.as_deref()).collect();
+    assert_eq!(
+        successors,
+        vec![Some(got[1].0.as_str()), Some(got[2].0.as_str())],
+        "Patroni's history and tenure's terms name the same successors"
+    );
     let page = reqwest::get(serve.url(&format!("/elections/%2Fservice%2F{SCOPE}")))
         .await
         .expect("page");

@@ -202,6 +202,30 @@ pub(super) async fn election_page(
     }
 }
 
+/// etcd's leader of `name`, bounded by [`ETCD_WAIT`]; or why the page shows
+/// only what the history knows. Another system's election is not read
+/// live: its layout is the watcher's, and what the watcher recorded is
+/// shown.
+async fn ask_etcd(s: &AppState, name: &WatchedName) -> EtcdAnswer {
+    let Some(own) = name.own() else {
+        return EtcdAnswer::missing(
+            "Another system's election, as tenure's watcher recorded it (not read live)."
+                .to_owned(),
+        );
+    };
+    match tokio::time::timeout(ETCD_WAIT, s.client.leader(own)).await {
+        Ok(Ok(leader)) => EtcdAnswer { leader, note: None },
+        Ok(Err(e)) if e.is_unavailable() => {
+            EtcdAnswer::missing("etcd unreachable: showing what the history knows.".to_owned())
+        }
+        Ok(Err(e)) => EtcdAnswer::missing(format!("etcd: {e}. Showing what the history knows.")),
+        Err(_) => EtcdAnswer::missing(format!(
+            "etcd unreachable: no answer within {} ms. Showing what the history knows.",
+            ETCD_WAIT.as_millis()
+        )),
+    }
+}
+
 async fn timeline_page(
     s: &Arc<AppState>,
     name: &WatchedName,
@@ -243,36 +267,11 @@ async fn timeline_page(
         h.unwatched_since = readiness.unwatched_since(&reader);
         Ok::<_, history::HistoryError>(h)
     });
-    // Another system's election is not read live: its layout is the
-    // watcher's, and what the watcher recorded is shown.
-    let etcd = async {
-        match name.own() {
-            Some(own) => Some(tokio::time::timeout(ETCD_WAIT, s.client.leader(own)).await),
-            None => None,
-        }
-    };
-    let (history, etcd) = tokio::join!(history, etcd);
+    let (history, etcd) = tokio::join!(history, ask_etcd(s, name));
     let h = match history {
         Ok(Ok(h)) => h,
         Ok(Err(e)) => return Err(PageError::History(e.to_string())),
         Err(e) => return Err(PageError::History(e.to_string())),
-    };
-    let etcd = match etcd {
-        None => EtcdAnswer::missing(
-            "Another system's election, as tenure's watcher recorded it (not read live)."
-                .to_owned(),
-        ),
-        Some(Ok(Ok(leader))) => EtcdAnswer { leader, note: None },
-        Some(Ok(Err(e))) if e.is_unavailable() => {
-            EtcdAnswer::missing("etcd unreachable: showing what the history knows.".to_owned())
-        }
-        Some(Ok(Err(e))) => {
-            EtcdAnswer::missing(format!("etcd: {e}. Showing what the history knows."))
-        }
-        Some(Err(_)) => EtcdAnswer::missing(format!(
-            "etcd unreachable: no answer within {} ms. Showing what the history knows.",
-            ETCD_WAIT.as_millis()
-        )),
     };
     if h.summary.is_none() && etcd.leader.is_none() {
         let msg = if name.own().is_none() {

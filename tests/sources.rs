@@ -591,3 +591,72 @@ async fn a_go_mutex_under_an_applications_prefix_is_recorded_like_tenures_own() 
     second.kill().await;
     serve.stop().await;
 }
+
+/// `tenure leader PATH`: another system's election read live through its
+/// --source (or TENURE_SOURCES), as etcd holds it now.
+#[tokio::test]
+async fn tenure_leader_reads_another_systems_election_through_its_source() {
+    let etcd = Etcd::start().await;
+    let mut raw = etcd.client().await;
+    let mut a = Elect::start(&etcd, "/app/jobs", "A");
+    a.elected().await;
+    let _b = Elect::start(&etcd, "/app/jobs", "B");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut keys = loop {
+        let keys = created(&mut raw, "/app/jobs/").await;
+        if keys.len() == 2 {
+            break keys;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "B never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    keys.sort_by_key(|(_, r)| *r);
+    let out = tenure(&etcd)
+        .args(["leader", "/app/jobs", "--source", "concurrency:/app/"])
+        .output()
+        .await
+        .expect("run");
+    let text_out = text(&out.stdout);
+    assert!(out.status.success(), "{text_out}{}", text(&out.stderr));
+    assert!(
+        text_out.starts_with(&format!("A leads /app/jobs (token {},", keys[0].1)),
+        "{text_out}"
+    );
+    assert!(
+        text_out.contains(&format!("1. B waits (token {})", keys[1].1)),
+        "{text_out}"
+    );
+    let out = tenure(&etcd)
+        .args(["leader", "/app/jobs", "--json"])
+        .env("TENURE_SOURCES", "concurrency:/app/")
+        .output()
+        .await
+        .expect("run");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        (v["holder"].as_str(), v["token"].as_i64()),
+        (Some("A"), Some(keys[0].1))
+    );
+    assert_eq!(v["waiting"][0]["holder"], "B");
+    // Without its source: said, not guessed.
+    let out = tenure(&etcd)
+        .args(["leader", "/app/jobs"])
+        .env_remove("TENURE_SOURCES")
+        .output()
+        .await
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("give the --source LAYOUT:PREFIX"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Nobody: exit 1.
+    let out = tenure(&etcd)
+        .args(["leader", "/app/none", "--source", "concurrency:/app/"])
+        .output()
+        .await
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    a.resign().await;
+}

@@ -17,6 +17,7 @@ mod replica;
 mod secrets;
 mod serve;
 mod stderr;
+mod watched;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -171,10 +172,15 @@ pub enum Command {
     Campaign(campaign::CampaignArgs),
     /// Show who leads an election (exit 1 when nobody does).
     Leader {
-        name: ElectionName,
+        /// One of tenure's own elections, or another system's key path
+        /// (`/service/pg`) read through its --source.
+        name: crate::layout::path::WatchedName,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
+        /// The layout of another system's election: LAYOUT:PREFIX, as for `tenure serve`.
+        #[arg(long = "source", env = "TENURE_SOURCES", value_delimiter = ',', value_name = "LAYOUT:PREFIX", value_parser = crate::layout::Source::parse)]
+        sources: Vec<crate::layout::Source>,
     },
     /// Print every leader change of an election, one line each, until interrupted.
     Observe {
@@ -329,7 +335,17 @@ impl Need {
             grant,
         };
         match command {
-            Command::Leader { name, .. } | Command::Observe { name, .. } => Need {
+            Command::Leader { name, .. } if name.own().is_none() => Need {
+                access: "read",
+                keys: vec![name.to_string()],
+                grant: vec![prefix("read", name.as_str())],
+            },
+            Command::Leader { name, .. } => Need {
+                access: "read",
+                keys: name.own().map(|n| keys.leader_key(n)).into_iter().collect(),
+                grant: vec![prefix("read", &elections)],
+            },
+            Command::Observe { name, .. } => Need {
                 access: "read",
                 keys: vec![keys.leader_key(name)],
                 grant: vec![prefix("read", &elections)],
@@ -457,9 +473,16 @@ async fn run_connected(client: &Client, cli: Cli) -> anyhow::Result<i32> {
         Command::Serve(cmd) => serve::run(client, cmd).await,
         Command::History(args) => history::run(args),
         Command::Dev(args) => dev::run(args).await,
-        Command::Leader { name, json } => {
+        Command::Leader {
+            name,
+            json,
+            sources,
+        } => {
+            let Some(name) = name.own() else {
+                return watched::leader(&client, name.as_str(), &sources, json).await;
+            };
             let status = client
-                .leader(&name)
+                .leader(name)
                 .await
                 .with_context(|| format!("reading the leader of {name} from {at}"))?;
             let Some(status) = status else {

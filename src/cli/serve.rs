@@ -50,7 +50,7 @@ pub struct ServeArgs {
     /// `patroni`, PREFIX its namespace, default /service/; `tenure`). Their elections are
     /// named by key path (`/app/jobs`, `/service/SCOPE`). Several key ranges need etcd 3.4.31+
     /// or 3.5.13+.
-    #[arg(long = "source", env = "TENURE_SOURCES", value_delimiter = ',', value_name = "LAYOUT:PREFIX", value_parser = parse_source)]
+    #[arg(long = "source", env = "TENURE_SOURCES", value_delimiter = ',', value_name = "LAYOUT:PREFIX", value_parser = crate::layout::Source::parse)]
     pub sources: Vec<crate::layout::Source>,
 
     /// Watch only the --source(s), not tenure's own elections under --prefix (one source per
@@ -500,10 +500,6 @@ fn serve_event(kind: ClusterEventKind) -> ClusterEvent {
         not_before_ms: Some(now),
         kind,
     }
-}
-
-fn parse_source(spec: &str) -> Result<crate::layout::Source, crate::layout::SourceError> {
-    crate::layout::Source::parse(spec)
 }
 
 /// What the watcher reads and keeps: the sources checked against etcd

@@ -182,6 +182,12 @@ impl Source {
         })
     }
 
+    /// Whether an election called `name` could be this source's (another
+    /// system's: its names begin with the prefix as a path).
+    pub fn may_name(&self, name: &str) -> bool {
+        self.names_begin().is_some_and(|b| name.starts_with(&b))
+    }
+
     /// Whether two sources could both claim a key, or an election name.
     fn overlaps(&self, other: &Source) -> bool {
         let keys = self.layout.ranges().iter().any(|(s1, e1)| {

@@ -1,0 +1,97 @@
+//! `tenure leader PATH`: another system's election, read live through the
+//! layout of the `--source` (or `TENURE_SOURCES`, as for serve) whose
+//! prefix holds it. Its candidates are the keys that layout names for the
+//! election; the lowest CreateRevision leads, as the watcher has it.
+
+use anyhow::Context;
+use etcd_client::GetOptions;
+use serde::Serialize;
+
+use super::EXIT_ERROR;
+use crate::election::Client;
+use crate::layout::{Role, Source};
+
+#[derive(Serialize)]
+struct Candidate {
+    holder: String,
+    token: i64,
+    lease_id: i64,
+    key: String,
+}
+
+#[derive(Serialize)]
+struct Led<'a> {
+    name: &'a str,
+    layout: &'a str,
+    #[serde(flatten)]
+    leader: &'a Candidate,
+    waiting: &'a [Candidate],
+}
+
+/// Prints who leads `path` (exit 0), or that nobody does (exit 1).
+pub(super) async fn leader(
+    client: &Client,
+    path: &str,
+    sources: &[Source],
+    json: bool,
+) -> anyhow::Result<i32> {
+    let source = sources.iter().find(|s| s.may_name(path)).with_context(|| {
+        format!(
+            "{path} is another system's election: give the --source LAYOUT:PREFIX it is \
+             written in (or TENURE_SOURCES), as for tenure serve"
+        )
+    })?;
+    // The path has a leading `/` added where the prefix has none.
+    let key_path = if source.prefix().starts_with('/') {
+        path
+    } else {
+        path.get(1..).unwrap_or_default()
+    };
+    let resp = client
+        .op(client
+            .etcd()
+            .get(key_path, Some(GetOptions::new().with_prefix())))
+        .await
+        .with_context(|| format!("reading {key_path}* from etcd"))?;
+    let mut candidates: Vec<Candidate> = resp
+        .kvs()
+        .iter()
+        .filter(|kv| {
+            matches!(source.layout().classify(kv.key(), kv.lease()),
+                Role::Candidate { election, .. } if election == path)
+        })
+        .map(|kv| Candidate {
+            holder: String::from_utf8_lossy(kv.value())
+                .chars()
+                .take(256)
+                .collect(),
+            token: kv.create_revision(),
+            lease_id: kv.lease(),
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+        })
+        .collect();
+    candidates.sort_by_key(|c| c.token);
+    let Some((leader, waiting)) = candidates.split_first() else {
+        eprintln!("tenure: nobody leads {path} (read as {source})");
+        return Ok(EXIT_ERROR);
+    };
+    let layout = source.layout().name();
+    if json {
+        let led = Led {
+            name: path,
+            layout,
+            leader,
+            waiting,
+        };
+        println!("{}", serde_json::to_string(&led)?);
+        return Ok(0);
+    }
+    println!(
+        "{} leads {path} (token {}, lease {:x}, {layout} layout)",
+        leader.holder, leader.token, leader.lease_id
+    );
+    for (i, w) in waiting.iter().enumerate() {
+        println!("  {}. {} waits (token {})", i + 1, w.holder, w.token);
+    }
+    Ok(0)
+}

@@ -187,7 +187,7 @@ impl Watcher {
         }
         if sources.ranges().len() > 1 {
             match version::etcd_version(client).await {
-                Ok(v) if progress_ordered(&v) && progress_answered_when_synced(&v) => {}
+                Ok(v) if version::progress_answered_when_synced(&v) => {}
                 Ok(v) => return Err(SourcesError::Unordered(v)),
                 Err(e) => return Err(SourcesError::UnknownVersion(e)),
             }
@@ -223,7 +223,7 @@ impl Watcher {
         let version = version::etcd_version(&self.client)
             .await
             .unwrap_or_default();
-        let ordered = progress_ordered(&version);
+        let ordered = version::progress_ordered(&version);
         self.progress_ordered
             .store(ordered, std::sync::atomic::Ordering::Relaxed);
         tracing::debug!(version, ordered, "etcd's progress notifications");
@@ -282,69 +282,6 @@ impl Watcher {
     }
 }
 
-/// Whether etcd `version` orders requested progress notifications after
-/// pending events: 3.4.25+, 3.5.8+, 3.6 and later.
-fn progress_ordered(version: &str) -> bool {
-    let mut parts = version
-        .trim_start_matches('v')
-        .split(['.', '-', '+'])
-        .map(|p| p.parse::<u64>().ok());
-    let (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) =
-        (parts.next(), parts.next(), parts.next())
-    else {
-        return false;
-    };
-    match (major, minor) {
-        (3, 4) => patch >= 25,
-        (3, 5) => patch >= 8,
-        (3, m) => m >= 6,
-        (m, _) => m > 3,
-    }
-}
-
-/// Whether etcd `version` answers a progress request made while a watch
-/// catches up once it has (3.4.31+, 3.5.13+, 3.6: etcd issue 17507; from
-/// 3.4.25 and 3.5.8 until then the request waits for the watch's next
-/// event, forever on an idle range).
-fn progress_answered_when_synced(version: &str) -> bool {
-    let mut parts = version
-        .trim_start_matches('v')
-        .split(['.', '-', '+'])
-        .map(|p| p.parse::<u64>().ok());
-    let (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) =
-        (parts.next(), parts.next(), parts.next())
-    else {
-        return false;
-    };
-    match (major, minor) {
-        (3, 4) => patch >= 31,
-        (3, 5) => patch >= 13,
-        (3, m) => m >= 6,
-        (m, _) => m > 3,
-    }
-}
-
 async fn send(tx: &mpsc::Sender<Update>, u: Update) -> Result<(), Closed> {
     tx.send(u).await.map_err(|_| Closed)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{progress_answered_when_synced, progress_ordered};
-
-    #[test]
-    fn progress_is_trusted_only_where_etcd_fixed_its_order() {
-        for v in ["3.4.23", "3.5.1", "3.5.7", "3.3.27", "", "garbage", "3.4"] {
-            assert!(!progress_ordered(v), "{v}");
-        }
-        for v in ["3.4.25", "3.5.8", "3.5.21", "3.6.0", "v3.6.4", "4.0.0"] {
-            assert!(progress_ordered(v), "{v}");
-        }
-        for v in ["3.4.30", "3.5.12", "3.5.8", "", "x"] {
-            assert!(!progress_answered_when_synced(v), "{v}");
-        }
-        for v in ["3.4.31", "3.5.13", "3.5.16", "3.5.30", "3.6.0", "4.0.0"] {
-            assert!(progress_answered_when_synced(v), "{v}");
-        }
-    }
 }

@@ -70,9 +70,61 @@ fn parse_answer(answer: &[u8]) -> Result<String, String> {
         .ok_or_else(|| "no etcdserver in the answer".to_owned())
 }
 
+/// Whether etcd `version` orders requested progress notifications after
+/// pending events: 3.4.25+, 3.5.8+, 3.6 and later (etcd PRs 15697, 15695
+/// for issue 15220). Unparsable: no.
+pub fn progress_ordered(version: &str) -> bool {
+    fixed_in(version, 25, 8)
+}
+
+/// Whether etcd `version` also answers a progress request made while a
+/// watch catches up once it has (3.4.31+, 3.5.13+, 3.6: etcd issue 17507;
+/// from 3.4.25 and 3.5.8 until then the request waits for the watch's next
+/// event, forever on an idle range). Implies [`progress_ordered`].
+pub fn progress_answered_when_synced(version: &str) -> bool {
+    fixed_in(version, 31, 13)
+}
+
+/// Whether `version` is at least 3.4.`patch_3_4` on 3.4, 3.5.`patch_3_5`
+/// on 3.5, or any later minor or major (3.6 has both fixes). Unparsable or
+/// older: no.
+fn fixed_in(version: &str, patch_3_4: u64, patch_3_5: u64) -> bool {
+    let mut parts = version
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .map(|p| p.parse::<u64>().ok());
+    let (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) =
+        (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    match (major, minor) {
+        (3, 4) => patch >= patch_3_4,
+        (3, 5) => patch >= patch_3_5,
+        (3, m) => m >= 6,
+        (m, _) => m > 3,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_answer;
+    use super::{parse_answer, progress_answered_when_synced, progress_ordered};
+
+    #[test]
+    fn progress_is_trusted_only_where_etcd_fixed_its_order() {
+        for v in ["3.4.23", "3.5.1", "3.5.7", "3.3.27", "", "garbage", "3.4"] {
+            assert!(!progress_ordered(v), "{v}");
+        }
+        for v in ["3.4.25", "3.5.8", "3.5.21", "3.6.0", "v3.6.4", "4.0.0"] {
+            assert!(progress_ordered(v), "{v}");
+        }
+        for v in ["3.4.30", "3.5.12", "3.5.8", "", "x"] {
+            assert!(!progress_answered_when_synced(v), "{v}");
+        }
+        for v in ["3.4.31", "3.5.13", "3.5.16", "3.5.30", "3.6.0", "4.0.0"] {
+            assert!(progress_answered_when_synced(v), "{v}");
+        }
+    }
 
     #[test]
     fn the_server_version_is_read_and_anything_else_refused() {

@@ -127,10 +127,9 @@ pub async fn run(client: Client, cmd: ServeCommand) -> anyhow::Result<i32> {
     // error now, not a watcher retrying forever. Write permission is not
     // needed: with a read-only role the mutating API answers 403. Bounded:
     // a frozen etcd must not delay serving the history (the watcher waits).
-    let sources = Watcher::sources(&client, args.sources.clone(), args.sources_only)
-        .await
-        .context("reading --source")?;
-    let ranges = sources.ranges();
+    // (A --source that cannot be read is refused, with the reason, when
+    // the watcher's configuration is made.)
+    let ranges = watched_ranges(&args, client.keys());
     if let Ok(checked) =
         tokio::time::timeout(Duration::from_secs(1), client.check_read_access(&ranges)).await
     {
@@ -191,10 +190,7 @@ pub async fn run_with(
         auth: auth_of(&args),
         api_rate: RateLimiter::new(args.campaign_rate),
         limits: limits_of(&args),
-        sources: cfg
-            .sources
-            .clone()
-            .unwrap_or_else(|| crate::layout::Sources::tenure(client.keys().prefix())),
+        sources: cfg.sources_read(client.keys().prefix()),
     });
     let (stop_http, server) = start_http(listener, state);
     announce(resume.as_ref(), &db, addr);
@@ -515,21 +511,14 @@ async fn watch_config(client: &Client, args: &ServeArgs) -> anyhow::Result<Watch
     })
 }
 
-/// The key ranges a serve with `args` watches (for the message when etcd
-/// denies them; the sources were checked when read).
+/// The key ranges a serve with `args` watches, for its access check and
+/// the message when etcd denies them (none where the sources overlap:
+/// that is refused, with the reason, by [`watch_config`]).
 pub(crate) fn watched_ranges(
     args: &ServeArgs,
     keys: &crate::election::Keys,
 ) -> Vec<(Vec<u8>, Vec<u8>)> {
-    use crate::layout::{Source, Sources};
-    let base = if args.sources_only {
-        Sources::new(Vec::new())
-    } else if args.sources.is_empty() {
-        Sources::tenure(keys.prefix())
-    } else {
-        Sources::new(vec![Source::tenure_exact(keys.prefix())])
-    };
-    base.with(args.sources.clone())
+    crate::layout::Sources::for_serve(keys.prefix(), args.sources.clone(), args.sources_only)
         .map(|s| s.ranges())
         .unwrap_or_default()
 }

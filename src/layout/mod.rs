@@ -229,6 +229,25 @@ impl Sources {
         Self(vec![Source::tenure(prefix)])
     }
 
+    /// What `tenure serve` reads: tenure's own layout under `prefix` (its
+    /// one range alone; beside other sources, exactly its two prefixes,
+    /// which are merged anyway) and `more`; or `more` alone
+    /// (`sources_only`). Refused where two overlap.
+    pub fn for_serve(
+        prefix: &str,
+        more: Vec<Source>,
+        sources_only: bool,
+    ) -> Result<Self, SourceError> {
+        let base = if sources_only {
+            Vec::new()
+        } else if more.is_empty() {
+            vec![Source::tenure(prefix)]
+        } else {
+            vec![Source::tenure_exact(prefix)]
+        };
+        Self(base).with(more)
+    }
+
     /// These sources and `more`, refused where two overlap (a key or an
     /// election name both could claim).
     pub fn with(mut self, more: Vec<Source>) -> Result<Self, SourceError> {

@@ -96,6 +96,16 @@ impl Default for WatchConfig {
     }
 }
 
+impl WatchConfig {
+    /// What is read: [`WatchConfig::sources`], or tenure's own layout under
+    /// `prefix`.
+    pub fn sources_read(&self, prefix: &str) -> crate::layout::Sources {
+        self.sources
+            .clone()
+            .unwrap_or_else(|| crate::layout::Sources::tenure(prefix))
+    }
+}
+
 /// The receiving side went away: the watcher stops.
 #[derive(Debug, thiserror::Error)]
 #[error("the watcher's consumer is gone")]
@@ -150,10 +160,7 @@ impl Watcher {
     pub fn new(client: Client, cfg: WatchConfig) -> Self {
         Self {
             progress_ordered: Default::default(),
-            sources: cfg
-                .sources
-                .clone()
-                .unwrap_or_else(|| crate::layout::Sources::tenure(client.keys().prefix())),
+            sources: cfg.sources_read(client.keys().prefix()),
             client,
             cfg,
             leases: Arc::default(),
@@ -171,17 +178,8 @@ impl Watcher {
         more: Vec<crate::layout::Source>,
         sources_only: bool,
     ) -> Result<crate::layout::Sources, SourcesError> {
-        let prefix = client.keys().prefix();
-        let base = if sources_only {
-            crate::layout::Sources::new(Vec::new())
-        } else if more.is_empty() {
-            crate::layout::Sources::tenure(prefix)
-        } else {
-            // Merged with other ranges anyway: exactly tenure's prefixes,
-            // nothing between them, is what a careful role grants.
-            crate::layout::Sources::new(vec![crate::layout::Source::tenure_exact(prefix)])
-        };
-        let sources = base.with(more)?;
+        let sources =
+            crate::layout::Sources::for_serve(client.keys().prefix(), more, sources_only)?;
         if sources.ranges().is_empty() {
             return Err(SourcesError::NoSource);
         }

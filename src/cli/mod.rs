@@ -335,11 +335,18 @@ impl Need {
             grant,
         };
         match command {
-            Command::Leader { name, .. } if name.own().is_none() => Need {
-                access: "read",
-                keys: vec![name.to_string()],
-                grant: vec![prefix("read", name.as_str())],
-            },
+            Command::Leader { name, sources, .. } if name.own().is_none() => {
+                let path = name.as_str();
+                let key = sources
+                    .iter()
+                    .find(|s| s.may_name(path))
+                    .map_or(path, |s| s.key_path(path));
+                Need {
+                    access: "read",
+                    keys: vec![key.to_owned()],
+                    grant: vec![prefix("read", key)],
+                }
+            }
             Command::Leader { name, .. } => Need {
                 access: "read",
                 keys: name.own().map(|n| keys.leader_key(n)).into_iter().collect(),

@@ -41,12 +41,7 @@ pub(super) async fn leader(
              written in (or TENURE_SOURCES), as for tenure serve"
         )
     })?;
-    // The path has a leading `/` added where the prefix has none.
-    let key_path = if source.prefix().starts_with('/') {
-        path
-    } else {
-        path.get(1..).unwrap_or_default()
-    };
+    let key_path = source.key_path(path);
     let resp = client
         .op(client
             .etcd()

@@ -188,6 +188,16 @@ impl Source {
         self.names_begin().is_some_and(|b| name.starts_with(&b))
     }
 
+    /// The key path of this source's election `name`: the name less the
+    /// leading `/` it was given where the prefix has none (`path.rs`).
+    pub fn key_path<'a>(&self, name: &'a str) -> &'a str {
+        if self.prefix.starts_with('/') {
+            name
+        } else {
+            name.strip_prefix('/').unwrap_or(name)
+        }
+    }
+
     /// Whether two sources could both claim a key, or an election name.
     fn overlaps(&self, other: &Source) -> bool {
         let keys = self.layout.ranges().iter().any(|(s1, e1)| {
@@ -344,6 +354,10 @@ mod tests {
         assert!(base()
             .with(vec![src("key:app/"), src("key:/app/")])
             .is_err());
+        // A name back to its key path, and which source may name it.
+        assert_eq!(src("key:app/").key_path("/app/x"), "app/x");
+        assert_eq!(src("key:/app/").key_path("/app/x"), "/app/x");
+        assert!(src("key:app/").may_name("/app/x") && !src("key:app/").may_name("/apps/x"));
         // A second tenure source: both would name elections `db`.
         assert!(base().with(vec![src("tenure:b/")]).is_err());
         let ok = base()

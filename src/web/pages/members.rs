@@ -42,17 +42,11 @@ pub(super) async fn patroni_members(
     let WatchedName::Path(path) = name else {
         return None;
     };
-    let source = s.sources.iter().find(|src| {
-        src.layout().name() == patroni::NAME
-            && path.starts_with(&format!("/{}", src.prefix().trim_start_matches('/')))
-    })?;
-    // The path has a leading `/` added where the namespace has none.
-    let key_path = if source.prefix().starts_with('/') {
-        path.as_str()
-    } else {
-        path.get(1..).unwrap_or_default()
-    };
-    let prefix = patroni::members_prefix(key_path);
+    let source = s
+        .sources
+        .iter()
+        .find(|src| src.layout().name() == patroni::NAME && src.may_name(path))?;
+    let prefix = patroni::members_prefix(source.key_path(path));
     let opts = GetOptions::new().with_prefix().with_limit(MAX_MEMBERS);
     let read = tokio::time::timeout(wait, s.client.etcd().get(prefix.clone(), Some(opts))).await;
     let resp = match read {

@@ -103,6 +103,15 @@ pub struct Standing {
     pub cause: EndCause,
 }
 
+/// What a key's value says, read by the layout that gave the key its role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reading {
+    Hint(EndHint),
+    Standing(Standing),
+    /// A member says it is a primary, or not.
+    Primary(bool),
+}
+
 /// A layout and the prefix it was given: one source of elections.
 #[derive(Debug, Clone)]
 pub struct Source {
@@ -160,6 +169,18 @@ impl Source {
 
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// What `value` says to this source's layout, for a key of `role`
+    /// (a hint, a standing request, a member); `None` for other roles, or
+    /// a malformed value.
+    pub fn read(&self, role: &Role, value: &[u8]) -> Option<Reading> {
+        match role {
+            Role::Hint { .. } => self.layout.read_hint(value).map(Reading::Hint),
+            Role::Standing { .. } => self.layout.read_standing(value).map(Reading::Standing),
+            Role::Member { .. } => self.layout.read_member(value).map(Reading::Primary),
+            _ => None,
+        }
     }
 
     /// Whether `key` is in one of the layout's ranges.

@@ -8,7 +8,7 @@ use std::ops::Bound;
 use crate::election::keys::MAX_CANDIDATE_LEN;
 use crate::election::Layout;
 use crate::events::{EndCause, Event, EventKind, OpenTerm, WatchStatus};
-use crate::layout::{Role, Sources};
+use crate::layout::{Reading, Role, Sources};
 
 mod revision;
 
@@ -150,13 +150,9 @@ impl State {
         }
     }
 
-    /// A standing request of `election` (its key `key`) put with `value`,
-    /// or deleted (`None`): read by the layout of the key's source.
-    fn stand(&mut self, election: String, key: &[u8], value: Option<&[u8]>) {
-        let read = value.and_then(|v| {
-            let (source, _) = self.sources.classify(key, 0);
-            source.and_then(|s| s.layout().read_standing(v))
-        });
+    /// The standing request of `election` as its layout read it, or none
+    /// (deleted, malformed).
+    fn stand(&mut self, election: String, read: Option<crate::layout::Standing>) {
         match read {
             Some(s)
                 if self.standing.len() < self.max_elections
@@ -289,18 +285,21 @@ impl State {
         self.elections.reserve(kvs.len().min(self.max_elections));
         let mut statuses = Vec::new();
         for kv in kvs {
-            match self.sources.classify(&kv.key, kv.lease).1 {
+            let (source, role) = self.sources.classify(&kv.key, kv.lease);
+            let reading = source.and_then(|s| s.read(&role, &kv.value));
+            match role {
                 Role::Candidate { election, kind } => match self.track(&election, at_ms) {
                     Ok(e) => {
                         e.candidates.insert(kv.key.clone(), candidate(kv, kind));
                     }
                     Err(s) => statuses.push(s),
                 },
-                Role::Standing { election } => self.stand(election, &kv.key, Some(&kv.value)),
+                Role::Standing { election } => match reading {
+                    Some(Reading::Standing(s)) => self.stand(election, Some(s)),
+                    _ => self.stand(election, None),
+                },
                 Role::Member { election, member } => {
-                    let (source, _) = self.sources.classify(&kv.key, kv.lease);
-                    let primary = source.and_then(|s| s.layout().read_member(&kv.value));
-                    self.member_says(&election, member, primary == Some(true));
+                    self.member_says(&election, member, reading == Some(Reading::Primary(true)));
                 }
                 Role::Invalid => statuses.push(WatchStatus::IgnoredKey),
                 _ => {}

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::election::{fence::RefusalRecord, keys::parse_padded_token, Layout};
 use crate::events::{EndCause, EventKind, OpenTerm, WatchStatus};
-use crate::layout::{EndHint, Role};
+use crate::layout::{EndHint, Reading, Role};
 
 /// What the changes of one revision said, before leaders are picked.
 #[derive(Default)]
@@ -50,10 +50,14 @@ impl State {
             out.extend(self.pick_again(name, &said.hints, revision, at_ms));
         }
         out.extend(collisions.into_iter().map(Pending::done));
-        let mut checked = std::collections::HashSet::new();
-        for name in said.touched.iter().chain(&said.members) {
-            if checked.insert(name.as_str()) {
-                out.extend(self.two_primaries(name, revision, at_ms));
+        // Only where some member says it is a primary, or did (Patroni's
+        // sources): nothing is looked up for any other revision.
+        if !self.primaries.is_empty() || !self.reported_primaries.is_empty() {
+            let mut checked = std::collections::HashSet::new();
+            for name in said.touched.iter().chain(&said.members) {
+                if checked.insert(name.as_str()) {
+                    out.extend(self.two_primaries(name, revision, at_ms));
+                }
             }
         }
         out.extend(self.queue_events(said.left, said.came, revision, at_ms));
@@ -74,22 +78,20 @@ impl State {
             Change::Delete { key, lease, .. } => (key, *lease),
         };
         let (source, role) = self.sources.classify(key, lease);
-        // A hint's value is read by the layout that named it.
-        let hint = match (&role, change) {
-            (Role::Hint { .. }, Change::Put(kv)) => {
-                source.and_then(|s| s.layout().read_hint(&kv.value))
-            }
-            _ => None,
+        // A value is read by the layout that gave the key its role.
+        let reading = match change {
+            Change::Put(kv) => source.and_then(|s| s.read(&role, &kv.value)),
+            Change::Delete { .. } => None,
         };
         match (role, change) {
             (Role::Candidate { election, kind }, _) => {
                 self.candidate_changed(election, kind, change, at_ms, said, statuses)
             }
-            (Role::Hint { election }, Change::Put(_)) => match hint {
-                Some(h) => {
+            (Role::Hint { election }, Change::Put(_)) => match reading {
+                Some(Reading::Hint(h)) => {
                     said.hints.insert(election, h);
                 }
-                None => statuses.push(WatchStatus::IgnoredKey),
+                _ => statuses.push(WatchStatus::IgnoredKey),
             },
             (Role::Fence { election, resource }, Change::Put(kv)) => {
                 match parse_padded_token(&kv.value) {
@@ -114,16 +116,13 @@ impl State {
                     Err(_) => statuses.push(WatchStatus::IgnoredKey),
                 }
             }
-            (Role::Standing { election }, Change::Put(kv)) => {
-                self.stand(election, key, Some(&kv.value))
-            }
-            (Role::Standing { election }, Change::Delete { .. }) => self.stand(election, key, None),
-            (Role::Member { election, member }, change) => {
-                let primary = match change {
-                    Change::Put(kv) => source.and_then(|s| s.layout().read_member(&kv.value)),
-                    Change::Delete { .. } => Some(false),
-                };
-                self.member_says(&election, member, primary == Some(true));
+            // Deleted or malformed: no request stands.
+            (Role::Standing { election }, _) => match reading {
+                Some(Reading::Standing(s)) => self.stand(election, Some(s)),
+                _ => self.stand(election, None),
+            },
+            (Role::Member { election, member }, _) => {
+                self.member_says(&election, member, reading == Some(Reading::Primary(true)));
                 said.members.push(election);
             }
             (Role::Invalid, _) => statuses.push(WatchStatus::IgnoredKey),

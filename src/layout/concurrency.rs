@@ -9,8 +9,8 @@
 //! end cause is what the state machine can tell (a lease-less key deleted,
 //! a lease etcd no longer knows) or `unknown`.
 
-use super::path::{prefix_range, watched_path};
-use super::{EndHint, Layout, Role};
+use super::path::{candidate, Prefix};
+use super::{Layout, Role};
 use crate::election::Layout as KeyLayout;
 
 /// The name of this layout in `--source concurrency:PREFIX`.
@@ -18,17 +18,13 @@ pub const NAME: &str = "concurrency";
 
 #[derive(Debug, Clone)]
 pub struct Concurrency {
-    prefix: Vec<u8>,
-    range: (Vec<u8>, Vec<u8>),
+    prefix: Prefix,
 }
 
 impl Concurrency {
     /// `None` for a prefix that would claim the whole keyspace.
     pub fn new(prefix: &str) -> Option<Self> {
-        Some(Self {
-            prefix: prefix.as_bytes().to_vec(),
-            range: prefix_range(prefix.as_bytes())?,
-        })
+        Prefix::new(prefix).map(|prefix| Self { prefix })
     }
 }
 
@@ -38,11 +34,12 @@ impl Layout for Concurrency {
     }
 
     fn ranges(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        vec![self.range.clone()]
+        self.prefix.ranges()
     }
 
     fn classify(&self, key: &[u8], _lease: i64) -> Role {
-        if !key.starts_with(&self.prefix) {
+        let prefix = self.prefix.bytes();
+        if !key.starts_with(prefix) {
             return Role::Ignored;
         }
         let Some(slash) = key.iter().rposition(|b| *b == b'/') else {
@@ -51,21 +48,11 @@ impl Layout for Concurrency {
         // The election is the parent path; it holds what the prefix names
         // (a prefix `/app/el` does not make `/app/el1` a candidate of `/app`).
         let parent = &key[..slash];
-        let named = self.prefix.strip_suffix(b"/").unwrap_or(&self.prefix);
+        let named = prefix.strip_suffix(b"/").unwrap_or(prefix);
         if slash + 1 == key.len() || parent.is_empty() || parent.len() < named.len() {
             return Role::Invalid;
         }
-        match watched_path(parent) {
-            Some(election) => Role::Candidate {
-                election,
-                kind: KeyLayout::Queue,
-            },
-            None => Role::Invalid,
-        }
-    }
-
-    fn read_hint(&self, _value: &[u8]) -> Option<EndHint> {
-        None
+        candidate(parent, KeyLayout::Queue)
     }
 }
 

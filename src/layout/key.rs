@@ -4,8 +4,8 @@
 //! the key's CreateRevision: a key written again without being deleted is
 //! the same term, as it is for tenure's own single key.
 
-use super::path::{prefix_range, watched_path};
-use super::{EndHint, Layout, Role};
+use super::path::{candidate, Prefix};
+use super::{Layout, Role};
 use crate::election::Layout as KeyLayout;
 
 /// The name of this layout in `--source key:PREFIX`.
@@ -13,17 +13,13 @@ pub const NAME: &str = "key";
 
 #[derive(Debug, Clone)]
 pub struct Key {
-    prefix: Vec<u8>,
-    range: (Vec<u8>, Vec<u8>),
+    prefix: Prefix,
 }
 
 impl Key {
     /// `None` for a prefix that would claim the whole keyspace.
     pub fn new(prefix: &str) -> Option<Self> {
-        Some(Self {
-            prefix: prefix.as_bytes().to_vec(),
-            range: prefix_range(prefix.as_bytes())?,
-        })
+        Prefix::new(prefix).map(|prefix| Self { prefix })
     }
 }
 
@@ -33,24 +29,14 @@ impl Layout for Key {
     }
 
     fn ranges(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        vec![self.range.clone()]
+        self.prefix.ranges()
     }
 
     fn classify(&self, key: &[u8], _lease: i64) -> Role {
-        if !key.starts_with(&self.prefix) {
+        if !key.starts_with(self.prefix.bytes()) {
             return Role::Ignored;
         }
-        match watched_path(key) {
-            Some(election) => Role::Candidate {
-                election,
-                kind: KeyLayout::Single,
-            },
-            None => Role::Invalid,
-        }
-    }
-
-    fn read_hint(&self, _value: &[u8]) -> Option<EndHint> {
-        None
+        candidate(key, KeyLayout::Single)
     }
 }
 

@@ -44,7 +44,10 @@ pub trait Layout: Send + Sync + std::fmt::Debug {
     fn classify(&self, key: &[u8], lease: i64) -> Role;
     /// What the value of a [`Role::Hint`] key says: which term ended, and
     /// how. `None` when the value is malformed (counted as an ignored key).
-    fn read_hint(&self, value: &[u8]) -> Option<EndHint>;
+    /// (Default: no hints, for layouts whose writers leave none.)
+    fn read_hint(&self, _value: &[u8]) -> Option<EndHint> {
+        None
+    }
     /// What the current value of a [`Role::Standing`] key says about how
     /// the next term of its election ends. `None`: nothing (or malformed).
     fn read_standing(&self, _value: &[u8]) -> Option<Standing> {

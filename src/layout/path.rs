@@ -5,6 +5,7 @@
 //! (`/service/pg/leader`, `/_ld/job` for a key `_ld/job`): tenure's own
 //! names never do (`ElectionName`), so the two cannot collide.
 
+use super::Role;
 use crate::election::ElectionName;
 
 /// The longest election path accepted from etcd (a longer one is counted
@@ -35,6 +36,42 @@ pub fn watched_path(path: &[u8]) -> Option<String> {
     } else {
         format!("/{s}")
     })
+}
+
+/// A prefix and the one key range it claims (never the whole keyspace):
+/// what other systems' layouts read.
+#[derive(Debug, Clone)]
+pub struct Prefix {
+    bytes: Vec<u8>,
+    range: (Vec<u8>, Vec<u8>),
+}
+
+impl Prefix {
+    /// `None` for a prefix that would claim the whole keyspace.
+    pub fn new(prefix: &str) -> Option<Self> {
+        Some(Self {
+            range: prefix_range(prefix.as_bytes())?,
+            bytes: prefix.as_bytes().to_vec(),
+        })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Its range, as `Layout::ranges` gives it.
+    pub fn ranges(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        vec![self.range.clone()]
+    }
+}
+
+/// A candidate of the election at key path `path`, or `Invalid` where the
+/// path cannot name one ([`watched_path`]).
+pub fn candidate(path: &[u8], kind: crate::election::Layout) -> Role {
+    match watched_path(path) {
+        Some(election) => Role::Candidate { election, kind },
+        None => Role::Invalid,
+    }
 }
 
 /// Whether `name` is the name of an election read from another system's

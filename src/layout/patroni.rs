@@ -24,8 +24,8 @@
 //! not terms: [`members_prefix`] and [`Member::parse`] read them for the
 //! election page, live.
 
-use super::path::{prefix_range, watched_path};
-use super::{EndHint, Layout, Role, Standing};
+use super::path::{candidate, watched_path, Prefix};
+use super::{Layout, Role, Standing};
 use crate::election::Layout as KeyLayout;
 use crate::events::EndCause;
 
@@ -37,8 +37,7 @@ pub const DEFAULT_NAMESPACE: &str = "/service/";
 
 #[derive(Debug, Clone)]
 pub struct Patroni {
-    namespace: Vec<u8>,
-    range: (Vec<u8>, Vec<u8>),
+    namespace: Prefix,
 }
 
 impl Patroni {
@@ -50,19 +49,14 @@ impl Patroni {
             n if n.ends_with('/') => n.to_owned(),
             n => format!("{n}/"),
         };
-        Some(Self {
-            range: prefix_range(namespace.as_bytes())?,
-            namespace: namespace.into_bytes(),
-        })
+        Prefix::new(&namespace).map(|namespace| Self { namespace })
     }
 
     /// The namespace as read (`/service/` when none was given).
     pub fn namespace(&self) -> &[u8] {
-        &self.namespace
+        self.namespace.bytes()
     }
-}
 
-impl Patroni {
     /// `SCOPE/members/NAME` (one level of scope): a member of the scope.
     fn member(&self, key: &[u8], rest: &[u8]) -> Option<Role> {
         const MEMBERS: &[u8] = b"/members/";
@@ -71,7 +65,7 @@ impl Patroni {
         if scope.is_empty() || scope.contains(&b'/') || name.is_empty() || name.contains(&b'/') {
             return Some(Role::Ignored);
         }
-        let election = watched_path(&key[..self.namespace.len() + scope.len()]);
+        let election = watched_path(&key[..self.namespace().len() + scope.len()]);
         let member = std::str::from_utf8(name).ok().filter(|n| n.len() <= 128);
         Some(match (election, member) {
             (Some(election), Some(member)) => Role::Member {
@@ -89,11 +83,11 @@ impl Layout for Patroni {
     }
 
     fn ranges(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        vec![self.range.clone()]
+        self.namespace.ranges()
     }
 
     fn classify(&self, key: &[u8], _lease: i64) -> Role {
-        let Some(rest) = key.strip_prefix(self.namespace.as_slice()) else {
+        let Some(rest) = key.strip_prefix(self.namespace()) else {
             return Role::Ignored;
         };
         // `SCOPE/leader`, one level below the namespace; the scope's other
@@ -119,18 +113,12 @@ impl Layout for Patroni {
         if scope.is_empty() || (scope.contains(&b'/') && !citus(scope)) {
             return Role::Ignored;
         }
-        match watched_path(&key[..self.namespace.len() + scope.len()]) {
-            Some(election) if standing => Role::Standing { election },
-            Some(election) => Role::Candidate {
-                election,
-                kind: KeyLayout::Single,
-            },
-            None => Role::Invalid,
+        let path = &key[..self.namespace().len() + scope.len()];
+        if standing {
+            return watched_path(path)
+                .map_or(Role::Invalid, |election| Role::Standing { election });
         }
-    }
-
-    fn read_hint(&self, _value: &[u8]) -> Option<EndHint> {
-        None
+        candidate(path, KeyLayout::Single)
     }
 
     fn read_member(&self, value: &[u8]) -> Option<bool> {

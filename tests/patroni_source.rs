@@ -21,24 +21,16 @@ use support::{Etcd, Serve};
 
 const SCOPE: &str = "watched";
 
-fn ordered(version: &str) -> bool {
-    let v: Vec<u64> = version.split('.').filter_map(|p| p.parse().ok()).collect();
-    matches!(v.as_slice(), [3, 4, p, ..] if *p >= 31)
-        || matches!(v.as_slice(), [3, 5, p, ..] if *p >= 13)
-        || matches!(v.as_slice(), [3, m, ..] if *m >= 6)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn patroni_terms_are_recorded_as_its_leader_key_says() {
     let etcd = Etcd::start().await;
     let mut raw = etcd.client().await;
-    let version = raw.status().await.expect("status").version().to_owned();
     let log = DcsLog::start(etcd.client().await, &format!("/service/{SCOPE}/")).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("history.db");
     // Beside tenure's own where etcd can merge several ranges; alone where
     // it cannot (tests/sources.rs checks the refusal).
-    let args: Vec<&str> = if ordered(&version) {
+    let args: Vec<&str> = if support::fixtures::merges_several_ranges(&mut raw).await {
         vec!["--source", "patroni:"]
     } else {
         vec!["--sources-only", "--source", "patroni:"]
@@ -131,14 +123,13 @@ async fn patroni_terms_are_recorded_as_its_leader_key_says() {
     );
     // Patroni's own `history`: one entry per promotion, naming the new
     // primary, written ~2 s after its leader key: the same successors.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let promoted = loop {
-        let h = pg.history().await;
-        if h.len() >= 2 || std::time::Instant::now() > deadline {
-            break h;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let put = log
+        .wait_for("history with 2 entries", Duration::from_secs(30), |e| {
+            e.key == "history"
+                && support::patroni::parse_history(&e.value).is_some_and(|h| h.len() == 2)
+        })
+        .await;
+    let promoted = support::patroni::parse_history(&put.value).expect("history");
     let successors: Vec<Option<&str>> = promoted.iter().map(|e| e.leader.as_deref()).collect();
     assert_eq!(
         successors,

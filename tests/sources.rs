@@ -20,7 +20,7 @@ use etcd_client::{Client as EtcdClient, GetOptions};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
-use support::fixtures::{tenure, text};
+use support::fixtures::{merges_several_ranges, tenure, text};
 use support::{Etcd, Serve};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -103,14 +103,6 @@ async fn terms(s: &Serve, election: &str) -> Vec<(i64, String, Option<String>)> 
         .collect()
 }
 
-async fn ordered(raw: &mut EtcdClient) -> bool {
-    let version = raw.status().await.expect("status").version().to_owned();
-    let v: Vec<u64> = version.split('.').filter_map(|p| p.parse().ok()).collect();
-    matches!(v.as_slice(), [3, 4, p, ..] if *p >= 31)
-        || matches!(v.as_slice(), [3, 5, p, ..] if *p >= 13)
-        || matches!(v.as_slice(), [3, m, ..] if *m >= 6)
-}
-
 /// `tenure serve ARGS` expected to refuse: its exit code and stderr.
 async fn refused(etcd: &Etcd, db: &std::path::Path, args: &[&str]) -> String {
     let out = tokio::time::timeout(
@@ -134,7 +126,7 @@ async fn other_systems_elections_are_recorded_exactly_across_a_crash() {
     let mut raw = etcd.client().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("history.db");
-    let several = ordered(&mut raw).await;
+    let several = merges_several_ranges(&mut raw).await;
     let args: Vec<&str> = if several {
         vec!["--source", "concurrency:/app/", "--source", "key:/svc/"]
     } else {
@@ -339,7 +331,7 @@ async fn terms_in_etcds_log(
 async fn interleaved_sources_match_etcds_log_across_a_crash() {
     let etcd = Etcd::start().await;
     let mut raw = etcd.client().await;
-    if !ordered(&mut raw).await {
+    if !merges_several_ranges(&mut raw).await {
         eprintln!("etcd before 3.4.31 / 3.5.13: several sources are refused (checked above)");
         return;
     }
@@ -441,7 +433,7 @@ async fn a_role_with_read_on_only_the_watched_prefixes_runs_serve() {
     use support::secure::etcdctl;
     let etcd = Etcd::start().await;
     let mut raw = etcd.client().await;
-    let several = ordered(&mut raw).await;
+    let several = merges_several_ranges(&mut raw).await;
     let ep = etcd.endpoint();
     let root = ["--user".to_owned(), "root:root-pw".to_owned()];
     etcdctl(
@@ -547,7 +539,7 @@ async fn a_go_mutex_under_an_applications_prefix_is_recorded_like_tenures_own() 
     use support::go::GoActor;
     let etcd = Etcd::start().await;
     let mut raw = etcd.client().await;
-    let several = ordered(&mut raw).await;
+    let several = merges_several_ranges(&mut raw).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("history.db");
     let mut args = vec!["--source", "concurrency:/vt/elections/"];

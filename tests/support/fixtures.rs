@@ -85,3 +85,14 @@ pub async fn http_resign(serve: &super::Serve, election: &str, token: i64) {
         .expect("resign");
     assert!(resp.status().is_success(), "{:?}", resp.text().await);
 }
+
+/// Whether the etcd behind `raw` lets serve merge several key ranges
+/// (3.4.31+, 3.5.13+, 3.6: etcd issues 15220 and 17507), read here from its
+/// `Status`, apart from tenure's own check. Older: serve must refuse them.
+pub async fn merges_several_ranges(raw: &mut etcd_client::Client) -> bool {
+    let version = raw.status().await.expect("status").version().to_owned();
+    let v: Vec<u64> = version.split('.').filter_map(|p| p.parse().ok()).collect();
+    matches!(v.as_slice(), [3, 4, p, ..] if *p >= 31)
+        || matches!(v.as_slice(), [3, 5, p, ..] if *p >= 13)
+        || matches!(v.as_slice(), [3, m, ..] if *m >= 6)
+}

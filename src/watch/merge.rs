@@ -15,8 +15,8 @@
 //! event it covers (3.4.25+, 3.5.8+: etcd issue 15220) and to answer a
 //! request made while a watch catches up once it has (3.4.31+, 3.5.13+:
 //! etcd issue 17507, or an idle range would hold every other back); before
-//! those the watcher refuses
-//! several ranges (`Watcher::with_sources`) rather than merge them wrong.
+//! those the watcher refuses several ranges (`Watcher::sources`) rather
+//! than merge them wrong.
 //!
 //! Deliberately absent: one gRPC stream for all ranges. etcd replays an
 //! unsynced watcher's backlog per watcher, so ranges on one stream are no

@@ -21,7 +21,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client as EtcdClient, Event, WatchOptions, WatchStream};
+use etcd_client::{Client as EtcdClient, Event, WatchOptions, WatchResponse, WatchStream};
 use tokio::time::Instant;
 
 use super::Error;
@@ -245,52 +245,8 @@ impl RangeWatch {
     pub async fn next_item(&mut self) -> WatchItem {
         loop {
             if self.stream.is_none() {
-                // Cancel-safe: the pause is over only once it was slept.
-                if let Some(at) = self.reopen_at {
-                    tokio::time::sleep_until(at).await;
-                    self.reopen_at = None;
-                }
-                let mut opts = WatchOptions::new()
-                    .with_start_revision(self.next_rev)
-                    .with_prev_key();
-                if let Some(end) = &self.end {
-                    opts = opts.with_range(end.clone());
-                }
-                let mut watch_client = self.client.watch_client();
-                if let Some(bytes) = self.max_message_bytes {
-                    watch_client = watch_client.max_decoding_message_size(bytes);
-                }
-                match tokio::time::timeout(
-                    self.probe_after,
-                    watch_client.watch(self.start.clone(), Some(opts)),
-                )
-                .await
-                {
-                    Ok(Ok(s)) => {
-                        self.stream = Some(s);
-                        self.opened_at = None;
-                        self.opened = Some(Instant::now());
-                    }
-                    failed => {
-                        let why = match failed {
-                            Ok(Err(e)) => e.to_string(),
-                            _ => {
-                                // etcd restored from a snapshot forgot its
-                                // simple auth tokens (they live in the
-                                // WAL): a watch opened with one is never
-                                // answered. Authenticate again (a no-op
-                                // without a user) before the next try.
-                                let _ = tokio::time::timeout(
-                                    self.probe_after,
-                                    self.client.refresh_token(),
-                                )
-                                .await;
-                                format!("no answer within {:?}", self.probe_after)
-                            }
-                        };
-                        self.ended(false);
-                        return WatchItem::Unavailable(why);
-                    }
+                if let Err(item) = self.open().await {
+                    return item;
                 }
             }
             let Some(stream) = self.stream.as_mut() else {
@@ -299,82 +255,18 @@ impl RangeWatch {
             let asked = message_or_ask(stream, self.asks.as_deref());
             let message = match tokio::time::timeout(self.probe_after, asked).await {
                 Ok(m) => m,
-                Err(_) => {
-                    let answered = match stream.request_progress().await {
-                        Ok(()) => tokio::time::timeout(self.probe_after, stream.message())
-                            .await
-                            .ok(),
-                        Err(_) => None,
-                    };
-                    match answered {
-                        Some(m) => m,
-                        None => {
-                            self.ended(true);
-                            return WatchItem::Reopening(Reopened::Stalled);
-                        }
+                Err(_) => match probe(stream, self.probe_after).await {
+                    Some(m) => m,
+                    None => {
+                        self.ended(true);
+                        return WatchItem::Reopening(Reopened::Stalled);
                     }
-                }
+                },
             };
             match message {
                 Ok(Some(resp)) => {
-                    if resp.canceled() {
-                        if resp.compact_revision() > 0 {
-                            // Not a failure: the caller re-reads and resumes.
-                            self.stream = None;
-                            self.opened = None;
-                            return WatchItem::Compacted {
-                                compact_revision: resp.compact_revision(),
-                            };
-                        }
-                        // A cancelled watch was of no use, however long its
-                        // stream lived: back off before the next one.
-                        self.ended(false);
-                        let reason = resp.cancel_reason();
-                        if reason.contains("invalid auth token")
-                            || reason.contains("auth revision is old")
-                        {
-                            // An expired token cancels a new watch instead
-                            // of failing the call, so etcd-client does not
-                            // re-authenticate: do it before reopening.
-                            let _ =
-                                tokio::time::timeout(self.probe_after, self.client.refresh_token())
-                                    .await;
-                            return WatchItem::Reopening(Reopened::Cancelled);
-                        }
-                        if let Some(denied) = Error::from_refusal(reason) {
-                            return WatchItem::Denied(denied);
-                        }
-                        return WatchItem::Reopening(Reopened::Cancelled);
-                    }
-                    if resp.created() {
-                        self.opened_at = resp.header().map(|h| h.revision());
-                        if resp.events().is_empty() {
-                            return WatchItem::Opened {
-                                member_id: resp.header().map_or(0, |h| h.member_id()),
-                            };
-                        }
-                    }
-                    let next_rev = self.next_rev;
-                    let events: Vec<Event> = resp
-                        .events()
-                        .iter()
-                        .filter(|e| e.kv().is_some_and(|kv| kv.mod_revision() >= next_rev))
-                        .cloned()
-                        .collect();
-                    if let Some(last) = events.last().and_then(|e| e.kv()) {
-                        self.next_rev = last.mod_revision() + 1;
-                        return WatchItem::Events(events);
-                    }
-                    if resp.created() || !resp.events().is_empty() {
-                        continue;
-                    }
-                    // A progress notification. Not trusted to move the next
-                    // revision: etcd before 3.4.25 / 3.5.8 can send a
-                    // requested one ahead of events still pending for this
-                    // watch (etcd issue 15220), which then arrive after it
-                    // and must not be filtered out, nor skipped on reopen.
-                    if let Some(rev) = resp.header().map(|h| h.revision()) {
-                        return WatchItem::Progress { revision: rev };
+                    if let Some(item) = self.take(&resp).await {
+                        return item;
                     }
                 }
                 Ok(None) | Err(_) => {
@@ -383,6 +275,117 @@ impl RangeWatch {
                 }
             }
         }
+    }
+
+    /// Opens the stream from the next revision, after the backoff's pause
+    /// if one is due. A failure (or no answer) is handed to the caller.
+    async fn open(&mut self) -> Result<(), WatchItem> {
+        // Cancel-safe: the pause is over only once it was slept.
+        if let Some(at) = self.reopen_at {
+            tokio::time::sleep_until(at).await;
+            self.reopen_at = None;
+        }
+        let mut opts = WatchOptions::new()
+            .with_start_revision(self.next_rev)
+            .with_prev_key();
+        if let Some(end) = &self.end {
+            opts = opts.with_range(end.clone());
+        }
+        let mut watch_client = self.client.watch_client();
+        if let Some(bytes) = self.max_message_bytes {
+            watch_client = watch_client.max_decoding_message_size(bytes);
+        }
+        let opened = tokio::time::timeout(
+            self.probe_after,
+            watch_client.watch(self.start.clone(), Some(opts)),
+        )
+        .await;
+        let why = match opened {
+            Ok(Ok(s)) => {
+                self.stream = Some(s);
+                self.opened_at = None;
+                self.opened = Some(Instant::now());
+                return Ok(());
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => {
+                // etcd restored from a snapshot forgot its simple auth
+                // tokens (they live in the WAL): a watch opened with one is
+                // never answered. Authenticate again (a no-op without a
+                // user) before the next try.
+                let _ = tokio::time::timeout(self.probe_after, self.client.refresh_token()).await;
+                format!("no answer within {:?}", self.probe_after)
+            }
+        };
+        self.ended(false);
+        Err(WatchItem::Unavailable(why))
+    }
+
+    /// What one message of the stream is for the caller: events (those not
+    /// handed out yet), a progress notification, the stream's opening or
+    /// its cancellation; `None` when it is nothing to hand on.
+    async fn take(&mut self, resp: &WatchResponse) -> Option<WatchItem> {
+        if resp.canceled() {
+            return Some(self.cancelled(resp).await);
+        }
+        if resp.created() {
+            self.opened_at = resp.header().map(|h| h.revision());
+            if resp.events().is_empty() {
+                return Some(WatchItem::Opened {
+                    member_id: resp.header().map_or(0, |h| h.member_id()),
+                });
+            }
+        }
+        let next_rev = self.next_rev;
+        let events: Vec<Event> = resp
+            .events()
+            .iter()
+            .filter(|e| e.kv().is_some_and(|kv| kv.mod_revision() >= next_rev))
+            .cloned()
+            .collect();
+        if let Some(last) = events.last().and_then(|e| e.kv()) {
+            self.next_rev = last.mod_revision() + 1;
+            return Some(WatchItem::Events(events));
+        }
+        if resp.created() || !resp.events().is_empty() {
+            return None;
+        }
+        // A progress notification. Not trusted to move the next revision:
+        // etcd before 3.4.25 / 3.5.8 can send a requested one ahead of
+        // events still pending for this watch (etcd issue 15220), which then
+        // arrive after it and must not be filtered out, nor skipped on
+        // reopen.
+        resp.header().map(|h| WatchItem::Progress {
+            revision: h.revision(),
+        })
+    }
+
+    /// A cancelled stream: compaction (not a failure: the caller re-reads
+    /// and resumes), an expired token (authenticate again, then reopen),
+    /// a refusal, or another cancellation.
+    async fn cancelled(&mut self, resp: &WatchResponse) -> WatchItem {
+        if resp.compact_revision() > 0 {
+            self.stream = None;
+            self.opened = None;
+            return WatchItem::Compacted {
+                compact_revision: resp.compact_revision(),
+            };
+        }
+        // A cancelled watch was of no use, however long its stream lived:
+        // back off before the next one.
+        self.ended(false);
+        let reason = resp.cancel_reason();
+        if reason.contains("invalid auth token") || reason.contains("auth revision is old") {
+            // An expired token cancels a new watch instead of failing the
+            // call, so etcd-client does not re-authenticate: do it before
+            // reopening.
+            let _ = tokio::time::timeout(self.probe_after, self.client.refresh_token()).await;
+            return WatchItem::Reopening(Reopened::Cancelled);
+        }
+        if let Some(denied) = Error::from_refusal(reason) {
+            return WatchItem::Denied(denied);
+        }
+        WatchItem::Reopening(Reopened::Cancelled)
     }
 
     /// Only events, compaction and refusal; the rest is handled here.
@@ -408,12 +411,22 @@ impl RangeWatch {
     }
 }
 
+/// A silent stream probed: a progress request, then its answer (or any
+/// message) within `within`; `None` when the stream does not answer.
+async fn probe(
+    stream: &mut WatchStream,
+    within: Duration,
+) -> Option<Result<Option<WatchResponse>, etcd_client::Error>> {
+    stream.request_progress().await.ok()?;
+    tokio::time::timeout(within, stream.message()).await.ok()
+}
+
 /// The stream's next message; meanwhile, each notification of `asks`
 /// requests a progress notification (which arrives as a message).
 async fn message_or_ask(
     stream: &mut WatchStream,
     asks: Option<&tokio::sync::Notify>,
-) -> Result<Option<etcd_client::WatchResponse>, etcd_client::Error> {
+) -> Result<Option<WatchResponse>, etcd_client::Error> {
     let Some(asks) = asks else {
         return stream.message().await;
     };

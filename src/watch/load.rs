@@ -59,37 +59,16 @@ impl Watcher {
         mut reset: bool,
     ) -> Result<(i64, u64), Closed> {
         let mut backoff = Duration::from_millis(100);
+        // Once `reset` holds, `at_resume` never does: a reset reads the
+        // new timeline's present.
         let mut at_resume = resume.is_some() && !reset;
         loop {
-            let read = match (&resume, at_resume) {
-                (Some(r), true) => self.snapshot(Some(r.revision)).await,
-                _ => self.snapshot(None).await,
-            };
-            match read {
+            let asked = resume.as_ref().filter(|_| at_resume).map(|r| r.revision);
+            match self.snapshot(asked).await {
                 Ok((kvs, revision, cluster)) => {
                     self.check_progress_order().await;
-                    if let Some(r) = &resume {
-                        let other_cluster = r.cluster_id.is_some_and(|c| c != cluster);
-                        let sources = &self.sources;
-                        let contradicted =
-                            || contradiction(sources, r, &kvs, revision, self.cfg.max_elections);
-                        let why = if other_cluster || (!at_resume && revision < r.revision) {
-                            Some(String::new())
-                        } else if reset {
-                            None
-                        } else {
-                            contradicted()
-                        };
-                        if let Some(why) = why {
-                            if !why.is_empty() {
-                                tracing::warn!(
-                                    stored = r.revision,
-                                    revision,
-                                    %why,
-                                    "etcd's state contradicts the history: etcd started over \
-                                     under the same cluster id (a restore from a snapshot)"
-                                );
-                            }
+                    if let (Some(r), false) = (&resume, reset) {
+                        if self.another_timeline(r, at_resume, &kvs, revision, cluster) {
                             reset = true;
                             if at_resume {
                                 // Read again, at the new timeline's present.
@@ -99,90 +78,14 @@ impl Watcher {
                         }
                     }
                     let at_ms = now_ms();
-                    let mut batch = Vec::new();
-                    let statuses = match (&resume, reset) {
-                        (Some(r), true) => {
-                            tracing::warn!(
-                                stored = r.revision,
-                                revision,
-                                previous_cluster = ?r.cluster_id,
-                                cluster,
-                                "etcd is another timeline (restored or replaced): recording a reset"
-                            );
-                            batch.extend(r.open_terms.iter().map(|t| Event {
-                                revision: r.revision,
-                                at_ms,
-                                election: t.election.clone(),
-                                kind: EventKind::TermEnded {
-                                    token: t.token,
-                                    holder: t.holder.clone(),
-                                    lease_id: t.lease_id,
-                                    cause: EndCause::Unknown,
-                                    started_revision: t.started_revision,
-                                    started_at_ms: t.started_at_ms,
-                                },
-                            }));
-                            batch.push(Event {
-                                revision,
-                                at_ms,
-                                election: String::new(),
-                                kind: EventKind::Reset {
-                                    from_revision: r.revision,
-                                    to_revision: revision,
-                                    previous_cluster_id: r.cluster_id,
-                                    cluster_id: cluster,
-                                },
-                            });
-                            let (events, statuses) = state.load(revision, &kvs, &[], at_ms);
-                            batch.extend(events);
-                            statuses
-                        }
+                    let (batch, statuses) = match (&resume, reset) {
+                        (Some(r), true) => reset_batch(state, r, &kvs, revision, cluster, at_ms),
                         _ => {
-                            let open = resume
-                                .as_ref()
-                                .map(|r| r.open_terms.as_slice())
-                                .unwrap_or(&[]);
-                            let (mut events, statuses) = state.load(revision, &kvs, open, at_ms);
-                            if at_resume {
-                                // Collisions present at the stored revision
-                                // were recorded when they arose.
-                                events
-                                    .retain(|e| !matches!(e.kind, EventKind::NameCollision { .. }));
-                            }
-                            if let (Some(r), false) = (&resume, at_resume) {
-                                batch.push(Event {
-                                    revision,
-                                    at_ms,
-                                    election: String::new(),
-                                    kind: EventKind::Gap {
-                                        from_revision: r.revision + 1,
-                                        to_revision: revision,
-                                    },
-                                });
-                            }
-                            batch.extend(events);
-                            statuses
+                            resumed_batch(state, resume.as_ref(), at_resume, &kvs, revision, at_ms)
                         }
                     };
-                    self.report(statuses, tx).await?;
-                    self.track_all_leases(state);
-                    send(tx, Update::Watch(WatchStatus::EtcdUp(true))).await?;
-                    send(
-                        tx,
-                        Update::Batch(Batch {
-                            revision,
-                            events: batch,
-                        }),
-                    )
-                    .await?;
-                    report_waiting(state, tx).await?;
-                    send(
-                        tx,
-                        Update::Cluster {
-                            cluster_id: cluster,
-                        },
-                    )
-                    .await?;
+                    self.publish(state, statuses, batch, revision, cluster, tx)
+                        .await?;
                     return Ok((revision, cluster));
                 }
                 Err(e) if at_resume && is_gone_revision(&e) => {
@@ -197,6 +100,60 @@ impl Watcher {
                 }
             }
         }
+    }
+
+    /// Whether the snapshot (`kvs` at `revision` of `cluster`) is another
+    /// timeline than the resume point's: another cluster id, a revision
+    /// behind the stored one (read at the present), or a state the stored
+    /// one cannot have become (a restore under the same cluster id).
+    fn another_timeline(
+        &self,
+        r: &Resume,
+        at_resume: bool,
+        kvs: &[Kv],
+        revision: i64,
+        cluster: u64,
+    ) -> bool {
+        if r.cluster_id.is_some_and(|c| c != cluster) || (!at_resume && revision < r.revision) {
+            return true;
+        }
+        let Some(why) = contradiction(&self.sources, r, kvs, revision, self.cfg.max_elections)
+        else {
+            return false;
+        };
+        tracing::warn!(
+            stored = r.revision,
+            revision,
+            %why,
+            "etcd's state contradicts the history: etcd started over \
+             under the same cluster id (a restore from a snapshot)"
+        );
+        true
+    }
+
+    /// Hands the loaded state on: its statuses, the leases to track, the
+    /// batch of events, the waiting counts and the cluster id.
+    async fn publish(
+        &self,
+        state: &mut State,
+        statuses: Vec<WatchStatus>,
+        events: Vec<Event>,
+        revision: i64,
+        cluster: u64,
+        tx: &mpsc::Sender<Update>,
+    ) -> Result<(), Closed> {
+        self.report(statuses, tx).await?;
+        self.track_all_leases(state);
+        send(tx, Update::Watch(WatchStatus::EtcdUp(true))).await?;
+        send(tx, Update::Batch(Batch { revision, events })).await?;
+        report_waiting(state, tx).await?;
+        send(
+            tx,
+            Update::Cluster {
+                cluster_id: cluster,
+            },
+        )
+        .await
     }
 
     /// Every key of every source's ranges, at `revision` (or at the first
@@ -237,6 +194,91 @@ impl Watcher {
         }
         Ok((kvs, at.unwrap_or_default(), cluster))
     }
+}
+
+/// A reset from the resume point `r` to the snapshot: every term open in
+/// the old timeline ends (`unknown`, at the stored revision), a `Reset`
+/// event, then the snapshot's terms start.
+fn reset_batch(
+    state: &mut State,
+    r: &Resume,
+    kvs: &[Kv],
+    revision: i64,
+    cluster: u64,
+    at_ms: i64,
+) -> (Vec<Event>, Vec<WatchStatus>) {
+    tracing::warn!(
+        stored = r.revision,
+        revision,
+        previous_cluster = ?r.cluster_id,
+        cluster,
+        "etcd is another timeline (restored or replaced): recording a reset"
+    );
+    let mut batch: Vec<Event> = r
+        .open_terms
+        .iter()
+        .map(|t| Event {
+            revision: r.revision,
+            at_ms,
+            election: t.election.clone(),
+            kind: EventKind::TermEnded {
+                token: t.token,
+                holder: t.holder.clone(),
+                lease_id: t.lease_id,
+                cause: EndCause::Unknown,
+                started_revision: t.started_revision,
+                started_at_ms: t.started_at_ms,
+            },
+        })
+        .collect();
+    batch.push(Event {
+        revision,
+        at_ms,
+        election: String::new(),
+        kind: EventKind::Reset {
+            from_revision: r.revision,
+            to_revision: revision,
+            previous_cluster_id: r.cluster_id,
+            cluster_id: cluster,
+        },
+    });
+    let (events, statuses) = state.load(revision, kvs, &[], at_ms);
+    batch.extend(events);
+    (batch, statuses)
+}
+
+/// The same timeline: at the resume revision (no events but what the
+/// stored terms and the snapshot disagree on), from a fresh snapshot after
+/// a gap (a `Gap` event first), or a first start.
+fn resumed_batch(
+    state: &mut State,
+    resume: Option<&Resume>,
+    at_resume: bool,
+    kvs: &[Kv],
+    revision: i64,
+    at_ms: i64,
+) -> (Vec<Event>, Vec<WatchStatus>) {
+    let open = resume.map(|r| r.open_terms.as_slice()).unwrap_or(&[]);
+    let (mut events, statuses) = state.load(revision, kvs, open, at_ms);
+    if at_resume {
+        // Collisions present at the stored revision were recorded when
+        // they arose.
+        events.retain(|e| !matches!(e.kind, EventKind::NameCollision { .. }));
+    }
+    let mut batch = Vec::new();
+    if let (Some(r), false) = (resume, at_resume) {
+        batch.push(Event {
+            revision,
+            at_ms,
+            election: String::new(),
+            kind: EventKind::Gap {
+                from_revision: r.revision + 1,
+                to_revision: revision,
+            },
+        });
+    }
+    batch.extend(events);
+    (batch, statuses)
 }
 
 pub(super) fn open_terms(state: &State) -> Vec<OpenTerm> {

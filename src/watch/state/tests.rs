@@ -23,7 +23,7 @@ fn kinds(p: &[Pending]) -> Vec<&'static str> {
 }
 
 #[test]
-fn single_key_terms_markers_and_proclaim() {
+fn single_key_terms_and_a_marked_resign() {
     let mut s = State::new(Sources::tenure(""), 10);
     let (p, _) = s.apply(5, &[put("election/db", "a", 5, 5, 100)], 1000);
     assert_eq!(kinds(&p), ["term_started"]);
@@ -66,6 +66,11 @@ fn single_key_terms_markers_and_proclaim() {
     s.apply(9, &[put("election/db", "b", 9, 9, 200)], 1300);
     let (p, _) = s.apply(10, &[del("election/db", 10, 200)], 1400);
     assert_eq!(p[0].cause_lookup, Some(200));
+}
+
+#[test]
+fn an_end_marker_counts_only_for_its_own_term() {
+    let mut s = State::new(Sources::tenure(""), 10);
     // A marker of another term does not count (here a legacy marker,
     // inside the candidates' prefix, as tenure wrote them before).
     s.apply(11, &[put("election/db", "c", 11, 11, 300)], 1500);

@@ -7,7 +7,7 @@ use rusqlite::{params, Connection};
 
 use super::query::Query;
 use super::writer::Msg;
-use super::{HistoryError, Reader, Store};
+use super::{HistoryError, Store};
 use crate::events::cluster::{ClusterBaseline, ClusterEvent};
 
 /// Most membership and alarm events read to rebuild the baseline.
@@ -72,18 +72,5 @@ impl Store {
             .send(Msg::ClusterEvent(event))
             .await
             .map_err(|_| self.stopped())
-    }
-}
-
-impl Reader {
-    /// Cluster events with `at_ms` in `[from, to]`, oldest first.
-    pub fn cluster_events(&self, q: &Query) -> Result<Vec<ClusterEvent>, HistoryError> {
-        self.run(|c| events(c, q), |c| super::pg::cluster_events(c, q))
-    }
-
-    /// What the recorded cluster events leave: the last leader, the members
-    /// and alarms in force.
-    pub fn cluster_baseline(&self) -> Result<ClusterBaseline, HistoryError> {
-        self.run(|c| baseline(c), super::pg::cluster_baseline)
     }
 }

@@ -17,7 +17,7 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use super::query::{open_terms_of, open_terms_within, ElectionSummary};
 use super::time::format_ms;
-use super::{HistoryError, Reader};
+use super::HistoryError;
 
 /// What one transaction adds to one election's row.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -308,55 +308,4 @@ pub(super) fn refusals_since(
         Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
-}
-
-impl Reader {
-    /// One election's summary (with its open term); `None` when the history
-    /// does not know it. One row, whatever the number of elections.
-    pub fn election(&self, name: &str) -> Result<Option<ElectionSummary>, HistoryError> {
-        self.run(
-            |c| election(c, name),
-            |c| super::pg::summary::election(c, name),
-        )
-    }
-
-    /// At most `limit` elections by name from `from`, with their open
-    /// terms, and how many the history knows.
-    pub fn elections_page(
-        &self,
-        from: PageFrom<'_>,
-        limit: usize,
-    ) -> Result<ElectionsPage, HistoryError> {
-        self.run(
-            |c| page(c, from, limit),
-            |c| super::pg::summary::page(c, from, limit),
-        )
-    }
-
-    /// How many elections have an open term (in the current timeline).
-    pub fn leading_count(&self) -> Result<u64, HistoryError> {
-        self.run(leading, super::pg::summary::leading)
-    }
-
-    /// Changes and refusals since `from_ms` of the elections named
-    /// `first..=last` (a page of them, by name).
-    pub fn recent_between(
-        &self,
-        from_ms: i64,
-        first: &str,
-        last: &str,
-    ) -> Result<RecentCounts, HistoryError> {
-        self.run(
-            |c| recent_between(c, from_ms, first, last),
-            |c| super::pg::summary::recent_between(c, from_ms, first, last),
-        )
-    }
-
-    /// Refusals since `from_ms`, per election.
-    pub fn refusals_since(&self, from_ms: i64) -> Result<HashMap<String, u64>, HistoryError> {
-        self.run(
-            |c| refusals_since(c, from_ms),
-            |c| super::pg::summary::refusals_since(c, from_ms),
-        )
-    }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use rusqlite::{params, Connection};
 
 use super::query::Query;
-use super::{HistoryError, Reader};
+use super::HistoryError;
 
 /// How active one election was in a window.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -29,7 +29,7 @@ impl Activity {
 /// At most this many elections are counted per window read.
 pub const MAX_ACTIVE: usize = 100_000;
 
-fn activity(conn: &Connection, q: &Query) -> Result<Vec<Activity>, HistoryError> {
+pub(super) fn activity(conn: &Connection, q: &Query) -> Result<Vec<Activity>, HistoryError> {
     let (from, to) = (q.from_ms.unwrap_or(i64::MIN), q.to_ms.unwrap_or(i64::MAX));
     let mut out: BTreeMap<String, Activity> = BTreeMap::new();
     let mut stmt = conn.prepare_cached(
@@ -69,20 +69,4 @@ fn activity(conn: &Connection, q: &Query) -> Result<Vec<Activity>, HistoryError>
         a.refusals = n.max(0) as u64;
     }
     Ok(out.into_values().collect())
-}
-
-impl Reader {
-    /// [`Reader::changes_since`] for at most [`MAX_ACTIVE`] elections.
-    pub fn started_since(
-        &self,
-        from_ms: i64,
-    ) -> Result<std::collections::HashMap<String, u64>, HistoryError> {
-        self.changes_since_at_most(from_ms, MAX_ACTIVE as i64)
-    }
-
-    /// Every election with a term or a refusal in `[from, to]`, by name,
-    /// with how much happened (at most [`MAX_ACTIVE`]).
-    pub fn activity(&self, q: &Query) -> Result<Vec<Activity>, HistoryError> {
-        self.run(|c| activity(c, q), |c| super::pg::activity(c, q))
-    }
 }

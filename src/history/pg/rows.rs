@@ -14,6 +14,7 @@
 
 use std::collections::HashSet;
 
+use postgres::types::ToSql;
 use postgres::{Client, Statement, Transaction};
 
 use super::summary;
@@ -90,48 +91,69 @@ impl RowStmts {
 /// A term: election, timeline, token.
 type TermKey = (String, i64, i64);
 
-/// The rows buffered since the last flush, column by column.
+/// The rows buffered since the last flush, a set of columns per table.
 #[derive(Default)]
 pub(super) struct Pending {
-    ev_revision: Vec<i64>,
-    ev_at: Vec<i64>,
-    ev_election: Vec<String>,
-    ev_type: Vec<&'static str>,
-    ev_token: Vec<Option<i64>>,
-    ev_holder: Vec<Option<String>>,
-    ev_json: Vec<String>,
+    events: EventCols,
+    started: StartedCols,
+    ended: EndedCols,
+    refusals: RefusalCols,
+}
 
-    st_election: Vec<String>,
-    st_token: Vec<i64>,
-    st_holder: Vec<String>,
-    st_lease: Vec<i64>,
-    st_layout: Vec<String>,
-    st_at: Vec<i64>,
-    st_revision: Vec<i64>,
-    st_snapshot: Vec<bool>,
-    st_epoch: Vec<i64>,
-    started: HashSet<TermKey>,
+/// `events` rows.
+#[derive(Default)]
+struct EventCols {
+    revision: Vec<i64>,
+    at: Vec<i64>,
+    election: Vec<String>,
+    kind: Vec<&'static str>,
+    token: Vec<Option<i64>>,
+    holder: Vec<Option<String>>,
+    json: Vec<String>,
+}
 
-    en_election: Vec<String>,
-    en_token: Vec<i64>,
-    en_holder: Vec<String>,
-    en_lease: Vec<i64>,
-    en_started_at: Vec<i64>,
-    en_started_rev: Vec<i64>,
-    en_at: Vec<i64>,
-    en_revision: Vec<i64>,
-    en_cause: Vec<&'static str>,
-    en_epoch: Vec<i64>,
-    ended: HashSet<TermKey>,
+/// `terms` rows of terms started, each term once.
+#[derive(Default)]
+struct StartedCols {
+    election: Vec<String>,
+    token: Vec<i64>,
+    holder: Vec<String>,
+    lease: Vec<i64>,
+    layout: Vec<String>,
+    at: Vec<i64>,
+    revision: Vec<i64>,
+    snapshot: Vec<bool>,
+    epoch: Vec<i64>,
+    seen: HashSet<TermKey>,
+}
 
-    rf_election: Vec<String>,
-    rf_resource: Vec<String>,
-    rf_token: Vec<i64>,
-    rf_reason: Vec<&'static str>,
-    rf_revision: Vec<i64>,
-    rf_at: Vec<i64>,
-    rf_current_token: Vec<Option<i64>>,
-    rf_current_holder: Vec<Option<String>>,
+/// Ends of terms, each term once.
+#[derive(Default)]
+struct EndedCols {
+    election: Vec<String>,
+    token: Vec<i64>,
+    holder: Vec<String>,
+    lease: Vec<i64>,
+    started_at: Vec<i64>,
+    started_rev: Vec<i64>,
+    at: Vec<i64>,
+    revision: Vec<i64>,
+    cause: Vec<&'static str>,
+    epoch: Vec<i64>,
+    seen: HashSet<TermKey>,
+}
+
+/// `refusals` rows.
+#[derive(Default)]
+struct RefusalCols {
+    election: Vec<String>,
+    resource: Vec<String>,
+    token: Vec<i64>,
+    reason: Vec<&'static str>,
+    revision: Vec<i64>,
+    at: Vec<i64>,
+    current_token: Vec<Option<i64>>,
+    current_holder: Vec<Option<String>>,
 }
 
 impl Pending {
@@ -145,78 +167,19 @@ impl Pending {
         epoch: i64,
         deltas: &mut Deltas,
     ) -> Result<(), HistoryError> {
-        let key = |token: i64| (event.election.clone(), epoch, token);
         if let EventKind::TermStarted { token, .. } = &event.kind {
-            if self.ended.contains(&key(*token)) {
+            let key = (event.election.clone(), epoch, *token);
+            if self.ended.seen.contains(&key) {
                 self.flush(tx, stmts, deltas)?;
             }
         }
-        let (json, token, holder) = event_row(event)?;
+        self.events.push(event)?;
         deltas.event(&event.election, event.at_ms);
-        self.ev_revision.push(event.revision);
-        self.ev_at.push(event.at_ms);
-        self.ev_election.push(event.election.clone());
-        self.ev_type.push(event.kind.name());
-        self.ev_token.push(token);
-        self.ev_holder.push(holder.map(str::to_owned));
-        self.ev_json.push(json);
         match &event.kind {
-            EventKind::TermStarted {
-                token,
-                holder,
-                lease_id,
-                layout,
-                from_snapshot,
-                ..
-            } => {
-                if self.started.insert(key(*token)) {
-                    self.st_election.push(event.election.clone());
-                    self.st_token.push(*token);
-                    self.st_holder.push(holder.clone());
-                    self.st_lease.push(*lease_id);
-                    self.st_layout.push(tag_of(layout));
-                    self.st_at.push(event.at_ms);
-                    self.st_revision.push(event.revision);
-                    self.st_snapshot.push(*from_snapshot);
-                    self.st_epoch.push(epoch);
-                }
-            }
-            EventKind::TermEnded {
-                token,
-                holder,
-                lease_id,
-                cause,
-                started_revision,
-                started_at_ms,
-            } => {
-                if self.ended.insert(key(*token)) {
-                    self.en_election.push(event.election.clone());
-                    self.en_token.push(*token);
-                    self.en_holder.push(holder.clone());
-                    self.en_lease.push(*lease_id);
-                    self.en_started_at.push(*started_at_ms);
-                    self.en_started_rev.push(*started_revision);
-                    self.en_at.push(event.at_ms);
-                    self.en_revision.push(event.revision);
-                    self.en_cause.push(cause.as_str());
-                    self.en_epoch.push(epoch);
-                }
-            }
-            EventKind::FenceRefused {
-                resource,
-                token,
-                reason,
-                current_token,
-                current_holder,
-            } => {
-                self.rf_election.push(event.election.clone());
-                self.rf_resource.push(resource.clone());
-                self.rf_token.push(*token);
-                self.rf_reason.push(reason.as_str());
-                self.rf_revision.push(event.revision);
-                self.rf_at.push(event.at_ms);
-                self.rf_current_token.push(*current_token);
-                self.rf_current_holder.push(current_holder.clone());
+            EventKind::TermStarted { .. } => self.started.push(event, epoch),
+            EventKind::TermEnded { .. } => self.ended.push(event, epoch),
+            EventKind::FenceRefused { .. } => {
+                self.refusals.push(event);
                 deltas.refusal(&event.election);
             }
             EventKind::LeaderValueChanged { .. }
@@ -241,84 +204,10 @@ impl Pending {
         deltas: &mut Deltas,
     ) -> Result<(), HistoryError> {
         let p = std::mem::take(self);
-        if !p.ev_revision.is_empty() {
-            tx.execute(
-                &s.events,
-                &[
-                    &p.ev_revision,
-                    &p.ev_at,
-                    &p.ev_election,
-                    &p.ev_type,
-                    &p.ev_token,
-                    &p.ev_holder,
-                    &p.ev_json,
-                ],
-            )?;
-        }
-        if !p.st_election.is_empty() {
-            for row in tx.query(
-                &s.started,
-                &[
-                    &p.st_election,
-                    &p.st_token,
-                    &p.st_holder,
-                    &p.st_lease,
-                    &p.st_layout,
-                    &p.st_at,
-                    &p.st_revision,
-                    &p.st_snapshot,
-                    &p.st_epoch,
-                ],
-            )? {
-                deltas.terms(row.try_get::<_, &str>(0)?, 1);
-            }
-        }
-        if !p.en_election.is_empty() {
-            for row in tx.query(
-                &s.ended_insert,
-                &[
-                    &p.en_election,
-                    &p.en_token,
-                    &p.en_holder,
-                    &p.en_lease,
-                    &p.en_started_at,
-                    &p.en_started_rev,
-                    &p.en_at,
-                    &p.en_revision,
-                    &p.en_cause,
-                    &p.en_epoch,
-                ],
-            )? {
-                deltas.terms(row.try_get::<_, &str>(0)?, 1);
-            }
-            tx.execute(
-                &s.ended_update,
-                &[
-                    &p.en_election,
-                    &p.en_token,
-                    &p.en_at,
-                    &p.en_revision,
-                    &p.en_cause,
-                    &p.en_epoch,
-                ],
-            )?;
-        }
-        if !p.rf_election.is_empty() {
-            tx.execute(
-                &s.refusals,
-                &[
-                    &p.rf_election,
-                    &p.rf_resource,
-                    &p.rf_token,
-                    &p.rf_reason,
-                    &p.rf_revision,
-                    &p.rf_at,
-                    &p.rf_current_token,
-                    &p.rf_current_holder,
-                ],
-            )?;
-        }
-        Ok(())
+        p.events.send(tx, s)?;
+        p.started.send(tx, s, deltas)?;
+        p.ended.send(tx, s, deltas)?;
+        p.refusals.send(tx, s)
     }
 
     /// Flushes, then adds the transaction's deltas to the `elections`
@@ -331,5 +220,226 @@ impl Pending {
     ) -> Result<(), HistoryError> {
         self.flush(tx, s, deltas)?;
         summary::write(tx, &s.summary, deltas)
+    }
+}
+
+/// Runs an insert of `terms` rows that returns each inserted row's
+/// election, and counts those rows in `deltas` (a term already stored is
+/// not counted again).
+fn insert_terms(
+    tx: &mut Transaction<'_>,
+    insert: &Statement,
+    params: &[&(dyn ToSql + Sync)],
+    deltas: &mut Deltas,
+) -> Result<(), HistoryError> {
+    for row in tx.query(insert, params)? {
+        deltas.terms(row.try_get::<_, &str>(0)?, 1);
+    }
+    Ok(())
+}
+
+impl EventCols {
+    fn push(&mut self, event: &Event) -> Result<(), HistoryError> {
+        let (json, token, holder) = event_row(event)?;
+        self.revision.push(event.revision);
+        self.at.push(event.at_ms);
+        self.election.push(event.election.clone());
+        self.kind.push(event.kind.name());
+        self.token.push(token);
+        self.holder.push(holder.map(str::to_owned));
+        self.json.push(json);
+        Ok(())
+    }
+
+    fn send(&self, tx: &mut Transaction<'_>, s: &RowStmts) -> Result<(), HistoryError> {
+        if self.revision.is_empty() {
+            return Ok(());
+        }
+        tx.execute(
+            &s.events,
+            &[
+                &self.revision,
+                &self.at,
+                &self.election,
+                &self.kind,
+                &self.token,
+                &self.holder,
+                &self.json,
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+impl StartedCols {
+    /// A term's start, unless this flush has it already.
+    fn push(&mut self, event: &Event, epoch: i64) {
+        let EventKind::TermStarted {
+            token,
+            holder,
+            lease_id,
+            layout,
+            from_snapshot,
+            ..
+        } = &event.kind
+        else {
+            return;
+        };
+        if !self.seen.insert((event.election.clone(), epoch, *token)) {
+            return;
+        }
+        self.election.push(event.election.clone());
+        self.token.push(*token);
+        self.holder.push(holder.clone());
+        self.lease.push(*lease_id);
+        self.layout.push(tag_of(layout));
+        self.at.push(event.at_ms);
+        self.revision.push(event.revision);
+        self.snapshot.push(*from_snapshot);
+        self.epoch.push(epoch);
+    }
+
+    /// Inserts the starts; counts the rows inserted (a term already stored
+    /// is not counted again).
+    fn send(
+        &self,
+        tx: &mut Transaction<'_>,
+        s: &RowStmts,
+        deltas: &mut Deltas,
+    ) -> Result<(), HistoryError> {
+        if self.election.is_empty() {
+            return Ok(());
+        }
+        insert_terms(
+            tx,
+            &s.started,
+            &[
+                &self.election,
+                &self.token,
+                &self.holder,
+                &self.lease,
+                &self.layout,
+                &self.at,
+                &self.revision,
+                &self.snapshot,
+                &self.epoch,
+            ],
+            deltas,
+        )
+    }
+}
+
+impl EndedCols {
+    /// A term's end, unless this flush has it already.
+    fn push(&mut self, event: &Event, epoch: i64) {
+        let EventKind::TermEnded {
+            token,
+            holder,
+            lease_id,
+            cause,
+            started_revision,
+            started_at_ms,
+        } = &event.kind
+        else {
+            return;
+        };
+        if !self.seen.insert((event.election.clone(), epoch, *token)) {
+            return;
+        }
+        self.election.push(event.election.clone());
+        self.token.push(*token);
+        self.holder.push(holder.clone());
+        self.lease.push(*lease_id);
+        self.started_at.push(*started_at_ms);
+        self.started_rev.push(*started_revision);
+        self.at.push(event.at_ms);
+        self.revision.push(event.revision);
+        self.cause.push(cause.as_str());
+        self.epoch.push(epoch);
+    }
+
+    /// Inserts the terms whose start was never stored (counting them),
+    /// then ends every term still open: the first end recorded stands.
+    fn send(
+        &self,
+        tx: &mut Transaction<'_>,
+        s: &RowStmts,
+        deltas: &mut Deltas,
+    ) -> Result<(), HistoryError> {
+        if self.election.is_empty() {
+            return Ok(());
+        }
+        insert_terms(
+            tx,
+            &s.ended_insert,
+            &[
+                &self.election,
+                &self.token,
+                &self.holder,
+                &self.lease,
+                &self.started_at,
+                &self.started_rev,
+                &self.at,
+                &self.revision,
+                &self.cause,
+                &self.epoch,
+            ],
+            deltas,
+        )?;
+        tx.execute(
+            &s.ended_update,
+            &[
+                &self.election,
+                &self.token,
+                &self.at,
+                &self.revision,
+                &self.cause,
+                &self.epoch,
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+impl RefusalCols {
+    fn push(&mut self, event: &Event) {
+        let EventKind::FenceRefused {
+            resource,
+            token,
+            reason,
+            current_token,
+            current_holder,
+        } = &event.kind
+        else {
+            return;
+        };
+        self.election.push(event.election.clone());
+        self.resource.push(resource.clone());
+        self.token.push(*token);
+        self.reason.push(reason.as_str());
+        self.revision.push(event.revision);
+        self.at.push(event.at_ms);
+        self.current_token.push(*current_token);
+        self.current_holder.push(current_holder.clone());
+    }
+
+    fn send(&self, tx: &mut Transaction<'_>, s: &RowStmts) -> Result<(), HistoryError> {
+        if self.election.is_empty() {
+            return Ok(());
+        }
+        tx.execute(
+            &s.refusals,
+            &[
+                &self.election,
+                &self.resource,
+                &self.token,
+                &self.reason,
+                &self.revision,
+                &self.at,
+                &self.current_token,
+                &self.current_holder,
+            ],
+        )?;
+        Ok(())
     }
 }

@@ -97,8 +97,29 @@ ALTER TABLE history_writer ADD COLUMN IF NOT EXISTS last_error_holder TEXT;
 ALTER TABLE history_writer ADD COLUMN IF NOT EXISTS last_error_at_ms BIGINT;
 "#;
 
+/// Version 4: the per-election summary table (`summary.rs` keeps it), filled from what is stored (names in byte order,
+/// `COLLATE "C"`, as the SQLite history and the pages sort them), and an
+/// index for "terms seen starting since".
+const V4: &str = r#"
+CREATE TABLE elections (
+    election      TEXT COLLATE "C" PRIMARY KEY,
+    terms         BIGINT NOT NULL DEFAULT 0,
+    refusals      BIGINT NOT NULL DEFAULT 0,
+    last_event_ms BIGINT
+);
+INSERT INTO elections (election, terms, refusals, last_event_ms)
+SELECT n,
+       (SELECT COUNT(*) FROM terms WHERE election = n),
+       (SELECT COUNT(*) FROM refusals WHERE election = n),
+       (SELECT MAX(at_ms) FROM events WHERE election = n)
+FROM (SELECT election FROM events WHERE election <> ''
+      UNION SELECT election FROM terms
+      UNION SELECT election FROM refusals) AS names(n);
+CREATE INDEX terms_seen_starting ON terms (started_at_ms) WHERE NOT from_snapshot;
+"#;
+
 /// Every migration, in order; `tenure_schema.version` counts those applied.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, super::summary::MIGRATION];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The PostgreSQL schema version this build writes and reads.
 pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

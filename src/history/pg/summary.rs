@@ -12,27 +12,6 @@ use crate::history::summary::{attach_open_terms, Deltas, ElectionsPage, PageFrom
 use crate::history::time::format_ms;
 use crate::history::HistoryError;
 
-/// Version 3: the table, filled from what is stored (names in byte order,
-/// `COLLATE "C"`, as the SQLite history and the pages sort them), and an
-/// index for "terms seen starting since".
-pub(super) const MIGRATION: &str = r#"
-CREATE TABLE elections (
-    election      TEXT COLLATE "C" PRIMARY KEY,
-    terms         BIGINT NOT NULL DEFAULT 0,
-    refusals      BIGINT NOT NULL DEFAULT 0,
-    last_event_ms BIGINT
-);
-INSERT INTO elections (election, terms, refusals, last_event_ms)
-SELECT n,
-       (SELECT COUNT(*) FROM terms WHERE election = n),
-       (SELECT COUNT(*) FROM refusals WHERE election = n),
-       (SELECT MAX(at_ms) FROM events WHERE election = n)
-FROM (SELECT election FROM events WHERE election <> ''
-      UNION SELECT election FROM terms
-      UNION SELECT election FROM refusals) AS names(n);
-CREATE INDEX terms_seen_starting ON terms (started_at_ms) WHERE NOT from_snapshot;
-"#;
-
 /// Adds one transaction's deltas to the table (rows created as needed):
 /// `$1` names, `$2` terms, `$3` refusals, `$4` last event times.
 pub(super) const UPSERT: &str = "INSERT INTO elections (election, terms, refusals, last_event_ms)

@@ -230,63 +230,58 @@ fn with_url(e: HistoryError, url: &str) -> HistoryError {
     }
 }
 
+impl PgWriter {
+    /// One fenced write transaction: the session replaced if PostgreSQL
+    /// ended it, the fence row locked and checked first, `body`, then the
+    /// commit. Every write of the history goes through here.
+    fn fenced<T>(
+        &mut self,
+        body: impl FnOnce(&mut Transaction<'_>, &Stmts) -> Result<T, HistoryError>,
+    ) -> Result<T, HistoryError> {
+        self.reconnect_if_closed()?;
+        let (token, claimed) = (self.token, self.generation);
+        let (holder, refused, url) = (&self.holder, &self.refused, &self.url);
+        let stmts = &self.stmts;
+        let client = self.conn.get()?;
+        let result = (|| {
+            let mut tx = client.transaction()?;
+            Self::fence(&mut tx, &stmts.fence, token, claimed, holder, refused)?;
+            let out = body(&mut tx, stmts)?;
+            tx.commit()?;
+            Ok(out)
+        })();
+        result.map_err(|e| with_url(e, url))
+    }
+}
+
 impl WriteConn for PgWriter {
     fn transact(
         &mut self,
         f: &mut dyn FnMut(&mut dyn WriteTx) -> Result<i64, HistoryError>,
     ) -> Result<i64, HistoryError> {
-        self.reconnect_if_closed()?;
-        let (token, claimed, refused) = (self.token, self.generation, self.refused.clone());
-        let holder = self.holder.clone();
-        let url = self.url.clone();
-        let client = self.conn.get()?;
-        let result = (|| {
-            let mut tx = client.transaction()?;
-            Self::fence(
-                &mut tx,
-                &self.stmts.fence,
-                token,
-                claimed,
-                &holder,
-                &refused,
-            )?;
-            let revision = f(&mut PgTx {
-                tx: &mut tx,
-                stmts: &self.stmts,
+        self.fenced(|tx, stmts| {
+            f(&mut PgTx {
+                tx,
+                stmts,
                 pending: Pending::default(),
                 deltas: Deltas::default(),
-            })?;
-            tx.commit()?;
-            Ok(revision)
-        })();
-        result.map_err(|e| with_url(e, &url))
+            })
+        })
     }
 
     fn prune(&mut self, cutoff: i64) -> Result<[usize; 3], HistoryError> {
-        self.reconnect_if_closed()?;
-        let (token, claimed, refused) = (self.token, self.generation, self.refused.clone());
-        let holder = self.holder.clone();
-        let client = self.conn.get()?;
-        let mut tx = client.transaction()?;
-        Self::fence(
-            &mut tx,
-            &self.stmts.fence,
-            token,
-            claimed,
-            &holder,
-            &refused,
-        )?;
-        summary::before_prune(&mut tx, cutoff)?;
-        let events = tx.execute("DELETE FROM events WHERE at_ms < $1", &[&cutoff])?;
-        let refusals = tx.execute("DELETE FROM refusals WHERE at_ms < $1", &[&cutoff])?;
-        tx.execute("DELETE FROM cluster_events WHERE at_ms < $1", &[&cutoff])?;
-        let terms = tx.execute(
-            "DELETE FROM terms WHERE ended_at_ms IS NOT NULL AND ended_at_ms < $1",
-            &[&cutoff],
-        )?;
-        summary::after_prune(&mut tx, cutoff)?;
-        tx.commit()?;
-        Ok([events as usize, refusals as usize, terms as usize])
+        self.fenced(|tx, _| {
+            summary::before_prune(tx, cutoff)?;
+            let events = tx.execute("DELETE FROM events WHERE at_ms < $1", &[&cutoff])?;
+            let refusals = tx.execute("DELETE FROM refusals WHERE at_ms < $1", &[&cutoff])?;
+            tx.execute("DELETE FROM cluster_events WHERE at_ms < $1", &[&cutoff])?;
+            let terms = tx.execute(
+                "DELETE FROM terms WHERE ended_at_ms IS NOT NULL AND ended_at_ms < $1",
+                &[&cutoff],
+            )?;
+            summary::after_prune(tx, cutoff)?;
+            Ok([events as usize, refusals as usize, terms as usize])
+        })
     }
 }
 

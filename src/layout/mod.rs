@@ -42,6 +42,16 @@ pub trait Layout: Send + Sync + std::fmt::Debug {
     /// and are untrusted: anything malformed is [`Role::Invalid`], never a
     /// panic.
     fn classify(&self, key: &[u8], lease: i64) -> Role;
+    /// The lease a key's own path names, for a layout whose [`classify`]
+    /// reads the lease (etcd's queue layout ends a candidate's key with its
+    /// lease in hex). A deletion comes without the key's lease: the state
+    /// finds the key where it put it by trying this lease, then none.
+    /// (Default: none; the lease does not change what a key is.)
+    ///
+    /// [`classify`]: Layout::classify
+    fn lease_named(&self, _key: &[u8]) -> Option<i64> {
+        None
+    }
     /// What the value of a [`Role::Hint`] key says: which term ended, and
     /// how. `None` when the value is malformed (counted as an ignored key).
     /// (Default: no hints, for layouts whose writers leave none.)
@@ -301,6 +311,15 @@ impl Sources {
     /// Every key range of every source, in order.
     pub fn ranges(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
         self.0.iter().flat_map(|s| s.layout.ranges()).collect()
+    }
+
+    /// The lease `key`'s path names, to its source's layout
+    /// ([`Layout::lease_named`]).
+    pub fn lease_named(&self, key: &[u8]) -> Option<i64> {
+        self.0
+            .iter()
+            .find(|s| s.contains(key))
+            .and_then(|s| s.layout.lease_named(key))
     }
 
     /// The source `key` belongs to and what it is to it; `None` (and

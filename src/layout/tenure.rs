@@ -6,7 +6,7 @@
 //! writes: one parser, not two.
 
 use super::{EndHint, Layout, Role};
-use crate::election::keys::{EndMarker, EndMarkerCause, Keys, NotSchema, SchemaKey};
+use crate::election::keys::{lease_hex, EndMarker, EndMarkerCause, Keys, NotSchema, SchemaKey};
 use crate::events::EndCause;
 
 /// The name of this layout in `--source tenure:PREFIX`.
@@ -55,6 +55,15 @@ impl Layout for Tenure {
         }
         let (start, end) = self.keys.watch_range();
         vec![(start.into_bytes(), end.into_bytes())]
+    }
+
+    /// The last segment of a key, read as a lease in lower-case hex as etcd's
+    /// queue layout writes it (and only as it writes it: `lease_hex` of the
+    /// value gives the segment back).
+    fn lease_named(&self, key: &[u8]) -> Option<i64> {
+        let last = std::str::from_utf8(key).ok()?.rsplit_once('/')?.1;
+        let lease = i64::from_str_radix(last, 16).ok()?;
+        (lease != 0 && lease_hex(lease) == last).then_some(lease)
     }
 
     fn classify(&self, key: &[u8], lease: i64) -> Role {

@@ -37,10 +37,12 @@ impl Watcher {
         let mut revision = 0;
         for one in events.chunk_by(|a, b| revision_of(a) == revision_of(b)) {
             revision = one.first().map(revision_of).unwrap_or_default();
-            let changes: Vec<Change> = one.iter().filter_map(change_of).collect();
+            let mut changes: Vec<Change> = one.iter().filter_map(change_of).collect();
+            state.known_leases(&mut changes);
+            let explicit = explicit_deletion(&changes);
             let (mut pending, statuses) = state.apply(revision, &changes, at_ms);
             self.report(statuses, tx).await?;
-            if explicit_deletion(one) {
+            if explicit {
                 ends_deleted(&mut pending);
             }
             out.extend(pending);
@@ -143,22 +145,22 @@ fn ends_deleted(pending: &mut [state::Pending]) {
 /// revision that also puts, or deletes keys of two leases (no lease
 /// counting as one), deleted every one of its keys while their leases
 /// lived: `deleted` for each, certain, with no lookup (issue 23: 10,000
-/// leader keys deleted by one request were 10,000 lookups). Deletions
-/// without their previous value (etcd could not send it) say nothing.
-fn explicit_deletion(revision: &[etcd_client::Event]) -> bool {
-    let mut lease = None;
-    for e in revision {
-        match e.event_type() {
-            EventType::Put => return true,
-            EventType::Delete => {
-                if let Some(prev) = e.prev_kv() {
-                    match lease {
-                        None => lease = Some(prev.lease()),
-                        Some(l) if l != prev.lease() => return true,
-                        Some(_) => {}
-                    }
-                }
-            }
+/// leader keys deleted by one request were 10,000 lookups). The leases are
+/// the ones the state held ([`State::known_leases`]); a deletion of a key
+/// it did not hold says nothing.
+fn explicit_deletion(revision: &[Change]) -> bool {
+    let mut seen = None;
+    for change in revision {
+        match change {
+            Change::Put(_) => return true,
+            Change::Delete {
+                lease: Some(lease), ..
+            } => match seen {
+                None => seen = Some(*lease),
+                Some(l) if l != *lease => return true,
+                Some(_) => {}
+            },
+            Change::Delete { lease: None, .. } => {}
         }
     }
     false
@@ -171,7 +173,7 @@ fn change_of(e: &etcd_client::Event) -> Option<Change> {
         EventType::Delete => Change::Delete {
             key: kv.key().to_vec(),
             revision: kv.mod_revision(),
-            lease: e.prev_kv().map(|p| p.lease()).unwrap_or_default(),
+            lease: None,
         },
     })
 }

@@ -29,11 +29,14 @@ pub struct Kv {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     Put(Kv),
-    /// `lease` comes from the previous value, when etcd sent it.
+    /// etcd sends a deletion without the key's previous value (the watch
+    /// asks for none: etcd 3.4 reads each one apart, a cost quadratic in a
+    /// large delete). `lease` is the key's lease as the state held it
+    /// ([`State::known_leases`]); `None` when the state did not hold the key.
     Delete {
         key: Vec<u8>,
         revision: i64,
-        lease: i64,
+        lease: Option<i64>,
     },
 }
 
@@ -239,6 +242,36 @@ impl State {
 
     /// The election's entry, created if there is room. `Err` carries the
     /// overflow status to report.
+    /// Fills in the lease of each deletion of `changes` that has none, from
+    /// the candidate the state holds under that key. Call it before the
+    /// revision is applied: the state still holds what was deleted.
+    pub fn known_leases(&self, changes: &mut [Change]) {
+        for change in changes {
+            if let Change::Delete {
+                key,
+                lease: lease @ None,
+                ..
+            } = change
+            {
+                *lease = self.lease_of(key);
+            }
+        }
+    }
+
+    /// The lease of the candidate held under `key`: where the key's layout
+    /// put it with the lease its path names ([`Sources::lease_named`]), else
+    /// where it put it with none. `None`: the state holds no such key.
+    fn lease_of(&self, key: &[u8]) -> Option<i64> {
+        let named = self.sources.lease_named(key);
+        named.into_iter().chain([0]).find_map(|lease| {
+            let (_, Role::Candidate { election, .. }) = self.sources.classify(key, lease) else {
+                return None;
+            };
+            let held = self.elections.get(&election)?.candidates.get(key)?;
+            (lease == 0 || held.lease == lease).then_some(held.lease)
+        })
+    }
+
     fn track(&mut self, name: &str, at_ms: i64) -> Result<&mut Election, WatchStatus> {
         if !self.elections.contains_key(name) {
             if self.elections.len() >= self.max_elections {

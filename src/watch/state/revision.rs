@@ -75,7 +75,7 @@ impl State {
     ) {
         let (key, lease) = match change {
             Change::Put(kv) => (&kv.key, kv.lease),
-            Change::Delete { key, lease, .. } => (key, *lease),
+            Change::Delete { key, lease, .. } => (key, lease.unwrap_or_default()),
         };
         let (source, role) = self.sources.classify(key, lease);
         // A value is read by the layout that gave the key its role.
@@ -142,6 +142,12 @@ impl State {
         said: &mut Said,
         statuses: &mut Vec<WatchStatus>,
     ) {
+        if matches!(change, Change::Delete { .. }) && !self.elections.contains_key(&name) {
+            // A key the state never held (its election untracked, or its
+            // lease unknown and the key read as another election's): the
+            // deletion changes nothing here, and must not start tracking.
+            return;
+        }
         let e = match self.track(&name, at_ms) {
             Ok(e) => e,
             Err(s) => {

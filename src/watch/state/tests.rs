@@ -14,7 +14,7 @@ fn del(key: &str, rev: i64, lease: i64) -> Change {
     Change::Delete {
         key: key.as_bytes().to_vec(),
         revision: rev,
-        lease,
+        lease: Some(lease),
     }
 }
 
@@ -133,6 +133,51 @@ fn queue_layout_next_lowest_takes_over_in_the_same_revision() {
     assert!(
         matches!(&p[1].event.kind, EventKind::TermStarted { holder, token: 4, layout: Layout::Queue, previous_holder: Some(prev), .. } if holder == "bob" && prev == "alice")
     );
+}
+
+/// etcd sends a deletion without the key's previous value: its lease is
+/// the one the state held under that key, found whichever way the key's
+/// layout read it (a queue key under its lease-named segment, a single key
+/// whose last segment merely looks like a lease), and unknown for a key it
+/// never held. A deletion of a key never held starts tracking nothing.
+#[test]
+fn a_deletions_lease_is_the_one_the_state_held() {
+    let unknown = |key: &str| Change::Delete {
+        key: key.as_bytes().to_vec(),
+        revision: 9,
+        lease: None,
+    };
+    let lease_of = |s: &State, key: &str| {
+        let mut c = [unknown(key)];
+        s.known_leases(&mut c);
+        match &c[0] {
+            Change::Delete { lease, .. } => *lease,
+            Change::Put(_) => None,
+        }
+    };
+    let mut s = State::new(Sources::tenure(""), 10);
+    s.apply(3, &[put("election/q/a", "alice", 3, 3, 0xa)], 0);
+    s.apply(4, &[put("election/jobs/1b", "x", 4, 4, 0x77)], 0);
+    s.apply(5, &[put("election/db", "d", 5, 5, 0)], 0);
+    assert_eq!(lease_of(&s, "election/q/a"), Some(0xa), "queue key");
+    assert_eq!(
+        lease_of(&s, "election/jobs/1b"),
+        Some(0x77),
+        "hex-looking single key"
+    );
+    assert_eq!(lease_of(&s, "election/db"), Some(0), "no lease is a lease");
+    assert_eq!(lease_of(&s, "election/q/b"), None, "never held");
+    assert_eq!(lease_of(&s, "other/x"), None, "outside every source");
+    // Applied with the lease found, the queue key's deletion ends alice's term.
+    let mut c = [unknown("election/q/a")];
+    s.known_leases(&mut c);
+    let (p, _) = s.apply(9, &c, 0);
+    assert_eq!(kinds(&p), ["term_ended"]);
+    // A deletion of a key never held: nothing, and no election tracked.
+    let before = s.elections.len();
+    let (p, statuses) = s.apply(10, &[unknown("election/never/held")], 0);
+    assert!(p.is_empty() && statuses.is_empty(), "{p:?} {statuses:?}");
+    assert_eq!(s.elections.len(), before);
 }
 
 #[test]

@@ -907,6 +907,24 @@ async fn the_multi_row_writer_stores_what_the_sqlite_writer_stores() {
         "recorded from its end, its later start ignored: {t20}"
     );
     assert_elections_table_matches(&pg, "rows");
+    // When the watcher was last live never goes backwards (a clock step
+    // back, a standby's old news), in either backend.
+    let later = tenure::events::now_ms() + 3_600_000;
+    for at in [later, later - 5_000] {
+        shared.watched(at).await.expect("watched pg");
+        lite.watched(at).await.expect("watched sqlite");
+        shared.flush().await.expect("flush pg");
+        lite.flush().await.expect("flush sqlite");
+    }
+    let watched = tokio::task::spawn_blocking(move || {
+        (
+            pg_reader.watched_until().expect("pg"),
+            lite_reader.watched_until().expect("sqlite"),
+        )
+    })
+    .await
+    .expect("join");
+    assert_eq!(watched, (Some(later), Some(later)));
     let _ = shared.close().await;
     let _ = lite.close().await;
 }

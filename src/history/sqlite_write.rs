@@ -56,8 +56,21 @@ impl WriteTx for SqliteTx<'_> {
     fn read_state(&mut self, key: &str) -> Result<Option<i64>, HistoryError> {
         read_state(self.tx, key)
     }
+    fn read_states(&mut self, keys: &[&str]) -> Result<Vec<Option<i64>>, HistoryError> {
+        keys.iter().map(|k| read_state(self.tx, k)).collect()
+    }
     fn set_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError> {
         set_state(self.tx, key, value)
+    }
+    fn raise_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO watcher_state (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE
+                 SET value = max(watcher_state.value, excluded.value)",
+            )?
+            .execute(params![key, value])?;
+        Ok(())
     }
     fn apply(&mut self, event: &Event, epoch: i64) -> Result<(), HistoryError> {
         apply(self.tx, event, epoch, &mut self.deltas)

@@ -47,7 +47,13 @@ pub(super) type Failure = Arc<Mutex<Option<String>>>;
 /// ([`Writer::commit`]) is written once, above both backends.
 pub(super) trait WriteTx {
     fn read_state(&mut self, key: &str) -> Result<Option<i64>, HistoryError>;
+    /// The values of `keys`, in order (`None`: absent), in one read: on a
+    /// shared database each statement is a round trip, several per commit.
+    fn read_states(&mut self, keys: &[&str]) -> Result<Vec<Option<i64>>, HistoryError>;
     fn set_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError>;
+    /// Stores `value` under `key` unless as high a value is stored: never
+    /// backwards, in one statement.
+    fn raise_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError>;
     /// Stores one event (its row, and what it means for terms and refusals).
     fn apply(&mut self, event: &Event, epoch: i64) -> Result<(), HistoryError>;
     fn cluster_event(&mut self, event: &ClusterEvent) -> Result<(), HistoryError>;
@@ -193,9 +199,10 @@ fn commit_in(tx: &mut dyn WriteTx, group: &[Msg]) -> Result<i64, HistoryError> {
     // Read inside the transaction, not cached: when another writer shares
     // the database (a replica that wrote before this one), a batch it
     // already stored is recognised and skipped.
-    let stored = tx.read_state(RESUME_KEY)?;
+    let states = tx.read_states(&[RESUME_KEY, EPOCH_KEY])?;
+    let stored = states.first().copied().flatten();
+    let mut epoch = states.get(1).copied().flatten().unwrap_or(0);
     let mut resume = stored;
-    let mut epoch = tx.read_state(EPOCH_KEY)?.unwrap_or(0);
     // A batch is committed as it arrives: the watcher was live then.
     let mut watched = group
         .iter()
@@ -257,9 +264,7 @@ fn commit_in(tx: &mut dyn WriteTx, group: &[Msg]) -> Result<i64, HistoryError> {
     }
     if let Some(at) = watched {
         // Never backwards (a clock step back, or a standby's old news).
-        if tx.read_state(WATCHED_KEY)?.is_none_or(|stored| stored < at) {
-            tx.set_state(WATCHED_KEY, at)?;
-        }
+        tx.raise_state(WATCHED_KEY, at)?;
     }
     Ok(resume.unwrap_or(0))
 }

@@ -29,7 +29,9 @@ struct Stmts {
     /// more round trip per commit, issue 23).
     fence: Statement,
     read_state: Statement,
+    read_states: Statement,
     set_state: Statement,
+    raise_state: Statement,
     /// The rows of events, terms, refusals and the `elections` table.
     rows: RowStmts,
     cluster_event: Statement,
@@ -163,9 +165,16 @@ impl PgWriter {
             fence: client
                 .prepare("SELECT token, generation FROM history_writer WHERE id = 1 FOR UPDATE")?,
             read_state: client.prepare("SELECT value FROM watcher_state WHERE key = $1")?,
+            read_states: client
+                .prepare("SELECT key, value FROM watcher_state WHERE key = ANY($1::text[])")?,
             set_state: client.prepare(
                 "INSERT INTO watcher_state (key, value) VALUES ($1, $2)
                  ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            )?,
+            raise_state: client.prepare(
+                "INSERT INTO watcher_state (key, value) VALUES ($1, $2)
+                 ON CONFLICT (key) DO UPDATE
+                 SET value = GREATEST(watcher_state.value, EXCLUDED.value)",
             )?,
             // A few multi-row statements per transaction, not a round trip
             // per event (`rows.rs`).
@@ -303,8 +312,22 @@ impl WriteTx for PgTx<'_, '_> {
             .transpose()?)
     }
 
+    fn read_states(&mut self, keys: &[&str]) -> Result<Vec<Option<i64>>, HistoryError> {
+        let rows = self.tx.query(&self.stmts.read_states, &[&keys])?;
+        let mut found = std::collections::HashMap::with_capacity(rows.len());
+        for row in rows {
+            found.insert(row.try_get::<_, String>(0)?, row.try_get::<_, i64>(1)?);
+        }
+        Ok(keys.iter().map(|k| found.get(*k).copied()).collect())
+    }
+
     fn set_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError> {
         self.tx.execute(&self.stmts.set_state, &[&key, &value])?;
+        Ok(())
+    }
+
+    fn raise_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError> {
+        self.tx.execute(&self.stmts.raise_state, &[&key, &value])?;
         Ok(())
     }
 

@@ -144,6 +144,24 @@ pub async fn get(http: &reqwest::Client, url: &str) -> Result<(u16, String, Dura
     Ok((status, body, t.elapsed()))
 }
 
+/// [`get`], also timing the response's headers: for a body rendered whole
+/// before it is sent (`/metrics`), the headers' time is the render's, and
+/// the rest is the transfer and the client's reading.
+pub async fn get_split(http: &reqwest::Client, url: &str) -> Result<(String, Duration, Duration)> {
+    let t = Instant::now();
+    let resp = http
+        .get(url)
+        .send()
+        .await
+        .with_context(|| format!("GET {url}"))?;
+    let headers = t.elapsed();
+    let body = resp
+        .text()
+        .await
+        .with_context(|| format!("GET {url}: body"))?;
+    Ok((body, headers, t.elapsed()))
+}
+
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use etcd_client::GetOptions;
 
-use crate::common::{connect, get, http, keys, ms, op};
+use crate::common::{connect, get, get_split, http, keys, ms, op};
 use crate::load::Fleet;
 use crate::stats::{Row, Summary, Target};
 use crate::support::procfs::proc_status_kb;
@@ -99,6 +99,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
     );
     let (mut walk, mut walked) = (vec![], 0usize);
     let mut scrape_bytes = 0;
+    let mut scrape_headers = vec![];
     let mut after_ready_rss = vec![];
     let reps = cfg.scrapes / 2;
     for run in 0..cfg.scale_runs {
@@ -198,8 +199,9 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
         let (metrics_url, healthz_url) = (serve.url("/metrics"), serve.url("/healthz"));
         for i in 0..cfg.scrapes {
             if i % 2 == 0 {
-                let (_, body, d) = get(&http, &metrics_url).await?;
+                let (body, headers, d) = get_split(&http, &metrics_url).await?;
                 scrape.push(ms(d));
+                scrape_headers.push(ms(headers));
                 scrape_bytes = body.len();
                 if i == 0 {
                     let tracked = metric_value(&body, "tenure_watch_elections").unwrap_or(0.0);
@@ -210,8 +212,9 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
                 healthz.push(ms(get(&http, &healthz_url).await?.2));
             } else {
                 healthz.push(ms(get(&http, &healthz_url).await?.2));
-                let (_, _, d) = get(&http, &metrics_url).await?;
+                let (_, headers, d) = get_split(&http, &metrics_url).await?;
                 scrape.push(ms(d));
+                scrape_headers.push(ms(headers));
             }
         }
         // The pages, one at a time.
@@ -308,10 +311,12 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
         .baseline_samples("GET /healthz, same connection", &healthz)
         .median_ratio()
         .note(format!(
-            "{} kB per scrape (target ≤ {} kB: 4 MB per 10,000 elections); {} scrapes per run",
+            "{} kB per scrape (target ≤ {} kB: 4 MB per 10,000 elections); {} scrapes per run; \
+             headers (the render, done before a byte is sent) after {} ms median",
             scrape_bytes / 1024,
             n * 4_000 / 10_000,
-            cfg.scrapes
+            cfg.scrapes,
+            crate::stats::fmt_num(crate::stats::percentile(&scrape_headers, 0.5))
         )),
         Row::time(
             "6a",

@@ -42,19 +42,21 @@ pub(super) struct Sample {
 /// What the lease sampler and the cause lookup share.
 #[derive(Default)]
 pub(super) struct Leases {
-    /// election → lease of its current leader.
-    current: HashMap<String, i64>,
+    /// election → lease of its current leader. Each name is allocated once
+    /// and shared by the tables below (issue 23: five copies of 100,000
+    /// names were a fifth of the start-up).
+    current: HashMap<Arc<str>, i64>,
     pub(super) samples: HashMap<i64, Sample>,
     /// Leases whose last sample shows them near their expiry (lapsing:
     /// less than half their TTL left, or less than 2 s): re-sampled every
     /// 100 ms, so the moment etcd's whole seconds tick down is caught.
     lapsing: HashMap<i64, String>,
     /// Elections whose lease changed: sampled first, each once (`in_fresh`).
-    fresh: VecDeque<String>,
-    in_fresh: std::collections::HashSet<String>,
+    fresh: VecDeque<Arc<str>>,
+    in_fresh: std::collections::HashSet<Arc<str>>,
     /// Round-robin order of leading elections, each once (`queued`).
-    queue: VecDeque<String>,
-    queued: std::collections::HashSet<String>,
+    queue: VecDeque<Arc<str>>,
+    queued: std::collections::HashSet<Arc<str>>,
     /// Wakes the sampler when a lease starts leading, so a new term's lease
     /// is sampled when the term starts, not at the next round (a term of
     /// 100 ms would end unsampled, its cause `unknown`).
@@ -63,13 +65,17 @@ pub(super) struct Leases {
 
 impl Leases {
     fn leads(&mut self, election: &str, lease: i64) {
-        self.current.insert(election.to_owned(), lease);
-        if self.in_fresh.insert(election.to_owned()) {
-            self.fresh.push_back(election.to_owned());
+        let name: Arc<str> = match self.current.get_key_value(election) {
+            Some((known, _)) => known.clone(),
+            None => Arc::from(election),
+        };
+        self.current.insert(name.clone(), lease);
+        if self.in_fresh.insert(name.clone()) {
+            self.fresh.push_back(name.clone());
         }
         self.wake.notify_one();
-        if self.queued.insert(election.to_owned()) {
-            self.queue.push_back(election.to_owned());
+        if self.queued.insert(name.clone()) {
+            self.queue.push_back(name);
         }
     }
 
@@ -81,6 +87,22 @@ impl Leases {
         self.fresh.reserve(n);
         self.queued.reserve(n);
         self.queue.reserve(n);
+    }
+
+    /// Forgets every lease and tracks `leaders` (at most about `n`), e.g.
+    /// after a load. The sampler keeps waiting on the same `wake`:
+    /// replacing it left the sampler deaf to new terms after every load
+    /// (their leases then sampled only at the next tick).
+    fn reset_to<'a>(&mut self, n: usize, leaders: impl Iterator<Item = (&'a str, i64)>) {
+        let wake = self.wake.clone();
+        *self = Leases {
+            wake,
+            ..Leases::default()
+        };
+        self.reserve(n);
+        for (name, lease) in leaders {
+            self.leads(name, lease);
+        }
     }
 
     fn ended(&mut self, election: &str) {
@@ -104,8 +126,8 @@ impl Leases {
             };
             match self.current.get(&name) {
                 Some(&lease) => {
-                    if seen.insert(name.clone()) {
-                        picked.push((name.clone(), lease));
+                    if seen.insert(name.to_string()) {
+                        picked.push((name.to_string(), lease));
                     }
                     self.queue.push_back(name);
                 }
@@ -129,7 +151,7 @@ impl Leases {
             self.in_fresh.remove(&name);
             if let Some(&lease) = self.current.get(&name) {
                 if seen.insert(name.clone()) {
-                    picked.push((name, lease));
+                    picked.push((name.to_string(), lease));
                 }
             }
         }
@@ -373,13 +395,13 @@ impl Watcher {
         let Ok(mut l) = self.leases.lock() else {
             return;
         };
-        *l = Leases::default();
-        l.reserve(state.len());
-        for (name, t) in state.leaders() {
-            if t.lease_id != 0 {
-                l.leads(name, t.lease_id);
-            }
-        }
+        l.reset_to(
+            state.len(),
+            state
+                .leaders()
+                .filter(|(_, t)| t.lease_id != 0)
+                .map(|(name, t)| (name, t.lease_id)),
+        );
     }
 
     pub(super) fn track_leases(&self, events: &[Event]) {
@@ -401,6 +423,27 @@ impl Watcher {
 #[cfg(test)]
 mod tests {
     use super::Leases;
+
+    /// A load replaces what is tracked, not the sampler's `wake`: a term
+    /// that starts after it still wakes the sampler at once.
+    #[tokio::test]
+    async fn a_new_term_after_a_load_still_wakes_the_sampler() {
+        let mut l = Leases::default();
+        let sampler_waits_on = l.wake.clone();
+        l.reset_to(2, [("a", 1), ("b", 2)].into_iter());
+        assert_eq!(l.current.len(), 2);
+        // Drain the wake-ups of the load itself.
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_millis(10),
+            sampler_waits_on.notified(),
+        )
+        .await;
+        let woken = sampler_waits_on.notified();
+        l.leads("c", 3);
+        tokio::time::timeout(std::time::Duration::from_secs(1), woken)
+            .await
+            .expect("the sampler is woken by a term started after the load");
+    }
 
     #[test]
     fn churn_neither_grows_the_queue_nor_starves_other_elections() {

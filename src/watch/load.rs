@@ -143,9 +143,10 @@ impl Watcher {
         tx: &mpsc::Sender<Update>,
     ) -> Result<(), Closed> {
         self.report(statuses, tx).await?;
-        self.track_all_leases(state);
         send(tx, Update::Watch(WatchStatus::EtcdUp(true))).await?;
         send(tx, Update::Batch(Batch { revision, events })).await?;
+        // After the batch: the sinks take it meanwhile (issue 23).
+        self.track_all_leases(state);
         report_waiting(state, tx).await?;
         send(
             tx,

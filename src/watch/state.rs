@@ -273,21 +273,26 @@ impl State {
     }
 
     fn track(&mut self, name: &str, at_ms: i64) -> Result<&mut Election, WatchStatus> {
-        if !self.elections.contains_key(name) {
-            if self.elections.len() >= self.max_elections {
-                return Err(WatchStatus::Overflow {
-                    election: name.to_owned(),
-                });
-            }
-            self.elections.insert(
-                name.to_owned(),
-                Election {
-                    last_change_ms: at_ms,
-                    ..Election::default()
-                },
-            );
+        if self.elections.contains_key(name) {
+            return self.elections.get_mut(name).ok_or(WatchStatus::IgnoredKey);
         }
-        self.elections.get_mut(name).ok_or(WatchStatus::IgnoredKey)
+        self.track_owned(name.to_owned(), at_ms)
+    }
+
+    /// [`State::track`] for a name the caller owns: no copy of it is made.
+    fn track_owned(&mut self, name: String, at_ms: i64) -> Result<&mut Election, WatchStatus> {
+        use std::collections::hash_map::Entry;
+        let full = self.elections.len() >= self.max_elections;
+        match self.elections.entry(name) {
+            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Vacant(e) if full => Err(WatchStatus::Overflow {
+                election: e.into_key(),
+            }),
+            Entry::Vacant(e) => Ok(e.insert(Election {
+                last_change_ms: at_ms,
+                ..Election::default()
+            })),
+        }
     }
 
     /// Replaces the state with a snapshot read at `revision`, reconciled with
@@ -321,7 +326,7 @@ impl State {
             let (source, role) = self.sources.classify(&kv.key, kv.lease);
             let reading = source.and_then(|s| s.read(&role, &kv.value));
             match role {
-                Role::Candidate { election, kind } => match self.track(&election, at_ms) {
+                Role::Candidate { election, kind } => match self.track_owned(election, at_ms) {
                     Ok(e) => {
                         e.candidates.insert(kv.key.clone(), candidate(kv, kind));
                     }
@@ -373,12 +378,10 @@ impl State {
         let open: HashMap<&str, &OpenTerm> =
             open.iter().map(|t| (t.election.as_str(), t)).collect();
         let mut events = Vec::new();
-        let mut names: Vec<String> = self.elections.keys().cloned().collect();
-        names.sort();
-        for name in names {
-            let Some(e) = self.elections.get_mut(&name) else {
-                continue;
-            };
+        // In name order, without a copy of each name (issue 23).
+        let mut elections: Vec<(&String, &mut Election)> = self.elections.iter_mut().collect();
+        elections.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        for (name, e) in elections {
             let now = pick(&e.candidates, revision, at_ms);
             let known = open.get(name.as_str());
             match (known, now) {
@@ -419,12 +422,21 @@ impl State {
             .filter(|(_, e)| !e.candidates.is_empty())
             .map(|(n, _)| n.clone())
             .collect();
-        let names: Vec<String> = self.holding.iter().cloned().collect();
-        for name in names {
-            for pair in self.collisions_of(&name) {
-                if self.collisions.insert(pair.clone()) && !before.contains(&pair) {
-                    events.extend(collision_events(revision, at_ms, &pair));
-                }
+        // Every pair (ancestor, nested) is found from its nested side: one
+        // look-up per `/` of each name, no range per name (issue 23).
+        let pairs: Vec<(String, String)> = self
+            .holding
+            .iter()
+            .flat_map(|name| {
+                name.match_indices('/')
+                    .map(|(i, _)| &name[..i])
+                    .filter(|a| self.holding.contains(*a))
+                    .map(move |a| (a.to_owned(), name.clone()))
+            })
+            .collect();
+        for pair in pairs {
+            if self.collisions.insert(pair.clone()) && !before.contains(&pair) {
+                events.extend(collision_events(revision, at_ms, &pair));
             }
         }
         events

@@ -392,13 +392,13 @@ impl State {
                 }
                 (k, now) => {
                     if let Some(k) = k {
-                        events.push(ended(revision, at_ms, &name, k, EndCause::Unknown));
+                        events.push(ended(revision, at_ms, name, k, EndCause::Unknown));
                     }
                     if let Some(t) = &now {
                         events.push(started(
                             revision,
                             at_ms,
-                            &name,
+                            name,
                             t,
                             k.map(|k| k.holder.clone()),
                             true,

@@ -481,10 +481,13 @@ async fn survives_etcd_restart_and_a_dead_member() {
     }
 }
 
-/// Four 1.2 MB keys: a snapshot of 4.8 MB and one revision deleting them all
-/// (with `prev_kv`, about 9.6 MB in one watch response) are both over gRPC's
-/// default 4 MiB. The watcher loads the snapshot, applies the revision, and
-/// the next term is still seen.
+/// Four 1.2 MB keys: a snapshot of 4.8 MB, and (the watcher down, then
+/// resuming behind) four revisions of new 1.2 MB values and one deleting
+/// them all, which etcd sends a watcher catching up in one response of
+/// about 4.8 MB (a single revision is at most `--max-request-bytes`: the
+/// watch asks for no previous values). Both are over gRPC's default 4 MiB.
+/// The watcher loads the snapshot, applies the revisions, and the next
+/// term is still seen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_over_4_mib_neither_stall_the_watch_nor_the_snapshot() {
     let etcd = Etcd::start().await;
@@ -500,6 +503,41 @@ async fn responses_over_4_mib_neither_stall_the_watch_nor_the_snapshot() {
     let mut w = start(&c, None, fast());
     let snap = w.snapshot().await;
     assert_eq!(snap.len(), 4, "the 4.8 MB snapshot loads");
+    // The history holds the snapshot's four terms open.
+    let open_terms = snap
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::TermStarted {
+                token,
+                holder,
+                lease_id,
+                layout,
+                ..
+            } => Some(tenure::watch::OpenTerm {
+                election: e.election.clone(),
+                token: *token,
+                holder: holder.clone(),
+                lease_id: *lease_id,
+                layout: *layout,
+                started_revision: e.revision,
+                started_at_ms: e.at_ms,
+            }),
+            _ => None,
+        })
+        .collect();
+    let resume = Resume {
+        revision: w.revision,
+        open_terms,
+        cluster_id: None,
+        live_at_ms: Some(now_ms()),
+    };
+    drop(w);
+    let bigger = "y".repeat(1_200_000);
+    for k in &keys {
+        raw.put(k.as_str(), bigger.as_str(), None)
+            .await
+            .expect("put");
+    }
     let ops: Vec<etcd_client::TxnOp> = keys
         .iter()
         .map(|k| etcd_client::TxnOp::delete(k.as_str(), None))
@@ -507,10 +545,25 @@ async fn responses_over_4_mib_neither_stall_the_watch_nor_the_snapshot() {
     raw.txn(etcd_client::Txn::new().and_then(ops))
         .await
         .expect("delete all in one revision");
-    let ev = w.events(4).await;
+    let mut w = start(&c, Some(resume), fast());
+    let ev = w.events(8).await;
+    let kinds: Vec<&str> = ev.iter().map(|e| e.kind.name()).collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == "leader_value_changed")
+            .count(),
+        4,
+        "{kinds:?}"
+    );
+    let ends: Vec<&Event> = ev
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::TermEnded { .. }))
+        .collect();
+    assert_eq!(ends.len(), 4, "{kinds:?}");
     assert!(
-        ev.iter().all(|e| ended(e).1 == EndCause::Deleted),
-        "{ev:#?}"
+        ends.iter().all(|e| ended(e).1 == EndCause::Deleted),
+        "{ends:#?}"
     );
     let l = lead(&c, "after", "next", 30).await;
     let ev = w.events(1).await;

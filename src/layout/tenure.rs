@@ -62,7 +62,8 @@ impl Layout for Tenure {
     /// value gives the segment back).
     fn lease_named(&self, key: &[u8]) -> Option<i64> {
         let last = std::str::from_utf8(key).ok()?.rsplit_once('/')?.1;
-        let lease = i64::from_str_radix(last, 16).ok()?;
+        // As `lease_hex` writes it: a negative lease in two's complement.
+        let lease = u64::from_str_radix(last, 16).ok()? as i64;
         (lease != 0 && lease_hex(lease) == last).then_some(lease)
     }
 

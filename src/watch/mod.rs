@@ -47,7 +47,8 @@ use load::open_terms;
 
 /// The largest watch or range response accepted. gRPC's default of 4 MiB is
 /// less than one revision etcd may send: up to `--max-txn-ops` (128) keys of
-/// up to `--max-request-bytes` (1.5 MiB) each, twice with `prev_kv` (384 MiB).
+/// up to `--max-request-bytes` (1.5 MiB) each (192 MiB; twice that with
+/// `prev_kv`, which the watch does not ask for).
 /// A response over the limit fails to decode, and the watch, reopened at the
 /// same revision, would fail again forever.
 pub const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;

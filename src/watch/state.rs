@@ -258,18 +258,41 @@ impl State {
         }
     }
 
-    /// The lease of the candidate held under `key`: where the key's layout
-    /// put it with the lease its path names ([`Sources::lease_named`]), else
-    /// where it put it with none. `None`: the state holds no such key.
+    /// The lease of the candidate held under `key`; `None` when the state
+    /// holds no such key (or, against its invariant, two: then the lease is
+    /// not known).
     fn lease_of(&self, key: &[u8]) -> Option<i64> {
+        match self.holders(key)[..] {
+            [(_, lease, _)] => Some(lease),
+            _ => None,
+        }
+    }
+
+    /// The elections holding `key` as a candidate, with its lease and
+    /// layout: where the key's layout put it with the lease its path names
+    /// ([`Sources::lease_named`]: etcd's queue layout), and where it put it
+    /// with none. One at most: a key put again under a lease that reads it
+    /// as another election's leaves the first (`revision.rs`,
+    /// `leave_other_reading`).
+    pub(super) fn holders(&self, key: &[u8]) -> Vec<(String, i64, Layout)> {
         let named = self.sources.lease_named(key);
-        named.into_iter().chain([0]).find_map(|lease| {
+        let mut found: Vec<(String, i64, Layout)> = Vec::new();
+        for lease in named.into_iter().chain([0]) {
             let (_, Role::Candidate { election, .. }) = self.sources.classify(key, lease) else {
-                return None;
+                continue;
             };
-            let held = self.elections.get(&election)?.candidates.get(key)?;
-            (lease == 0 || held.lease == lease).then_some(held.lease)
-        })
+            if found.iter().any(|(e, _, _)| *e == election) {
+                continue;
+            }
+            let held = self
+                .elections
+                .get(&election)
+                .and_then(|e| e.candidates.get(key));
+            if let Some(c) = held.filter(|c| lease == 0 || c.lease == lease) {
+                found.push((election, c.lease, c.layout));
+            }
+        }
+        found
     }
 
     fn track(&mut self, name: &str, at_ms: i64) -> Result<&mut Election, WatchStatus> {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::{
-    candidate, ended, event, pick, started, Candidate, Change, Election, Pending, State, Term,
+    candidate, ended, event, pick, started, Candidate, Change, Election, Kv, Pending, State, Term,
 };
 use crate::election::{fence::RefusalRecord, keys::parse_padded_token, Layout};
 use crate::events::{EndCause, EventKind, OpenTerm, WatchStatus};
@@ -85,6 +85,9 @@ impl State {
         };
         match (role, change) {
             (Role::Candidate { election, kind }, _) => {
+                if let Change::Put(kv) = change {
+                    self.leave_other_reading(kv, &election, at_ms, said, statuses);
+                }
                 self.candidate_changed(election, kind, change, at_ms, said, statuses)
             }
             (Role::Hint { election }, Change::Put(_)) => match reading {
@@ -129,6 +132,32 @@ impl State {
             // Not an election's, or deleted hints, fence keys and refusal
             // records: nothing happened.
             (Role::Ignored, _) | (_, Change::Delete { .. }) => {}
+        }
+    }
+
+    /// A key put again with a lease that reads it as another election's
+    /// candidate (etcd's queue layout names a candidate's lease in its key:
+    /// `a/1f` under lease 0x1f is `a`'s, under any other lease its own
+    /// election) leaves the election its earlier reading held it in, in
+    /// the same revision: one key, one election.
+    fn leave_other_reading(
+        &mut self,
+        kv: &Kv,
+        election: &str,
+        at_ms: i64,
+        said: &mut Said,
+        statuses: &mut Vec<WatchStatus>,
+    ) {
+        for (other, lease, layout) in self.holders(&kv.key) {
+            if other == election {
+                continue;
+            }
+            let gone = Change::Delete {
+                key: kv.key.clone(),
+                revision: kv.mod_revision,
+                lease: Some(lease),
+            };
+            self.candidate_changed(other, layout, &gone, at_ms, said, statuses);
         }
     }
 

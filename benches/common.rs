@@ -130,24 +130,17 @@ pub fn http() -> reqwest::Client {
 /// GET `url`; returns the status, the body and how long it took (to the
 /// last byte).
 pub async fn get(http: &reqwest::Client, url: &str) -> Result<(u16, String, Duration)> {
-    let t = Instant::now();
-    let resp = http
-        .get(url)
-        .send()
-        .await
-        .with_context(|| format!("GET {url}"))?;
-    let status = resp.status().as_u16();
-    let body = resp
-        .text()
-        .await
-        .with_context(|| format!("GET {url}: body"))?;
-    Ok((status, body, t.elapsed()))
+    let (status, body, _, total) = get_split(http, url).await?;
+    Ok((status, body, total))
 }
 
 /// [`get`], also timing the response's headers: for a body rendered whole
 /// before it is sent (`/metrics`), the headers' time is the render's, and
 /// the rest is the transfer and the client's reading.
-pub async fn get_split(http: &reqwest::Client, url: &str) -> Result<(String, Duration, Duration)> {
+pub async fn get_split(
+    http: &reqwest::Client,
+    url: &str,
+) -> Result<(u16, String, Duration, Duration)> {
     let t = Instant::now();
     let resp = http
         .get(url)
@@ -155,11 +148,12 @@ pub async fn get_split(http: &reqwest::Client, url: &str) -> Result<(String, Dur
         .await
         .with_context(|| format!("GET {url}"))?;
     let headers = t.elapsed();
+    let status = resp.status().as_u16();
     let body = resp
         .text()
         .await
         .with_context(|| format!("GET {url}: body"))?;
-    Ok((body, headers, t.elapsed()))
+    Ok((status, body, headers, t.elapsed()))
 }
 
 pub fn ms(d: Duration) -> f64 {

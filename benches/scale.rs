@@ -199,7 +199,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
         let (metrics_url, healthz_url) = (serve.url("/metrics"), serve.url("/healthz"));
         for i in 0..cfg.scrapes {
             if i % 2 == 0 {
-                let (body, headers, d) = get_split(&http, &metrics_url).await?;
+                let (_, body, headers, d) = get_split(&http, &metrics_url).await?;
                 scrape.push(ms(d));
                 scrape_headers.push(ms(headers));
                 scrape_bytes = body.len();
@@ -212,7 +212,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
                 healthz.push(ms(get(&http, &healthz_url).await?.2));
             } else {
                 healthz.push(ms(get(&http, &healthz_url).await?.2));
-                let (_, headers, d) = get_split(&http, &metrics_url).await?;
+                let (_, _, headers, d) = get_split(&http, &metrics_url).await?;
                 scrape.push(ms(d));
                 scrape_headers.push(ms(headers));
             }

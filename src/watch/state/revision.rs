@@ -148,6 +148,11 @@ impl State {
         said: &mut Said,
         statuses: &mut Vec<WatchStatus>,
     ) {
+        // Only a key whose path names a lease reads two ways: every other
+        // put (the watch loop's common case) has nothing to look up.
+        if self.sources.lease_named(&kv.key).is_none() {
+            return;
+        }
         for (other, lease, layout) in self.holders(&kv.key) {
             if other == election {
                 continue;

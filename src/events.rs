@@ -2,10 +2,12 @@
 //! traces, history, and the web's live feed). Events flow one way: sinks
 //! never talk to etcd, and the watcher never renders or stores.
 
+pub mod acting;
 pub mod cluster;
 
 use serde::{Deserialize, Serialize};
 
+use crate::election::acting::ActingRecord;
 use crate::election::{FenceReason, Layout};
 
 /// Why a term ended. How each is told apart, and how sure it is, is in
@@ -216,6 +218,13 @@ pub enum EventKind {
         previous_cluster_id: Option<u64>,
         cluster_id: u64,
     },
+    /// A holder's acting record for its term `record.token` (issue 22:
+    /// when it acted as leader, on its own clock; `events::acting` places
+    /// it on etcd's time). Each version written is one event; a reader
+    /// merges a term's versions.
+    Acting {
+        record: ActingRecord,
+    },
 }
 
 impl EventKind {
@@ -234,6 +243,7 @@ impl EventKind {
             EventKind::CandidateLeft { .. } => "candidate_left",
             EventKind::NameCollision { .. } => "name_collision",
             EventKind::TwoPrimaries { .. } => "two_primaries",
+            EventKind::Acting { .. } => "acting",
         }
     }
 }

@@ -31,14 +31,19 @@ use super::{parse_seconds, EXIT_LOST, EXIT_REFUSED, EXIT_USAGE};
 use crate::election::deadline::{Deadline, Stamp};
 use crate::election::lease::default_margin;
 use crate::election::{
-    CampaignOptions, Campaigned, Client, ElectionName, Error, Leadership, LossReason,
-    ShutdownSignal, Ttl,
+    ActingReports, CampaignOptions, Campaigned, Client, ElectionName, Error, Leadership,
+    LossReason, ShutdownSignal, Ttl,
 };
 
 /// SIGKILL is sent at least this long before the earliest moment etcd can
 /// expire the term's lease: time for the kernel to end the group and for
 /// tenure to be scheduled, on a loaded host.
 pub const KILL_SLACK: Duration = Duration::from_millis(250);
+
+/// How long a holder whose term was lost keeps trying to publish when its
+/// command stopped (the acting record): a holder cut off from etcd
+/// publishes when it can, marked late, and then exits.
+const ACTING_PUBLISH_LIMIT: Duration = Duration::from_secs(30);
 
 /// How long a holder that lost its key asks etcd whether the deletion was
 /// an operator's depose (which gets the grace) before killing at once.
@@ -162,10 +167,11 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
     let id = args.id.clone().unwrap_or_else(default_id);
     let name = &args.name;
     let mut shutdown = Shutdown::new().context("installing signal handlers")?;
-    let leadership = match acquire(client, &args, &id, &mut shutdown).await? {
+    let mut leadership = match acquire(client, &args, &id, &mut shutdown).await? {
         Ok(l) => l,
         Err(code) => return Ok(code),
     };
+    leadership.set_acting_publish_limit(ACTING_PUBLISH_LIMIT);
     if let Some(sig) = shutdown.pending() {
         resign_quietly(leadership).await;
         return Ok(sig.exit_code());
@@ -187,6 +193,8 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
         return Ok(EXIT_LOST);
     }
     let env = command_env(name, &id, &leadership);
+    // Acting begins as the command is started (a moment early, never late).
+    leadership.acting_began(Stamp::now(), Some(KILL_SLACK));
     let mut group = match Group::spawn(&args.command, &env, hard_deadline(&leadership)) {
         Ok(g) => g,
         Err(e) => {
@@ -199,12 +207,15 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
         pgid = group.pgid(),
         "the command runs in its own guarded process group"
     );
+    leadership.publish_acting_in_background(leadership.ttl());
     match lead(&leadership, &mut group, &mut shutdown).await {
         Outcome::Lost(reason) => on_loss(reason, name, grace, group, leadership).await,
         Outcome::Exited(status) => {
+            leadership.acting_stopping(Stamp::now());
             // The command is gone; whatever it left in its group goes too,
             // before the term ends.
             let stopped = group.finish(false).await;
+            leadership.acting_ended(Stamp::now());
             if !stopped.survivors.is_empty() {
                 say(format_args!(
                     "processes {:?} of the command's group survived SIGKILL",
@@ -217,9 +228,11 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
         }
         Outcome::Signal(sig) => {
             let at = Stamp::now();
+            leadership.acting_stopping(at);
             let stopped = group
                 .stop(kill_deadline(at, grace, hard_deadline(&leadership)))
                 .await;
+            acting_ended(&leadership, &stopped);
             let sig_name = match sig {
                 ShutdownSignal::Term => "SIGTERM",
                 ShutdownSignal::Int => "SIGINT",
@@ -242,6 +255,8 @@ async fn acquire(
 ) -> anyhow::Result<Result<Leadership, i32>> {
     let name = &args.name;
     let mut opts = CampaignOptions::new(args.ttl);
+    // Acting is the command's: started, and its group dead (issue 22).
+    opts.acting = ActingReports::ByCaller;
     if args.queue {
         opts = opts.queued();
     }
@@ -349,6 +364,7 @@ async fn on_loss(
     leadership: Leadership,
 ) -> anyhow::Result<i32> {
     let lost_at = Stamp::now();
+    leadership.acting_stopping(lost_at);
     // The grace is for an end tenure knows about: its own renewal
     // deadline (the lease still lives for the margin), its key
     // unconfirmed for as long (an outage, mostly: etcd cannot have
@@ -371,6 +387,7 @@ async fn on_loss(
     let stopped = group
         .stop(kill_deadline(lost_at, grace, hard_deadline(&leadership)))
         .await;
+    acting_ended(&leadership, &stopped);
     report_stop(
         format_args!(
             "leadership of {name} (token {}) lost: {reason}",
@@ -384,6 +401,25 @@ async fn on_loss(
     Ok(EXIT_LOST)
 }
 
+/// Acting ended: when the guard killed the group (it says when), when the
+/// stop found the group dead, or, when the command had ended before tenure
+/// looked and the guard did not kill it, by now at the latest.
+fn acting_ended(leadership: &Leadership, stopped: &Stopped) {
+    let now = Stamp::now();
+    match stopped.guard_killed_at {
+        // The guard's SIGKILL ended the group: then (the kernel ends it
+        // at once), whether tenure was frozen or the guard was too.
+        Some(boot) if boot <= now.boot => leadership.acting_ended(Stamp {
+            mono: now.mono.checked_sub(now.boot - boot).unwrap_or(now.mono),
+            boot,
+        }),
+        // Ended before tenure looked, by its own exit or unknown hands:
+        // by now, certainly.
+        _ if stopped.before => leadership.acting_ended_by(now.after(Duration::ZERO)),
+        _ => leadership.acting_ended(now),
+    }
+}
+
 /// The guard exited: nothing would stop the command if tenure died now, and
 /// a guard killed from outside may mean worse: the group stopped at once.
 async fn on_guard_died(
@@ -393,7 +429,9 @@ async fn on_guard_died(
     leadership: Leadership,
 ) -> anyhow::Result<i32> {
     let at = Stamp::now();
+    leadership.acting_stopping(at);
     let stopped = group.stop(at.after(Duration::ZERO)).await;
+    acting_ended(&leadership, &stopped);
     let how = match &status {
         Ok(s) => ended(s),
         Err(e) => format!("could not be waited for ({e})"),

@@ -47,6 +47,8 @@ pub struct Group {
     pgid: Pid,
     guard: Child,
     to_guard: std::fs::File,
+    /// The guard's stdout: `killed <ns>` when it killed the group.
+    from_guard: std::fs::File,
     exited: Option<ExitStatus>,
     guard_exited: Option<ExitStatus>,
     /// Keeps the thread that forked the command alive (see `spawn_kept`);
@@ -74,6 +76,8 @@ pub struct Stopped {
     pub stragglers: usize,
     /// Group members still alive after the SIGKILL settled (normally none).
     pub survivors: Vec<i32>,
+    /// When the guard killed the group (CLOCK_BOOTTIME), if it did.
+    pub guard_killed_at: Option<Duration>,
 }
 
 impl Group {
@@ -105,12 +109,21 @@ impl Group {
             nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
         )
         .context("making the guard's pipe non-blocking")?;
+        // The guard's word on when it killed the group (its stdout).
+        let (from_guard, guard_out) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .context("creating the guard's pipe")?;
+        let from_guard = std::fs::File::from(from_guard);
+        nix::fcntl::fcntl(
+            from_guard.as_fd(),
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )
+        .context("making the guard's pipe non-blocking")?;
         let mut guard = Command::new(&exe);
         guard
             .arg0(super::guard::NAME)
             .arg(super::guard::ARG)
             .stdin(Stdio::from(from_tenure))
-            .stdout(Stdio::null())
+            .stdout(Stdio::from(guard_out))
             .stderr(Stdio::null())
             .process_group(0);
         with_env(&mut guard, env);
@@ -149,6 +162,7 @@ impl Group {
             pgid: Pid::from_raw(guard_pid),
             guard,
             to_guard,
+            from_guard,
             exited: None,
             guard_exited: None,
             _keeper: keeper,
@@ -262,6 +276,14 @@ impl Group {
         stopped
     }
 
+    /// What the guard wrote before it killed the group: `killed <ns>`.
+    fn guard_killed_at(&mut self) -> Option<Duration> {
+        let mut said = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.from_guard, &mut said);
+        let ns = said.lines().find_map(|l| l.strip_prefix("killed "))?;
+        ns.trim().parse::<u64>().ok().map(Duration::from_nanos)
+    }
+
     /// SIGKILL to the whole group (stragglers and the guard), reaps the
     /// command, and waits until no member can run.
     pub async fn finish(&mut self, at_deadline: bool) -> Stopped {
@@ -285,6 +307,7 @@ impl Group {
             at_deadline,
             stragglers,
             survivors,
+            guard_killed_at: self.guard_killed_at(),
         }
     }
 }

@@ -22,10 +22,14 @@
 //! waits on it: a guard that dies is a loss there, the group is stopped at
 //! once.
 //!
+//! Just before the kill it writes `killed <CLOCK_BOOTTIME ns>` to its
+//! stdout, a pipe `tenure campaign` reads once the group is dead: when a
+//! frozen tenure's command was ended, for its acting record.
+//!
 //! Deliberately absent: the network, etcd, logging. It must stay small
 //! enough to be right by reading it.
 
-use std::io::BufRead;
+use std::io::{BufRead, Write};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -82,6 +86,11 @@ pub fn main() -> i32 {
     if reader.is_ok() {
         watch(&rx);
     }
+    // When the group is killed, on CLOCK_BOOTTIME, for tenure to read
+    // afterwards (stdout is a pipe to it): the moment acting ended. A
+    // closed pipe is only an error here (Rust ignores SIGPIPE); nothing
+    // may keep the kill from coming.
+    let _ = writeln!(std::io::stdout(), "killed {}", boottime().as_nanos());
     // Every process of this group, this one included.
     let _ = kill(Pid::from_raw(0), Signal::SIGKILL);
     1

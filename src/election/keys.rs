@@ -8,6 +8,7 @@
 //! | `P fence/<name>/<resource>/~refusal`  | the latest refusal, JSON               |
 //! | `P election/~end/<name>`              | how tenure last ended a term, JSON     |
 //! | `P election/~floor`                   | tenure's token floor, 20 digits        |
+//! | `P election/~acting/<name>`           | the holder's acting record, JSON       |
 //!
 //! The end marker lives outside every election's own prefix: etcd's
 //! `concurrency.Election` (and `etcdctl elect`) takes *every* key under
@@ -37,6 +38,8 @@ pub const REFUSAL_SEGMENT: &str = "~refusal";
 pub const END_MARKER_SEGMENT: &str = "~end";
 /// The last segment of the token floor's key, `P election/~floor`.
 pub const FLOOR_SEGMENT: &str = "~floor";
+/// The segment of the acting records' directory, `P election/~acting/<name>`.
+pub const ACTING_SEGMENT: &str = "~acting";
 
 /// Why tenure itself ended a term; the value of the end marker key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -287,6 +290,19 @@ impl Keys {
         )
     }
 
+    /// `P election/~acting/<name>`: the holder's acting record
+    /// (`election::acting`), written without a lease and overwritten: one
+    /// key per election. Like the end marker, under no `Election` prefix and
+    /// inside the watch range.
+    pub fn acting_key(&self, name: &ElectionName) -> String {
+        format!(
+            "{}election/{}/{}",
+            self.prefix,
+            ACTING_SEGMENT,
+            name.as_str()
+        )
+    }
+
     /// `P election/<name>/~end`: where tenure before the move wrote the end
     /// marker. Still parsed as a marker; deleted by the next `end_term` of
     /// the election, since inside the candidates' prefix it blocks etcd's
@@ -342,6 +358,8 @@ pub enum SchemaKey {
     },
     /// `P election/~floor`, tenure's token floor.
     Floor,
+    /// `P election/~acting/<name>`, the holder's acting record.
+    Acting { name: ElectionName },
 }
 
 /// Why a key under the prefix is not part of the schema.
@@ -370,6 +388,12 @@ impl Keys {
                 .and_then(|r| r.strip_prefix('/'))
             {
                 return Ok(SchemaKey::EndMarker { name: valid(name)? });
+            }
+            if let Some(name) = rest
+                .strip_prefix(ACTING_SEGMENT)
+                .and_then(|r| r.strip_prefix('/'))
+            {
+                return Ok(SchemaKey::Acting { name: valid(name)? });
             }
             if let Some(name) = rest
                 .strip_suffix(END_MARKER_SEGMENT)
@@ -622,6 +646,18 @@ mod tests {
         }
         let (ws, we) = keys.watch_range();
         assert!(ws <= marker && marker < we);
+        let acting = keys.acting_key(&name);
+        assert_eq!(acting, "p/election/~acting/team/db");
+        assert_eq!(
+            keys.parse(acting.as_bytes(), 0),
+            Ok(SchemaKey::Acting { name: name.clone() })
+        );
+        for n in ["team", "team/db", "a", "zzz"] {
+            let n = ElectionName::new(n).unwrap();
+            let (s, e) = keys.election_range(&n);
+            assert!(!(s <= acting && acting < e), "{acting} in range of {n}");
+        }
+        assert!(ws <= acting && acting < we);
         assert_eq!(
             keys.parse(keys.fence_key(&name, "orders").as_bytes(), 0),
             Ok(SchemaKey::Fence {

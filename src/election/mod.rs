@@ -7,6 +7,7 @@
 //! always has a larger token. ModRevision is never used as a token: it moves
 //! when the value changes (proclaim).
 
+pub mod acting;
 mod campaign;
 mod connect;
 pub mod deadline;
@@ -26,7 +27,7 @@ use etcd_client::{
 };
 use serde::Serialize;
 
-pub use campaign::{Acquired, CampaignOptions, Campaigned, Leadership};
+pub use campaign::{Acquired, ActingReports, CampaignOptions, Campaigned, Leadership};
 pub use connect::{ConnectConfig, Credentials, TlsFiles};
 pub use error::Error;
 pub use fence::{FenceDecision, FenceReason, Fencer};
@@ -310,6 +311,7 @@ impl Client {
             leader.token,
             leader.lease_id,
             EndMarkerCause::Resigned,
+            None,
         )
         .await?;
         Ok(leader)
@@ -330,6 +332,7 @@ impl Client {
             leader.token,
             leader.lease_id,
             EndMarkerCause::Deleted,
+            None,
         )
         .await?;
         Ok(Some(leader))
@@ -355,16 +358,23 @@ impl Client {
         // nor attached to anything here.
         _lease_id: i64,
         cause: EndMarkerCause,
+        // The holder's acting record (its own key), written in the same txn.
+        acting: Option<TxnOp>,
     ) -> Result<(), Error> {
         let marker = serde_json::to_string(&EndMarker { token, cause })
             .map_err(|e| Error::Protocol(e.to_string()))?;
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, token)])
-            .and_then([
-                TxnOp::delete(key, None),
-                TxnOp::put(self.keys.end_marker_key(name), marker, None),
-                TxnOp::delete(self.keys.legacy_end_marker_key(name), None),
-            ]);
+            .and_then(
+                [
+                    TxnOp::delete(key, None),
+                    TxnOp::put(self.keys.end_marker_key(name), marker, None),
+                    TxnOp::delete(self.keys.legacy_end_marker_key(name), None),
+                ]
+                .into_iter()
+                .chain(acting)
+                .collect::<Vec<_>>(),
+            );
         let resp = self.op(self.etcd().txn(txn)).await?;
         if !resp.succeeded() {
             let (kvs, _) = self.read_election(name).await?;

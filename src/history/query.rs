@@ -11,6 +11,7 @@ use super::meta::{CLUSTER_KEY, RESUME_KEY, WATCHED_KEY};
 use super::time::format_ms;
 use super::HistoryError;
 use crate::election::{FenceReason, Layout};
+use crate::events::acting::ActingView;
 use crate::events::{EndCause, Event};
 pub use crate::events::{OpenTerm, ResumePoint};
 
@@ -70,6 +71,10 @@ pub struct TermRow {
     pub from_snapshot: bool,
     /// `None` while the term is open.
     pub duration_seconds: Option<f64>,
+    /// When its holder acted as leader, and the margin (issue 22); filled
+    /// by [`crate::history::Reader::terms`] from the holders' records.
+    #[serde(flatten)]
+    pub acting: ActingView,
 }
 
 /// One refusal by the shared fence.
@@ -226,6 +231,7 @@ pub(super) fn terms(
             from_snapshot: row.get(7)?,
             duration_seconds: ended_at_ms
                 .map(|end| end.saturating_sub(started_at_ms) as f64 / 1000.0),
+            acting: Default::default(),
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -265,6 +271,35 @@ pub(super) fn events(
             source,
         })?;
         out.push(event);
+    }
+    Ok(out)
+}
+
+/// The acting records of `election` for tokens `lo..=hi`, and the marks of
+/// replayed changes (gaps, resets, `unobserved`), recorded at or after
+/// `from_ms`, in the order they were recorded (at most `limit`).
+pub(super) fn acting(
+    conn: &Connection,
+    election: &str,
+    (from_ms, lo, hi): (i64, i64, i64),
+    limit: i64,
+) -> Result<Vec<Event>, HistoryError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, json FROM events
+         WHERE (election = ?1 AND at_ms >= ?2 AND type = 'acting' AND token BETWEEN ?3 AND ?4)
+            OR (election = '' AND at_ms >= ?2 AND type IN ('gap', 'reset', 'unobserved'))
+         ORDER BY id LIMIT ?5",
+    )?;
+    let rows = stmt.query_map(params![election, from_ms, lo, hi, limit], id_json)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, json) = row?;
+        out.push(
+            serde_json::from_str(&json).map_err(|source| HistoryError::Json {
+                what: format!("event row {id}"),
+                source,
+            })?,
+        );
     }
     Ok(out)
 }

@@ -136,7 +136,8 @@ fn apply(
         | EventKind::CandidateQueued { .. }
         | EventKind::CandidateLeft { .. }
         | EventKind::NameCollision { .. }
-        | EventKind::TwoPrimaries { .. } => {}
+        | EventKind::TwoPrimaries { .. }
+        | EventKind::Acting { .. } => {}
     }
     Ok(())
 }

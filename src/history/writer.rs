@@ -288,6 +288,7 @@ pub(super) fn event_row(
             (Some(*token), None)
         }
         EventKind::TwoPrimaries { token, leader, .. } => (Some(*token), Some(leader.as_str())),
+        EventKind::Acting { record } => (Some(record.token), Some(record.holder.as_str())),
         EventKind::Gap { .. }
         | EventKind::Reset { .. }
         | EventKind::Unobserved { .. }

@@ -94,6 +94,8 @@ pub enum Role {
     Fence { election: String, resource: String },
     /// tenure's fence refused one (value: the refusal record).
     Refusal { election: String, resource: String },
+    /// A holder's acting record (`election::acting`), tenure's layout only.
+    Acting { election: String },
     /// In the layout's ranges but none of its business (tenure's token
     /// floor), or outside them: nothing happened.
     Ignored,

@@ -84,6 +84,9 @@ impl Layout for Tenure {
                 election: name.to_string(),
                 resource,
             },
+            Ok(SchemaKey::Acting { name }) => Role::Acting {
+                election: name.to_string(),
+            },
             // tenure's token floor: not an election's.
             Ok(SchemaKey::Floor) | Err(NotSchema::Outside) => Role::Ignored,
             Err(NotSchema::Invalid) => Role::Invalid,
@@ -146,6 +149,12 @@ mod tests {
             }
         );
         assert_eq!(t.classify(b"p/election/~floor", 0), Role::Ignored);
+        assert_eq!(
+            t.classify(b"p/election/~acting/a/b", 0),
+            Role::Acting {
+                election: "a/b".into()
+            }
+        );
         assert_eq!(t.classify(b"q/election/a", 0), Role::Ignored);
         assert_eq!(t.classify(b"p/election/a\xff", 0), Role::Invalid);
         assert_eq!(t.classify(b"p/election/../x", 0), Role::Invalid);

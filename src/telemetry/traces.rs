@@ -276,7 +276,8 @@ pub fn record_event(event: &Event) {
         | EventKind::CandidateLeft { .. } => record_refusal_or_queue(event),
         EventKind::FenceAccepted { .. }
         | EventKind::NameCollision { .. }
-        | EventKind::TwoPrimaries { .. } => {}
+        | EventKind::TwoPrimaries { .. }
+        | EventKind::Acting { .. } => {}
     }
 }
 

@@ -144,7 +144,7 @@ impl Client {
         };
         if let Some((key, token)) = own {
             match self
-                .end_term(name, key, token, 0, EndMarkerCause::Resigned)
+                .end_term(name, key, token, 0, EndMarkerCause::Resigned, None)
                 .await
             {
                 Ok(()) | Err(Error::NotHolder { .. }) => {}

@@ -8,8 +8,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::term_watch::{watch_leader_key, Pace};
-use super::CampaignOptions;
-use crate::election::deadline::Deadline;
+use super::{ActingReports, CampaignOptions};
+use crate::election::acting::Acting;
+use crate::election::deadline::{Deadline, Stamp};
 use crate::election::lease::{deadline_reason, mark_lost, wait_lost, LossReason, Session};
 use crate::election::{keys, Client, ElectionName, EndMarkerCause, Error, FenceDecision};
 
@@ -31,6 +32,22 @@ pub struct Leadership {
     key_watch: JoinHandle<()>,
     signals: Option<JoinHandle<()>>,
     acquired_at: Instant,
+    /// What this term's holder reports about its acting (issue 22).
+    acting: std::sync::Arc<std::sync::Mutex<Acting>>,
+    reports: ActingReports,
+    /// How long a resign of a lost term retries publishing the record.
+    acting_limit: Duration,
+}
+
+/// How long a publication of the acting record is retried, at most.
+const ACTING_RETRY: Duration = Duration::from_millis(250);
+
+/// A won campaign: the term's token, its leader key, and when the request
+/// that won was sent (its commit came no earlier).
+pub(super) struct Won {
+    pub token: i64,
+    pub key: String,
+    pub sent: Stamp,
 }
 
 impl Leadership {
@@ -38,11 +55,17 @@ impl Leadership {
         client: &Client,
         name: &ElectionName,
         holder: &str,
-        token: i64,
-        key: String,
+        won: Won,
         session: Session,
         opts: &CampaignOptions,
     ) -> Self {
+        let Won { token, key, sent } = won;
+        let base = Stamp::now();
+        let session_ttl = session.ttl;
+        let mut acting = Acting::new(token, holder, sent, base);
+        if opts.acting == ActingReports::Automatic {
+            acting.began(base);
+        }
         let key_watch = crate::task::spawn(
             "leader key watch",
             watch_leader_key(
@@ -68,7 +91,7 @@ impl Leadership {
                 }
             })
         });
-        Self {
+        let l = Self {
             client: client.clone(),
             name: name.clone(),
             holder: holder.to_owned(),
@@ -77,8 +100,15 @@ impl Leadership {
             session,
             key_watch,
             signals,
-            acquired_at: Instant::now(),
+            acquired_at: base.mono,
+            acting: std::sync::Arc::new(std::sync::Mutex::new(acting)),
+            reports: opts.acting,
+            acting_limit: session_ttl * 2,
+        };
+        if l.reports == ActingReports::Automatic {
+            l.publish_acting_in_background(l.ttl());
         }
+        l
     }
 
     pub fn name(&self) -> &ElectionName {
@@ -171,7 +201,15 @@ impl Leadership {
     /// marker: only the lease is revoked (which deletes a key it still has).
     pub async fn resign(mut self) -> Result<(), Error> {
         self.key_watch.abort();
+        // Ending now: the lease ends no earlier than this (the request
+        // goes after it).
+        let now = Stamp::now();
+        let record = self.acting_at_end(now);
+        let mut published = record.is_none();
         if self.session.lost().is_none() {
+            let extra = record.as_ref().map(|json| {
+                TxnOp::put(self.client.keys.acting_key(&self.name), json.as_str(), None)
+            });
             let ended = self
                 .client
                 .end_term(
@@ -180,17 +218,121 @@ impl Leadership {
                     self.token,
                     self.session.lease_id,
                     EndMarkerCause::Resigned,
+                    extra,
                 )
                 .await;
-            // NotHolder: the term had already ended; the lease still goes.
-            if let Err(e) = ended {
-                if !matches!(e, Error::NotHolder { .. }) {
+            match ended {
+                Ok(()) => published = true,
+                // NotHolder: the term had already ended; the lease still goes.
+                Err(Error::NotHolder { .. }) => {}
+                Err(e) => {
                     let _ = self.session.revoke(LossReason::Resigned).await;
                     return Err(e);
                 }
             }
         }
+        if published {
+            self.acting_lock().sent();
+        } else {
+            // Before the lease goes: what etcd shows of the term is then
+            // complete when it ends.
+            if let Err(e) = self.publish_acting(self.acting_limit).await {
+                tracing::warn!(
+                    error = %e,
+                    "could not publish the term's acting record: its end shows as unknown"
+                );
+            }
+        }
+        self.reports = ActingReports::Off;
         self.session.revoke(LossReason::Resigned).await
+    }
+
+    /// The acting record to write as the term ends at `now`, if it has
+    /// news: with [`ActingReports::Automatic`] acting stops now; a caller's
+    /// record goes as the caller left it.
+    fn acting_at_end(&self, now: Stamp) -> Option<String> {
+        let lease_end = self.expiry_earliest().min(now.after(Duration::ZERO));
+        let mut acting = self.acting_lock();
+        match self.reports {
+            ActingReports::Off => return None,
+            ActingReports::Automatic => {
+                acting.stopping(now);
+                if !acting.has_ended() {
+                    acting.ended(now, lease_end);
+                }
+            }
+            ActingReports::ByCaller => {}
+        }
+        acting.lease_end(lease_end);
+        acting
+            .unsent()
+            .then(|| serde_json::to_string(&acting.to_send()).ok())
+            .flatten()
+    }
+
+    /// How long a resign of a lost term keeps trying to publish the acting
+    /// record while etcd does not answer (default: twice the TTL).
+    pub fn set_acting_publish_limit(&mut self, limit: Duration) {
+        self.acting_limit = limit;
+    }
+
+    fn acting_lock(&self) -> std::sync::MutexGuard<'_, Acting> {
+        lock(&self.acting)
+    }
+
+    /// Acting began at `at` ([`ActingReports::ByCaller`]): the program that
+    /// acts for this term started. A guarded program (one a watchdog kills
+    /// `slack` before the lease's earliest expiry) says so with `guard`.
+    pub fn acting_began(&self, at: Stamp, guard: Option<Duration>) {
+        let mut acting = self.acting_lock();
+        acting.began(at);
+        if let Some(slack) = guard {
+            acting.guarded(slack);
+        }
+    }
+
+    /// Stopping began at `at`: the loss was seen, a signal came, the
+    /// program exited by itself.
+    pub fn acting_stopping(&self, at: Stamp) {
+        self.acting_lock().stopping(at);
+    }
+
+    /// Acting ended at `at`: nothing of the program can run any more.
+    pub fn acting_ended(&self, at: Stamp) {
+        let lease_end = self.expiry_earliest();
+        self.acting_lock().ended(at, lease_end);
+    }
+
+    /// Acting ended at an unknown moment, at the latest `by` (a watchdog's
+    /// deadline).
+    pub fn acting_ended_by(&self, by: Deadline) {
+        let lease_end = self.expiry_earliest();
+        self.acting_lock().ended_by(by, lease_end);
+    }
+
+    /// Writes the acting record as it stands (`P election/~acting/<name>`,
+    /// no lease), retrying what got no answer for up to `limit`: a holder
+    /// cut off from etcd publishes when it can, and the record says it was
+    /// late. One put per call that succeeds.
+    pub async fn publish_acting(&self, limit: Duration) -> Result<(), Error> {
+        publish(
+            &self.client,
+            self.client.keys.acting_key(&self.name),
+            &self.acting,
+            limit,
+        )
+        .await
+    }
+
+    /// [`Leadership::publish_acting`] in the background.
+    pub fn publish_acting_in_background(&self, limit: Duration) {
+        let (client, acting) = (self.client.clone(), self.acting.clone());
+        let key = self.client.keys.acting_key(&self.name);
+        crate::task::spawn("acting record", async move {
+            if let Err(e) = publish(&client, key, &acting, limit).await {
+                tracing::warn!(error = %e, "could not publish the term's acting record");
+            }
+        });
     }
 
     /// Replaces the leader key's value, only while this term holds it.
@@ -244,8 +386,45 @@ impl Leadership {
     }
 }
 
+/// One publication of the acting record under `key`, retried while etcd
+/// does not answer, for up to `limit`.
+async fn publish(
+    client: &Client,
+    key: String,
+    acting: &std::sync::Mutex<Acting>,
+    limit: Duration,
+) -> Result<(), Error> {
+    let until = Instant::now() + limit;
+    loop {
+        let record = lock(acting).to_send();
+        let json = serde_json::to_string(&record).map_err(|e| Error::Protocol(e.to_string()))?;
+        match client.op(client.etcd().put(key.as_str(), json, None)).await {
+            Ok(_) => {
+                lock(acting).sent();
+                return Ok(());
+            }
+            Err(e) => {
+                lock(acting).failed();
+                if !e.is_retryable() || Instant::now() + ACTING_RETRY >= until {
+                    return Err(e);
+                }
+                tokio::time::sleep(ACTING_RETRY).await;
+            }
+        }
+    }
+}
+
+fn lock(acting: &std::sync::Mutex<Acting>) -> std::sync::MutexGuard<'_, Acting> {
+    acting.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Drop for Leadership {
     fn drop(&mut self) {
+        // Dropped without a resign: acting stops now (the lease's revoke,
+        // in the background, comes after).
+        if self.reports == ActingReports::Automatic && self.acting_at_end(Stamp::now()).is_some() {
+            self.publish_acting_in_background(self.ttl());
+        }
         self.key_watch.abort();
         if let Some(s) = &self.signals {
             s.abort();

@@ -17,12 +17,14 @@ use std::time::Duration;
 use etcd_client::{EventType, TxnResponse};
 use tokio::time::Instant;
 
+use super::deadline::Stamp;
 use super::keywatch::{RangeWatch, Watched};
 use super::lease::{LossReason, Session, Ttl};
 use super::{keys, Client, ElectionName, Error, Layout, Leader};
 
 pub use detached::Acquired;
 pub use leadership::Leadership;
+use leadership::Won;
 use queue::{wait_in_queue, Queued};
 
 /// How to campaign.
@@ -42,6 +44,27 @@ pub struct CampaignOptions {
     /// `concurrency.Election` and `etcdctl elect` candidates) and each
     /// waiter watches only its predecessor.
     pub layout: Layout,
+    /// Who says when the holder acted as leader (the term's acting record,
+    /// `election::acting`): see [`ActingReports`].
+    pub acting: ActingReports,
+}
+
+/// Who reports a term's acting (`P election/~acting/<name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActingReports {
+    /// The library (default): acting began when the leadership was handed
+    /// over, and ended when it was resigned or dropped. One write at the
+    /// start (in the background); at the end the record rides in the
+    /// resign's own txn.
+    Automatic,
+    /// The caller says when acting began and ended
+    /// ([`Leadership::acting_began`], [`Leadership::acting_ended`], …) and
+    /// publishes ([`Leadership::publish_acting`]); a resign after an end
+    /// carries the record in its txn. `tenure campaign` does: CMD started,
+    /// its group dead.
+    ByCaller,
+    /// Nothing is written.
+    Off,
 }
 
 impl CampaignOptions {
@@ -51,6 +74,7 @@ impl CampaignOptions {
             margin: None,
             resign_on_signal: false,
             layout: Layout::Single,
+            acting: ActingReports::Automatic,
         }
     }
 
@@ -95,6 +119,7 @@ impl Client {
     ) -> Result<Campaigned, Error> {
         keys::validate_candidate(candidate)?;
         let mut session = Session::grant(self, opts.ttl, opts.margin).await?;
+        let sent = Stamp::now();
         let attempt = match self
             .acquire_resolved(name, candidate, session.lease_id, opts.layout)
             .await
@@ -109,7 +134,12 @@ impl Client {
         };
         match attempt {
             Attempt::Won { token, key } => Ok(Campaigned::Leader(Leadership::start(
-                self, name, candidate, token, key, session, opts,
+                self,
+                name,
+                candidate,
+                Won { token, key, sent },
+                session,
+                opts,
             ))),
             Attempt::Held { leader, .. } => {
                 let _ = session.revoke(LossReason::Resigned).await;
@@ -242,12 +272,16 @@ impl Client {
         // no term behind it and nobody able to take over, for as long as
         // the slowness lasts. After a TTL of not knowing the lease goes.
         let mut unknown_since: Option<Instant> = None;
+        let mut doubt_sent: Option<Stamp> = None;
         loop {
             let s = self
                 .live_session(session.take(), opts, &mut backoff)
                 .await?;
             current_lease.store(s.lease_id, std::sync::atomic::Ordering::SeqCst);
             let queued_lease = queued.take();
+            // An attempt in doubt may have committed: the win's commit is
+            // then no later than that attempt's sending.
+            let sent = *doubt_sent.get_or_insert_with(Stamp::now);
             let attempt = match self.attempt(name, candidate, &s, queued_lease, opts).await {
                 Ok(a) => a,
                 // The txn may have committed: the next attempt, with the
@@ -260,6 +294,7 @@ impl Client {
                 // The candidate's lease was revoked under it (an operator,
                 // or it expired while etcd was away): start with a new one.
                 Err(e) if e.is_lease_not_found() => {
+                    doubt_sent = None;
                     backoff
                         .wait(&e, "campaigning with a lease that is gone")
                         .await;
@@ -269,10 +304,16 @@ impl Client {
             };
             backoff.reset();
             unknown_since = None;
+            doubt_sent = None;
             let (revision, place, leader) = match attempt {
                 Attempt::Won { token, key } => {
                     return Ok(Leadership::start(
-                        self, name, candidate, token, key, s, opts,
+                        self,
+                        name,
+                        candidate,
+                        Won { token, key, sent },
+                        s,
+                        opts,
                     ))
                 }
                 Attempt::Held {
@@ -291,8 +332,15 @@ impl Client {
                     continue;
                 };
                 let (token, key) = (place.token, place.key);
+                // Won by a watch event: learned as a watcher learns it.
+                let sent = Stamp::now();
                 return Ok(Leadership::start(
-                    self, name, candidate, token, key, s, opts,
+                    self,
+                    name,
+                    candidate,
+                    Won { token, key, sent },
+                    s,
+                    opts,
                 ));
             }
             self.wait_for_leader_end(name, leader.as_ref(), revision, &s)

@@ -177,6 +177,33 @@ pub(in crate::history) fn terms(
                 from_snapshot: row.try_get(7)?,
                 duration_seconds: ended_at_ms
                     .map(|end| end.saturating_sub(started_at_ms) as f64 / 1000.0),
+                acting: Default::default(),
+            })
+        })
+        .collect()
+}
+
+/// See `query::acting`.
+pub(in crate::history) fn acting(
+    client: &mut Client,
+    election: &str,
+    (from_ms, lo, hi): (i64, i64, i64),
+    limit: i64,
+) -> Result<Vec<Event>, HistoryError> {
+    let rows = client.query(
+        "SELECT id, json FROM events
+         WHERE (election = $1 AND at_ms >= $2 AND type = 'acting' AND token BETWEEN $3 AND $4)
+            OR (election = '' AND at_ms >= $2 AND type IN ('gap', 'reset', 'unobserved'))
+         ORDER BY id LIMIT $5",
+        &[&election, &from_ms, &lo, &hi, &limit],
+    )?;
+    rows.iter()
+        .map(|row| {
+            let id: i64 = row.try_get(0)?;
+            let json: String = row.try_get(1)?;
+            serde_json::from_str(&json).map_err(|source| HistoryError::Json {
+                what: format!("event row {id}"),
+                source,
             })
         })
         .collect()

@@ -190,7 +190,8 @@ impl Pending {
             | EventKind::CandidateQueued { .. }
             | EventKind::CandidateLeft { .. }
             | EventKind::NameCollision { .. }
-            | EventKind::TwoPrimaries { .. } => {}
+            | EventKind::TwoPrimaries { .. }
+            | EventKind::Acting { .. } => {}
         }
         Ok(())
     }

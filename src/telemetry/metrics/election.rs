@@ -242,7 +242,8 @@ impl Election {
             | EventKind::CandidateQueued { .. }
             | EventKind::CandidateLeft { .. }
             | EventKind::NameCollision { .. }
-            | EventKind::TwoPrimaries { .. } => None,
+            | EventKind::TwoPrimaries { .. }
+            | EventKind::Acting { .. } => None,
         }
     }
 

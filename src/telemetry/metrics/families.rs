@@ -41,6 +41,7 @@ pub enum Scope {
 /// Which family (what the registry and the exposition match on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Id {
+    ActingMargin,
     BuildInfo,
     CandidatesWaiting,
     ElectionCandidatesWaiting,
@@ -66,6 +67,7 @@ pub enum Id {
     WatchRestarts,
     WatchRevision,
     TwoPrimaries,
+    Overlap,
 }
 
 /// One metric family.
@@ -81,6 +83,12 @@ pub struct Family {
     pub buckets: &'static [f64],
     pub scope: Scope,
 }
+
+/// Buckets of the margin histogram (seconds; negative: two holders acted at
+/// once for that long).
+pub const MARGIN_BUCKETS: &[f64] = &[
+    -10.0, -1.0, -0.1, 0.0, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 /// Buckets of both term-duration histograms: 1 s to a week.
 pub const TERM_DURATION_BUCKETS: &[f64] = &[
@@ -116,7 +124,21 @@ use Kind::{Counter, Gauge, Histogram};
 use Scope::{Election, ElectionDetail, Process};
 
 /// Every family, in name order (the order of the exposition).
-pub const FAMILIES: [Family; 25] = [
+pub const FAMILIES: [Family; 27] = [
+    Family {
+        buckets: MARGIN_BUCKETS,
+        ..family(
+            Id::ActingMargin,
+            "tenure_acting_margin_seconds",
+            "Per term whose holder reported when it stopped acting (tenure campaign, the \
+             library): the earliest moment another holder could have acted (the lease's \
+             earliest end, the term's end with its lease, the next term's start) minus when \
+             acting ended. Negative: two holders acted at once. All elections together.",
+            Histogram,
+            &[],
+            Process,
+        )
+    },
     family(
         Id::BuildInfo,
         "tenure_build_info",
@@ -255,6 +277,15 @@ pub const FAMILIES: [Family; 25] = [
         "Times etcd compacted revisions before the watcher saw them, or replaced \
          its timeline (a restore, a new cluster: an event of type reset) (history \
          gaps: transitions in between are not known one by one).",
+        Counter,
+        &[],
+        Process,
+    ),
+    family(
+        Id::Overlap,
+        "tenure_overlap_seconds_total",
+        "Seconds two holders acted as leader at once: how long each holder that reported \
+         when it stopped acting acted on after the next term began, all elections together.",
         Counter,
         &[],
         Process,

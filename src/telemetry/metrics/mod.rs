@@ -68,6 +68,7 @@
 //! Label values are escaped as the text format requires (`\`, `"` and
 //! newlines); nothing here panics on any string.
 
+mod acting;
 mod election;
 mod exposition;
 pub mod families;
@@ -131,6 +132,8 @@ pub struct Metrics {
     /// The watcher is not live (etcd unreachable, the stream broken or
     /// stuck): leaderless time does not grow until it is (issue 20.7).
     paused: AtomicBool,
+    /// Terms whose acting margin is not final yet (issue 22).
+    margins: Mutex<acting::Margins>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -159,6 +162,7 @@ impl Metrics {
             elections: Mutex::new(BTreeMap::new()),
             last_len: AtomicUsize::new(0),
             paused: AtomicBool::new(false),
+            margins: Mutex::new(acting::Margins::default()),
         })
     }
 
@@ -294,6 +298,18 @@ impl Metrics {
                         if let Some(secs) = ended.duration {
                             self.p.term_duration.observe(secs);
                         }
+                    }
+                }
+                drop(elections);
+                let finals = self
+                    .margins
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .apply(&batch.events, now_ms);
+                for (margin, overlap) in finals {
+                    self.p.margin.observe(margin as f64 / 1000.0);
+                    if overlap > 0 {
+                        self.p.overlap.inc_by(overlap as f64 / 1000.0);
                     }
                 }
                 self.p.events.inc_by(batch.events.len() as u64);

@@ -4,7 +4,8 @@
 
 use prometheus::core::Collector;
 use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Counter, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 
 use crate::events::{EndCause, RestartReason};
@@ -14,11 +15,14 @@ use super::TelemetryError;
 
 /// The registry metrics, each registered once.
 pub(super) struct Process {
+    pub margin: Histogram,
     pub events: IntCounter,
     pub restarts: IntCounterVec,
     pub revision: IntGauge,
     pub etcd_up: IntGauge,
     pub gaps: IntCounter,
+    /// Fleet-wide: seconds two holders acted at once.
+    pub overlap: Counter,
     pub overflow: IntCounter,
     pub ignored_keys: IntCounter,
     pub two_primaries: IntCounter,
@@ -36,6 +40,7 @@ impl Process {
     /// at zero (build info at 1).
     pub fn register(r: &Registry) -> Result<Self, TelemetryError> {
         let p = Self {
+            margin: reg(r, histogram(Id::ActingMargin)?)?,
             events: reg(
                 r,
                 IntCounter::with_opts(opts(Id::WatchEvents, Kind::Counter)?)?,
@@ -46,6 +51,7 @@ impl Process {
                 IntGauge::with_opts(opts(Id::WatchRevision, Kind::Gauge)?)?,
             )?,
             etcd_up: reg(r, IntGauge::with_opts(opts(Id::EtcdUp, Kind::Gauge)?)?)?,
+            overlap: reg(r, Counter::with_opts(opts(Id::Overlap, Kind::Counter)?)?)?,
             gaps: reg(
                 r,
                 IntCounter::with_opts(opts(Id::HistoryGaps, Kind::Counter)?)?,

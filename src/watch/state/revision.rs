@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use super::{
     candidate, ended, event, pick, started, Candidate, Change, Election, Kv, Pending, State, Term,
 };
+use crate::election::acting::ActingRecord;
 use crate::election::{fence::RefusalRecord, keys::parse_padded_token, Layout};
 use crate::events::{EndCause, EventKind, OpenTerm, WatchStatus};
 use crate::layout::{EndHint, Reading, Role};
@@ -18,7 +19,8 @@ struct Said {
     touched: Vec<String>,
     /// How a term ended, by election (tenure's end marker).
     hints: HashMap<String, EndHint>,
-    /// Fence events, in key order; the leader is filled in at the end.
+    /// Fence events and acting records, in key order; a refusal's leader
+    /// is filled in at the end.
     fence: Vec<(String, EventKind)>,
     /// Queue-layout keys that came (whether they wait is known once the
     /// revision's leader is) and waiting ones that went.
@@ -119,6 +121,10 @@ impl State {
                     Err(_) => statuses.push(WatchStatus::IgnoredKey),
                 }
             }
+            (Role::Acting { election }, Change::Put(kv)) => match ActingRecord::parse(&kv.value) {
+                Some(record) => said.fence.push((election, EventKind::Acting { record })),
+                None => statuses.push(WatchStatus::IgnoredKey),
+            },
             // Deleted or malformed: no request stands.
             (Role::Standing { election }, _) => match reading {
                 Some(Reading::Standing(s)) => self.stand(election, Some(s)),

@@ -519,6 +519,7 @@ mod tests {
             end_cause: None,
             from_snapshot: false,
             duration_seconds: None,
+            acting: Default::default(),
         }
     }
 

@@ -681,6 +681,16 @@ fn event_view(e: &Event) -> EventView {
             ),
             true,
         ),
+        EventKind::Acting { record } => (
+            format!(
+                "{} reported its acting in term {}{}{}",
+                record.holder,
+                record.token,
+                if record.has_end() { ": stopped" } else { ": acting" },
+                if record.late { " (reported late)" } else { "" }
+            ),
+            false,
+        ),
         EventKind::NameCollision { other } => (
             format!(
                 "name collision with election {other}: one name is a path prefix of the other, so \
@@ -737,6 +747,7 @@ mod tests {
             end_cause: Some(EndCause::Resigned),
             from_snapshot,
             duration_seconds: Some(2.5),
+            acting: Default::default(),
         }
     }
 

@@ -1,0 +1,291 @@
+//! A term's acting, placed on etcd's time, and its margin (issue 22). Pure:
+//! the history's readers (API, pages, report) and the metrics use it alike.
+//!
+//! The holder's record (`election::acting`) counts from its base, the
+//! moment it learned it won; the term's recorded start is when the watcher
+//! learned it. Both follow the same commit, so the base is aligned with
+//! the recorded start, within the record's `window_ms` (the commit lies at
+//! most that long before the base). A term whose start was not seen live
+//! (a snapshot, a replay) cannot be aligned: its times are unknown.
+//!
+//! The margin is (the earliest moment another holder could have acted) −
+//! (acting ended), where the first is the earliest of:
+//! - the lease's earliest end as the holder knew it (its last confirmed
+//!   renewal plus the TTL, or its own request ending the term): on the
+//!   holder's clock, exact, no alignment;
+//! - the term's end in etcd, when the lease ended with it (`expired`,
+//!   `resigned`: a revoke by anyone);
+//! - the next term's start.
+//!
+//! Negative: the holder acted past the moment another could have; against
+//! the next term's start, two holders acted at once for that long (the
+//! view's `overlap_ms`). When acting's end is
+//! only bounded (a guard's deadline) or not reported, the margin is
+//! unknown, never guessed.
+
+use serde::Serialize;
+
+use super::EndCause;
+use crate::election::acting::ActingRecord;
+
+/// The versions of one term's record, merged: later versions fill in what
+/// earlier ones did not say. `late` per part: as the version that first
+/// said it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Merged {
+    pub record: Option<ActingRecord>,
+    pub began_late: bool,
+    pub ended_late: bool,
+}
+
+impl Merged {
+    pub fn add(&mut self, r: &ActingRecord) {
+        let Some(m) = &mut self.record else {
+            self.began_late = r.began_ms.is_some() && r.late;
+            self.ended_late = r.has_end() && r.late;
+            self.record = Some(r.clone());
+            return;
+        };
+        if m.began_ms.is_none() && r.began_ms.is_some() {
+            self.began_late = r.late;
+        }
+        if !m.has_end() && r.has_end() {
+            self.ended_late = r.late;
+        }
+        m.began_ms = m.began_ms.or(r.began_ms);
+        m.stopping_ms = m.stopping_ms.or(r.stopping_ms);
+        if r.ended_ms.is_some() {
+            m.ended_ms = r.ended_ms;
+            m.ended_by_ms = None;
+        } else if m.ended_ms.is_none() && r.ended_by_ms.is_some() {
+            m.ended_by_ms = r.ended_by_ms;
+        }
+        m.lease_end_ms = match (m.lease_end_ms, r.lease_end_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        m.guard_slack_ms = m.guard_slack_ms.or(r.guard_slack_ms);
+        m.late |= r.late;
+    }
+}
+
+/// What is known of a term, from etcd's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TermFacts {
+    /// When the watcher saw it start; `None` when that was not seen live.
+    pub started_at_ms: Option<i64>,
+    pub ended_at_ms: Option<i64>,
+    pub end_cause: Option<EndCause>,
+    /// The next term's start; `Known(None)`: none (yet).
+    pub next_started_at_ms: Next,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    Known(Option<i64>),
+    Unknown,
+}
+
+/// A term's acting on etcd's time (unix ms), as the API gives it. `None`:
+/// unknown (not reported, or the term's start not seen live).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ActingView {
+    pub acting_started_ms: Option<i64>,
+    pub acting_started_late: bool,
+    /// Stopping began (the loss seen, a signal, the program's own exit).
+    pub acting_stopping_ms: Option<i64>,
+    /// Acting ended (the program's group dead).
+    pub acting_stopped_ms: Option<i64>,
+    /// Acting's end not reported exactly: it ended by here at the latest
+    /// (the guard's deadline, or when the holder last looked).
+    pub acting_stopped_by_ms: Option<i64>,
+    pub acting_stopped_late: bool,
+    /// See the module documentation; `None`: unknown.
+    pub margin_ms: Option<i64>,
+    /// How far the margin and the times may be off (the alignment's
+    /// window); 0 when the margin came from the holder's clock alone.
+    pub margin_bound_ms: Option<i64>,
+    /// What the margin was measured against: `lease`, `term_end`,
+    /// `next_term`.
+    pub margin_against: Option<&'static str>,
+    /// How long this holder acted on after the next term began: two
+    /// holders acting at once (0: it had stopped; `None`: unknown). A
+    /// negative margin against the lease alone is a risk (the lease could
+    /// have ended), this is what happened.
+    pub overlap_ms: Option<i64>,
+}
+
+/// The term's acting on etcd's time, and its margin.
+pub fn view(term: &TermFacts, merged: &Merged) -> ActingView {
+    let (Some(r), Some(start)) = (&merged.record, term.started_at_ms) else {
+        return ActingView::default();
+    };
+    let at = |offset: Option<i64>| offset.map(|o| start.saturating_add(o));
+    let mut v = ActingView {
+        acting_started_ms: at(r.began_ms),
+        acting_started_late: merged.began_late,
+        acting_stopping_ms: at(r.stopping_ms),
+        acting_stopped_ms: at(r.ended_ms),
+        acting_stopped_by_ms: at(r.ended_by_ms),
+        acting_stopped_late: merged.ended_late,
+        ..ActingView::default()
+    };
+    let Some(ended) = r.ended_ms else {
+        // Not reported: a guard kills the group `slack` before the lease's
+        // earliest expiry, which is no later than etcd's expiry.
+        if let (None, Some(slack), Some(EndCause::Expired), Some(end)) = (
+            r.ended_by_ms,
+            r.guard_slack_ms,
+            term.end_cause,
+            term.ended_at_ms,
+        ) {
+            v.acting_stopped_by_ms = Some(end - slack);
+        }
+        return v;
+    };
+    let ended_at = start.saturating_add(ended);
+    let mut candidates: Vec<(i64, i64, &'static str)> = Vec::new();
+    if let Some(lease_end) = r.lease_end_ms {
+        candidates.push((lease_end - ended, 0, "lease"));
+    }
+    let lease_went = matches!(
+        term.end_cause,
+        Some(EndCause::Expired) | Some(EndCause::Resigned)
+    );
+    if let (true, Some(end)) = (lease_went, term.ended_at_ms) {
+        candidates.push((end - ended_at, r.window_ms, "term_end"));
+    }
+    match term.next_started_at_ms {
+        Next::Known(Some(next)) => {
+            candidates.push((next - ended_at, r.window_ms, "next_term"));
+            v.overlap_ms = Some((ended_at - next).max(0));
+        }
+        Next::Known(None) => v.overlap_ms = Some(0),
+        // Another term may have started before acting ended: unknown.
+        Next::Unknown => return v,
+    }
+    if let Some(&(margin, bound, against)) = candidates.iter().min_by_key(|c| c.0) {
+        v.margin_ms = Some(margin);
+        v.margin_bound_ms = Some(bound);
+        v.margin_against = Some(against);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(began: i64, ended: Option<i64>, lease_end: Option<i64>) -> ActingRecord {
+        ActingRecord {
+            v: 1,
+            token: 5,
+            holder: "h".into(),
+            window_ms: 3,
+            began_ms: Some(began),
+            stopping_ms: None,
+            ended_ms: ended,
+            ended_by_ms: None,
+            lease_end_ms: lease_end,
+            guard_slack_ms: None,
+            sent_ms: 0,
+            late: false,
+        }
+    }
+
+    fn facts(end: Option<(i64, EndCause)>, next: Next) -> TermFacts {
+        TermFacts {
+            started_at_ms: Some(1_000),
+            ended_at_ms: end.map(|e| e.0),
+            end_cause: end.map(|e| e.1),
+            next_started_at_ms: next,
+        }
+    }
+
+    fn merged(records: &[ActingRecord]) -> Merged {
+        let mut m = Merged::default();
+        for r in records {
+            m.add(r);
+        }
+        m
+    }
+
+    #[test]
+    fn an_expiry_is_measured_against_the_leases_earliest_end_on_the_holders_clock() {
+        let m = merged(&[record(2, None, None), record(2, Some(2_000), Some(2_750))]);
+        let v = view(
+            &facts(Some((4_000, EndCause::Expired)), Next::Known(Some(4_010))),
+            &m,
+        );
+        assert_eq!(v.acting_started_ms, Some(1_002));
+        assert_eq!(v.acting_stopped_ms, Some(3_000));
+        assert_eq!(v.margin_ms, Some(750));
+        assert_eq!(v.margin_against, Some("lease"));
+        assert_eq!(v.margin_bound_ms, Some(0));
+        assert_eq!(v.overlap_ms, Some(0));
+    }
+
+    #[test]
+    fn a_next_term_that_began_before_acting_ended_is_an_overlap() {
+        // Deposed at 2,000, a waiter took over at 2,005; the holder's group
+        // died at 2,800.
+        let m = merged(&[record(2, Some(1_800), Some(9_000))]);
+        let v = view(
+            &facts(Some((2_000, EndCause::Deleted)), Next::Known(Some(2_005))),
+            &m,
+        );
+        assert_eq!(v.margin_ms, Some(-795));
+        assert_eq!(v.margin_against, Some("next_term"));
+        assert_eq!(v.margin_bound_ms, Some(3));
+        assert_eq!(v.overlap_ms, Some(795));
+        // A depose's end is the key's, not the lease's: with nobody next,
+        // only the lease counts.
+        let alone = view(
+            &facts(Some((2_000, EndCause::Deleted)), Next::Known(None)),
+            &m,
+        );
+        assert_eq!(alone.margin_ms, Some(7_200));
+    }
+
+    #[test]
+    fn unknown_when_the_end_is_only_bounded_the_start_unseen_or_the_next_term_unknown() {
+        let mut bounded = record(2, None, Some(3_000));
+        bounded.ended_by_ms = Some(2_750);
+        let f = facts(Some((4_000, EndCause::Expired)), Next::Known(None));
+        let v = view(&f, &merged(&[bounded]));
+        assert_eq!(v.acting_stopped_by_ms, Some(3_750));
+        assert_eq!(v.margin_ms, None);
+        let exact = merged(&[record(2, Some(2_000), Some(2_750))]);
+        let unseen = TermFacts {
+            started_at_ms: None,
+            ..f
+        };
+        assert_eq!(view(&unseen, &exact), ActingView::default());
+        let v = view(
+            &facts(Some((4_000, EndCause::Expired)), Next::Unknown),
+            &exact,
+        );
+        assert_eq!(v.margin_ms, None);
+        assert_eq!(v.acting_stopped_ms, Some(3_000));
+    }
+
+    #[test]
+    fn a_revoke_by_someone_else_ends_the_lease_before_the_holder_knew() {
+        let m = merged(&[record(2, Some(2_000), Some(5_000))]);
+        let v = view(
+            &facts(Some((2_500, EndCause::Resigned)), Next::Known(None)),
+            &m,
+        );
+        assert_eq!(v.margin_ms, Some(-500));
+        assert_eq!(v.margin_against, Some("term_end"));
+    }
+
+    #[test]
+    fn late_is_said_per_part_by_the_version_that_first_said_it() {
+        let mut end = record(2, Some(2_000), Some(2_750));
+        end.late = true;
+        let m = merged(&[record(2, None, None), end]);
+        assert!(!m.began_late);
+        assert!(m.ended_late);
+    }
+}

@@ -1,0 +1,126 @@
+//! The fleet's margins (issue 22): each term's margin observed once, when
+//! it is final, into `tenure_acting_margin_seconds`, and the time its
+//! holder acted on after the next term began added to
+//! `tenure_overlap_seconds_total`. Computed by
+//! `events::acting`, as the API computes it.
+//!
+//! A margin is final once the holder reported acting's end, the term ended
+//! in etcd, and either the next term started or the time when a next term
+//! could still have lowered it has passed (its start would now come after
+//! the margin's reference). Kept per election: the last few terms only.
+
+use std::collections::HashMap;
+
+use crate::election::acting::ActingRecord;
+use crate::events::acting::{self, ActingView, Merged, Next, TermFacts};
+use crate::events::{EndCause, Event, EventKind};
+
+/// Terms kept per election while their margin is not final.
+const KEPT: usize = 4;
+
+#[derive(Debug, Default)]
+struct Term {
+    token: i64,
+    started_at_ms: Option<i64>,
+    ended_at_ms: Option<i64>,
+    end_cause: Option<EndCause>,
+    next_started_at_ms: Option<i64>,
+    merged: Merged,
+    observed: bool,
+}
+
+/// Pending terms by election.
+#[derive(Debug, Default)]
+pub(super) struct Margins {
+    elections: HashMap<String, Vec<Term>>,
+}
+
+impl Margins {
+    /// Reads one batch's events; `live` is false for a batch replayed
+    /// (its times are arrival times: a start in it cannot be aligned).
+    /// Returns the (margin, overlap) of each term whose margin became
+    /// final, in ms.
+    pub fn apply(&mut self, events: &[Event], now_ms: i64) -> Vec<(i64, i64)> {
+        let replayed = events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::Unobserved { .. } | EventKind::Gap { .. }));
+        for e in events {
+            match &e.kind {
+                EventKind::TermStarted {
+                    token,
+                    from_snapshot,
+                    ..
+                } => {
+                    let terms = self.elections.entry(e.election.clone()).or_default();
+                    if let Some(prev) = terms.last_mut() {
+                        prev.next_started_at_ms.get_or_insert(e.at_ms);
+                    }
+                    terms.push(Term {
+                        token: *token,
+                        started_at_ms: (!from_snapshot && !replayed).then_some(e.at_ms),
+                        ..Term::default()
+                    });
+                    if terms.len() > KEPT {
+                        terms.remove(0);
+                    }
+                }
+                EventKind::TermEnded { token, cause, .. } => {
+                    if let Some(t) = self.term(&e.election, *token) {
+                        t.ended_at_ms = Some(e.at_ms);
+                        t.end_cause = Some(*cause);
+                    }
+                }
+                EventKind::Acting { record } => self.record(&e.election, record),
+                _ => {}
+            }
+        }
+        self.finals(now_ms)
+    }
+
+    fn term(&mut self, election: &str, token: i64) -> Option<&mut Term> {
+        self.elections
+            .get_mut(election)?
+            .iter_mut()
+            .find(|t| t.token == token)
+    }
+
+    fn record(&mut self, election: &str, record: &ActingRecord) {
+        if let Some(t) = self.term(election, record.token) {
+            t.merged.add(record);
+        }
+    }
+
+    /// The margins that are final now, each observed once.
+    fn finals(&mut self, now_ms: i64) -> Vec<(i64, i64)> {
+        let mut out = Vec::new();
+        for terms in self.elections.values_mut() {
+            for t in terms.iter_mut().filter(|t| !t.observed) {
+                if let Some(m) = final_margin(t, now_ms) {
+                    t.observed = true;
+                    out.push(m);
+                }
+            }
+            terms.retain(|t| !t.observed || t.next_started_at_ms.is_none());
+        }
+        self.elections.retain(|_, terms| !terms.is_empty());
+        out
+    }
+}
+
+fn final_margin(t: &Term, now_ms: i64) -> Option<(i64, i64)> {
+    let record = t.merged.record.as_ref()?;
+    record.ended_ms?;
+    t.ended_at_ms?;
+    let facts = TermFacts {
+        started_at_ms: t.started_at_ms,
+        ended_at_ms: t.ended_at_ms,
+        end_cause: t.end_cause,
+        next_started_at_ms: Next::Known(t.next_started_at_ms),
+    };
+    let v: ActingView = acting::view(&facts, &t.merged);
+    let margin = v.margin_ms?;
+    let stopped = v.acting_stopped_ms?;
+    // A next term starting later than this would not lower the margin.
+    let settled = t.next_started_at_ms.is_some() || now_ms >= stopped.saturating_add(margin);
+    settled.then_some((margin, v.overlap_ms.unwrap_or(0)))
+}

@@ -1,0 +1,300 @@
+//! Acting records and margins (issue 22), against a real etcd, a real
+//! `tenure serve` and real `tenure campaign` holders.
+//!
+//! The checker is independent of tenure: the command records every moment
+//! it acts (`date +%s%N`, the wall clock this test reads too: one clock),
+//! and the test watches the leader key itself (`KeyLog`) or polls the
+//! holder's lease. The margin each test computes from that record is
+//! compared with the one serve reports; never with what tenure computed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use support::holder::{dead_at, live_members, ms, now_ns, Holder, KeyLog};
+use support::proxy::Proxy;
+use support::Etcd;
+use support::Serve;
+use tenure::election::{Client, ElectionName};
+
+/// The term of `token` as serve's terms API gives it, once its acting
+/// record says it stopped (or `within` runs out: the last answer).
+async fn term(serve: &Serve, election: &str, token: i64, within: Duration) -> Value {
+    let url = serve.url(&format!("/api/v1/elections/{election}/terms"));
+    let deadline = Instant::now() + within;
+    loop {
+        let body: Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+        let t = body["terms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["token"] == token)
+            .cloned();
+        if let Some(t) = &t {
+            let stopped = !t["acting_stopped_ms"].is_null() || !t["acting_stopped_by_ms"].is_null();
+            let ended = !t["ended_at_ms"].is_null();
+            if (stopped && ended) || Instant::now() > deadline {
+                return t.clone();
+            }
+        } else {
+            assert!(Instant::now() < deadline, "term {token} never recorded");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn serve(etcd: &Etcd, dir: &std::path::Path) -> Serve {
+    let s = Serve::start(&[etcd.endpoint()], &dir.join("h.db"), &[], &[]).await;
+    s.ready().await;
+    s
+}
+
+fn margin(t: &Value) -> (i64, i64) {
+    (
+        t["margin_ms"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("a margin: {t}")),
+        t["margin_bound_ms"].as_i64().unwrap_or(0),
+    )
+}
+
+/// `tenure`'s margin against the independent one: never larger (tenure's
+/// is measured from moments no later than the key's deletion and no
+/// earlier than the last act), and not smaller by more than `slack`.
+fn agrees(what: &str, tenure: (i64, i64), independent_ms: f64, slack_ms: f64) {
+    let (m, bound) = tenure;
+    println!(
+        "[figure] {what}: margin {m} ms (±{bound}) in serve, {independent_ms:.0} ms by the test's own record"
+    );
+    assert!(
+        m as f64 <= independent_ms + bound as f64 + 5.0,
+        "{what}: serve's margin {m} ms exceeds the observed {independent_ms:.0} ms"
+    );
+    assert!(
+        independent_ms - (m as f64) <= slack_ms + bound as f64,
+        "{what}: serve's margin {m} ms is {:.0} ms below the observed {independent_ms:.0} ms",
+        independent_ms - m as f64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resign_on_sigterm_gives_the_margin_the_test_observed() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(&etcd, dir.path()).await;
+    let mut h = Holder::start(&etcd.endpoint(), "act-resign", dir.path(), &["--ttl", "4"]).await;
+    let keylog = KeyLog::start(etcd.client().await, "election/act-resign").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill(h.tenure_pid(), Signal::SIGTERM).unwrap();
+    let deleted = keylog.deleted(Duration::from_secs(10)).await;
+    dead_at(h.pgid, Duration::from_secs(5)).await;
+    let last = h.last_act();
+    h.exit_code(Duration::from_secs(10)).await;
+    let t = term(&s, "act-resign", h.token, Duration::from_secs(10)).await;
+    assert_eq!(t["end_cause"], "resigned", "{t}");
+    assert!(!t["acting_started_ms"].is_null(), "{t}");
+    assert_eq!(t["acting_started_late"], false);
+    assert_eq!(t["acting_stopped_late"], false);
+    // The test's record: the key went `deleted − last` after the last act
+    // (its watch adds its latency; the acts come every 20 ms).
+    agrees("resign", margin(&t), ms(deleted - last), 100.0);
+    assert!(margin(&t).0 >= 0, "{t}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenure_frozen_alone_its_guard_ends_acting_before_expiry_and_the_record_comes_late() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(&etcd, dir.path()).await;
+    let mut h = Holder::start(&etcd.endpoint(), "act-frozen", dir.path(), &["--ttl", "4"]).await;
+    let keylog = KeyLog::start(etcd.client().await, "election/act-frozen").await;
+    kill(h.tenure_pid(), Signal::SIGSTOP).unwrap();
+    let deleted = keylog.deleted(Duration::from_secs(10)).await;
+    let last = h.last_act();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill(h.tenure_pid(), Signal::SIGCONT).unwrap();
+    h.exit_code(Duration::from_secs(10)).await;
+    let t = term(&s, "act-frozen", h.token, Duration::from_secs(10)).await;
+    // `unknown` when serve had not sampled the lease before it went: the
+    // margin does not depend on it (the lease's end is the holder's).
+    assert!(
+        ["expired", "unknown"].contains(&t["end_cause"].as_str().unwrap()),
+        "{t}"
+    );
+    // Published after tenure resumed, long after the guard's kill.
+    assert_eq!(t["acting_stopped_late"], true, "{t}");
+    // The guard kills 250 ms before the lease's earliest expiry; etcd
+    // expires it up to ~500 ms after that (its expiry check), and the
+    // test's watch sees it a little later.
+    agrees("expiry", margin(&t), ms(deleted - last), 900.0);
+    assert!(margin(&t).0 > 0, "{t}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_holder_frozen_past_its_ttl_gives_a_negative_margin_and_an_overlap() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(&etcd, dir.path()).await;
+    let mut h = Holder::start(&etcd.endpoint(), "act-paused", dir.path(), &["--ttl", "2"]).await;
+    let keylog = KeyLog::start(etcd.client().await, "election/act-paused").await;
+    killpg(Pid::from_raw(h.pgid), Signal::SIGSTOP).unwrap();
+    kill(h.tenure_pid(), Signal::SIGSTOP).unwrap();
+    // A waiter takes over while the old holder is frozen.
+    let dir2 = tempfile::tempdir().unwrap();
+    let mut next = Holder::start(
+        &etcd.endpoint(),
+        "act-paused",
+        dir2.path(),
+        &["--ttl", "4", "--wait"],
+    )
+    .await;
+    let taken = keylog.created_after(h.token, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The command (and its children: its `sleep`) resumes first, as an
+    // application does after a pause, and acts on; then its guard (the
+    // group's leader) and tenure, which end it.
+    for pid in live_members(h.pgid).into_iter().filter(|p| *p != h.pgid) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    kill(h.tenure_pid(), Signal::SIGCONT).unwrap();
+    killpg(Pid::from_raw(h.pgid), Signal::SIGCONT).unwrap();
+    dead_at(h.pgid, Duration::from_secs(5)).await;
+    let last = h.last_act();
+    h.exit_code(Duration::from_secs(10)).await;
+    let t = term(&s, "act-paused", h.token, Duration::from_secs(10)).await;
+    let (m, _) = margin(&t);
+    let independent = ms(taken.at - last);
+    println!(
+        "[figure] whole holder frozen: margin {m} ms in serve; the old command acted {:.0} ms into the next term by the test's record",
+        -independent
+    );
+    assert_eq!(t["acting_stopped_late"], true, "{t}");
+    assert!(
+        independent < 0.0,
+        "the old command did act after the takeover"
+    );
+    assert!(m < 0, "a negative margin: {t}");
+    // Against the lease's earliest end, which came before the takeover:
+    // at least as long as the overlap the test saw.
+    assert!((m as f64) <= independent + 5.0, "{m} vs {independent:.0}");
+    let overlap = s
+        .metric("tenure_overlap_seconds_total")
+        .await
+        .expect("the overlap counter");
+    let overlap_ms = t["overlap_ms"].as_i64().expect("an overlap");
+    assert!(
+        (overlap * 1000.0 - overlap_ms as f64).abs() < 2.0,
+        "the counter's {overlap} s vs the term's {overlap_ms} ms"
+    );
+    // The group died after its last act, and serve saw the next term
+    // start after etcd did: no shorter than what the test saw.
+    println!(
+        "[figure] overlap {overlap_ms} ms in serve, {:.0} ms by the test's record",
+        -independent
+    );
+    assert!(
+        overlap_ms as f64 >= -independent - 5.0,
+        "overlap {overlap_ms} ms, observed {:.0} ms",
+        -independent
+    );
+    assert!(
+        (overlap_ms as f64) <= -independent + 300.0,
+        "overlap {overlap_ms} ms, observed {:.0} ms",
+        -independent
+    );
+    let below_zero = s
+        .metric("tenure_acting_margin_seconds_bucket{le=\"0\"}")
+        .await
+        .expect("margin histogram");
+    assert_eq!(below_zero, 1.0);
+    drop(next.child.start_kill());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cut_off_from_etcd_publishes_late_and_is_marked_so() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(&etcd, dir.path()).await;
+    let proxy = Proxy::start(etcd.client_addr()).await;
+    let mut h = Holder::start(&proxy.endpoint(), "act-cut", dir.path(), &["--ttl", "3"]).await;
+    let keylog = KeyLog::start(etcd.client().await, "election/act-cut").await;
+    proxy.partition();
+    let deleted = keylog.deleted(Duration::from_secs(10)).await;
+    let last = h.last_act();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    proxy.heal();
+    h.exit_code(Duration::from_secs(40)).await;
+    let t = term(&s, "act-cut", h.token, Duration::from_secs(10)).await;
+    assert_eq!(t["acting_stopped_late"], true, "{t}");
+    assert_eq!(t["acting_started_late"], false, "{t}");
+    agrees("partition", margin(&t), ms(deleted - last), 1_500.0);
+    assert!(margin(&t).0 > 0, "{t}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_killed_with_9_is_bounded_by_its_guards_deadline() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(&etcd, dir.path()).await;
+    let h = Holder::start(&etcd.endpoint(), "act-killed", dir.path(), &["--ttl", "4"]).await;
+    let keylog = KeyLog::start(etcd.client().await, "election/act-killed").await;
+    kill(h.tenure_pid(), Signal::SIGKILL).unwrap();
+    dead_at(h.pgid, Duration::from_secs(5)).await;
+    let last = h.last_act();
+    let deleted = keylog.deleted(Duration::from_secs(10)).await;
+    let t = term(&s, "act-killed", h.token, Duration::from_secs(5)).await;
+    assert!(t["acting_stopped_ms"].is_null(), "never reported: {t}");
+    assert!(t["margin_ms"].is_null(), "unknown, not guessed: {t}");
+    assert!(!t["acting_started_ms"].is_null(), "{t}");
+    if t["end_cause"] != "expired" {
+        // serve could not tell an expiry (its lease sampler had not seen
+        // the lease lapsing, on a loaded host): then nothing bounds the
+        // acting, and nothing is claimed.
+        assert_eq!(t["end_cause"], "unknown", "{t}");
+        assert!(t["acting_stopped_by_ms"].is_null(), "{t}");
+        println!("[figure] kill -9: the expiry was not told apart; acting's end unknown");
+        return;
+    }
+    let by = t["acting_stopped_by_ms"].as_i64().expect("a bound");
+    let end = t["ended_at_ms"].as_i64().unwrap();
+    assert_eq!(end - by, 250, "the guard's slack before the expiry");
+    // The bound holds for what the test saw: the last act came before it.
+    let last_ms = (last / 1_000_000) as i64;
+    assert!(last_ms <= by, "last act {last_ms} after the bound {by}");
+    println!(
+        "[figure] kill -9: acting bounded by {} ms before etcd's expiry; the last act was {:.0} ms before the test saw the key go",
+        end - by,
+        ms(deleted - last)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_holder_reports_by_itself_and_a_depose_with_nobody_next_is_measured_against_its_lease(
+) {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(&etcd, dir.path()).await;
+    let c = Client::connect(&[etcd.endpoint()], "").await.unwrap();
+    let name = ElectionName::new("act-lib").unwrap();
+    let opts = tenure::election::CampaignOptions::new(tenure::election::Ttl::from_secs(4).unwrap());
+    let l = c.campaign_wait(&name, "lib", &opts, None).await.unwrap();
+    let token = l.token();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resigned_at = now_ns();
+    l.resign().await.unwrap();
+    let t = term(&s, "act-lib", token, Duration::from_secs(10)).await;
+    assert_eq!(t["end_cause"], "resigned", "{t}");
+    let (m, _) = margin(&t);
+    assert!((0..100).contains(&m), "{t}");
+    let started = t["acting_started_ms"].as_i64().unwrap();
+    let stopped = t["acting_stopped_ms"].as_i64().unwrap();
+    let held = stopped - started;
+    println!("[figure] library resign: acted {held} ms, margin {m} ms");
+    assert!(held >= 300, "{t}");
+    let _ = resigned_at;
+}

@@ -208,7 +208,7 @@ async fn a_whole_holder_frozen_past_its_ttl_gives_a_negative_margin_and_an_overl
         -independent
     );
     let below_zero = s
-        .metric("tenure_acting_margin_seconds_bucket{le=\"0\"}")
+        .metric("tenure_acting_margin_seconds_bucket{ended=\"lost\",le=\"0\"}")
         .await
         .expect("margin histogram");
     assert_eq!(below_zero, 1.0);

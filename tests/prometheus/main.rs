@@ -14,7 +14,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 //!
-//! Files: `rules` (promtool, the rules' shape), `dashboard` (its structure
+//! Files: `acting` (the overlap alerts fired by a frozen holder), `rules` (promtool, the rules' shape), `dashboard` (its structure
 //! and queries), `server` (the Prometheus process and its HTTP API), `live`
 //! (the scenario with alerts and every dashboard query), `cardinality`
 //! (series per election in a real scrape, with and without
@@ -23,6 +23,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod acting;
 mod cardinality;
 mod dashboard;
 mod live;

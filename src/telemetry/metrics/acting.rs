@@ -29,6 +29,15 @@ struct Term {
     observed: bool,
 }
 
+/// A term's final margin and overlap (ms), and whether it ended by a
+/// resign (its margin is then the holder's own round trip).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Final {
+    pub margin_ms: i64,
+    pub overlap_ms: i64,
+    pub resigned: bool,
+}
+
 /// Pending terms by election.
 #[derive(Debug, Default)]
 pub(super) struct Margins {
@@ -38,9 +47,8 @@ pub(super) struct Margins {
 impl Margins {
     /// Reads one batch's events; `live` is false for a batch replayed
     /// (its times are arrival times: a start in it cannot be aligned).
-    /// Returns the (margin, overlap) of each term whose margin became
-    /// final, in ms.
-    pub fn apply(&mut self, events: &[Event], now_ms: i64) -> Vec<(i64, i64)> {
+    /// Returns each term whose margin became final.
+    pub fn apply(&mut self, events: &[Event], now_ms: i64) -> Vec<Final> {
         let replayed = events
             .iter()
             .any(|e| matches!(e.kind, EventKind::Unobserved { .. } | EventKind::Gap { .. }));
@@ -91,7 +99,7 @@ impl Margins {
     }
 
     /// The margins that are final now, each observed once.
-    fn finals(&mut self, now_ms: i64) -> Vec<(i64, i64)> {
+    fn finals(&mut self, now_ms: i64) -> Vec<Final> {
         let mut out = Vec::new();
         for terms in self.elections.values_mut() {
             for t in terms.iter_mut().filter(|t| !t.observed) {
@@ -107,7 +115,7 @@ impl Margins {
     }
 }
 
-fn final_margin(t: &Term, now_ms: i64) -> Option<(i64, i64)> {
+fn final_margin(t: &Term, now_ms: i64) -> Option<Final> {
     let record = t.merged.record.as_ref()?;
     record.ended_ms?;
     t.ended_at_ms?;
@@ -122,5 +130,9 @@ fn final_margin(t: &Term, now_ms: i64) -> Option<(i64, i64)> {
     let stopped = v.acting_stopped_ms?;
     // A next term starting later than this would not lower the margin.
     let settled = t.next_started_at_ms.is_some() || now_ms >= stopped.saturating_add(margin);
-    settled.then_some((margin, v.overlap_ms.unwrap_or(0)))
+    settled.then_some(Final {
+        margin_ms: margin,
+        overlap_ms: v.overlap_ms.unwrap_or(0),
+        resigned: t.end_cause == Some(EndCause::Resigned),
+    })
 }

@@ -133,9 +133,11 @@ pub const FAMILIES: [Family; 27] = [
             "Per term whose holder reported when it stopped acting (tenure campaign, the \
              library): the earliest moment another holder could have acted (the lease's \
              earliest end, the term's end with its lease, the next term's start) minus when \
-             acting ended. Negative: two holders acted at once. All elections together.",
+             acting ended. Negative: the holder acted past it. ended: resigned (the holder \
+             ended the term itself: the margin is its round trip) or lost (expiry, depose, \
+             takeover: the margin is how close it came). All elections together.",
             Histogram,
-            &[],
+            &["ended"],
             Process,
         )
     },

@@ -306,10 +306,13 @@ impl Metrics {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .apply(&batch.events, now_ms);
-                for (margin, overlap) in finals {
-                    self.p.margin.observe(margin as f64 / 1000.0);
-                    if overlap > 0 {
-                        self.p.overlap.inc_by(overlap as f64 / 1000.0);
+                for f in finals {
+                    let ended = if f.resigned { "resigned" } else { "lost" };
+                    if let Ok(h) = self.p.margin.get_metric_with_label_values(&[ended]) {
+                        h.observe(f.margin_ms as f64 / 1000.0);
+                    }
+                    if f.overlap_ms > 0 {
+                        self.p.overlap.inc_by(f.overlap_ms as f64 / 1000.0);
                     }
                 }
                 self.p.events.inc_by(batch.events.len() as u64);

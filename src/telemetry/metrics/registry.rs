@@ -4,8 +4,8 @@
 
 use prometheus::core::Collector;
 use prometheus::{
-    Counter, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry,
+    Counter, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
 
 use crate::events::{EndCause, RestartReason};
@@ -15,7 +15,7 @@ use super::TelemetryError;
 
 /// The registry metrics, each registered once.
 pub(super) struct Process {
-    pub margin: Histogram,
+    pub margin: HistogramVec,
     pub events: IntCounter,
     pub restarts: IntCounterVec,
     pub revision: IntGauge,
@@ -40,7 +40,7 @@ impl Process {
     /// at zero (build info at 1).
     pub fn register(r: &Registry) -> Result<Self, TelemetryError> {
         let p = Self {
-            margin: reg(r, histogram(Id::ActingMargin)?)?,
+            margin: reg(r, histogram_vec(Id::ActingMargin)?)?,
             events: reg(
                 r,
                 IntCounter::with_opts(opts(Id::WatchEvents, Kind::Counter)?)?,
@@ -95,6 +95,9 @@ impl Process {
             p.term_ends
                 .get_metric_with_label_values(&[cause.as_str()])?;
         }
+        for ended in ["lost", "resigned"] {
+            p.margin.get_metric_with_label_values(&[ended])?;
+        }
         Ok(p)
     }
 
@@ -140,6 +143,15 @@ fn histogram(id: Id) -> Result<Histogram, TelemetryError> {
     let f = get(id);
     Ok(Histogram::with_opts(
         HistogramOpts::new(f.name, f.help).buckets(f.buckets.to_vec()),
+    )?)
+}
+
+fn histogram_vec(id: Id) -> Result<HistogramVec, TelemetryError> {
+    opts(id, Kind::Histogram)?;
+    let f = get(id);
+    Ok(HistogramVec::new(
+        HistogramOpts::new(f.name, f.help).buckets(f.buckets.to_vec()),
+        f.labels,
     )?)
 }
 

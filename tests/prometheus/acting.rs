@@ -24,7 +24,7 @@ async fn a_frozen_holder_acting_into_the_next_term_fires_the_overlap_alerts() {
     let prom = Prometheus::start(&serve.addr, &rules).await;
     prom.await_series(r#"tenure_overlap_seconds_total{job="tenure"} == 0"#)
         .await;
-    let mut h = Holder::start(&etcd.endpoint(), "paused", dir.path(), &["--ttl", "2"]).await;
+    let h = Holder::start(&etcd.endpoint(), "paused", dir.path(), &["--ttl", "2"]).await;
     let keylog = KeyLog::start(etcd.client().await, "election/paused").await;
     killpg(Pid::from_raw(h.pgid), Signal::SIGSTOP).expect("SIGSTOP group");
     kill(h.tenure_pid(), Signal::SIGSTOP).expect("SIGSTOP tenure");

@@ -212,6 +212,36 @@ async fn a_whole_holder_frozen_past_its_ttl_gives_a_negative_margin_and_an_overl
         .await
         .expect("margin histogram");
     assert_eq!(below_zero, 1.0);
+    // Shown where the term is: the election page's acting bar in red, the
+    // red mark on /timeline, the report's "who acted when".
+    let get = |path: String| {
+        let url = s.url(&path);
+        async move { reqwest::get(url).await.unwrap().text().await.unwrap() }
+    };
+    let page = get("/elections/act-paused?window=1h".into()).await;
+    assert!(
+        page.contains("class=\"overlap\""),
+        "no overlap drawn on the page"
+    );
+    assert!(
+        page.contains("TWO HOLDERS ACTED AT ONCE"),
+        "no overlap title"
+    );
+    // Unix seconds.
+    let from = t["started_at_ms"].as_i64().unwrap() / 1000 - 60;
+    let to = from + 600;
+    let timeline = get(format!("/timeline?from={from}&to={to}")).await;
+    assert!(
+        timeline.contains("class=\"overlap\""),
+        "no overlap on /timeline"
+    );
+    let report = get(format!("/api/v1/report?from={from}&to={to}&format=md")).await;
+    assert!(report.contains("## Who acted when"), "{report}");
+    assert!(report.contains("1 overlap(s)"), "{report}");
+    assert!(
+        report.contains(&format!("**{}", t["overlap_ms"])),
+        "{report}"
+    );
     drop(next.child.start_kill());
 }
 

@@ -281,16 +281,17 @@ pub(super) fn events(
 pub(super) fn acting(
     conn: &Connection,
     election: &str,
-    (from_ms, lo, hi): (i64, i64, i64),
+    (from_ms, to_ms, lo, hi): (i64, i64, i64, i64),
     limit: i64,
 ) -> Result<Vec<Event>, HistoryError> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, json FROM events
-         WHERE (election = ?1 AND at_ms >= ?2 AND type = 'acting' AND token BETWEEN ?3 AND ?4)
-            OR (election = '' AND at_ms >= ?2 AND type IN ('gap', 'reset', 'unobserved'))
+         WHERE (election = ?1 AND at_ms BETWEEN ?2 AND ?6 AND type = 'acting'
+                AND token BETWEEN ?3 AND ?4)
+            OR (election = '' AND at_ms BETWEEN ?2 AND ?6 AND type IN ('gap', 'reset', 'unobserved'))
          ORDER BY id LIMIT ?5",
     )?;
-    let rows = stmt.query_map(params![election, from_ms, lo, hi, limit], id_json)?;
+    let rows = stmt.query_map(params![election, from_ms, lo, hi, limit, to_ms], id_json)?;
     let mut out = Vec::new();
     for row in rows {
         let (id, json) = row?;

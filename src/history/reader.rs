@@ -46,6 +46,9 @@ struct Pool {
     idle: Mutex<Vec<Connection>>,
 }
 
+/// How long after its term's end a holder's acting record is looked for.
+const ACTING_LATE_MS: i64 = 10 * 60 * 1000;
+
 impl Reader {
     /// Opens an existing history file read-only; [`HistoryError::NotFound`]
     /// if there is none, [`HistoryError::Schema`] if it is not one this
@@ -132,9 +135,19 @@ impl Reader {
         let lo = rows.iter().map(|r| r.token).min().unwrap_or(first.token);
         let hi = rows.iter().map(|r| r.token).max().unwrap_or(last.token);
         let limit = i64::try_from(rows.len() * 8 + 64).unwrap_or(i64::MAX);
+        // A record comes at most a few minutes after its term ended (a
+        // holder cut off retries for 30 s); an open term's any time.
+        let to = rows
+            .iter()
+            .map(|r| {
+                r.ended_at_ms
+                    .map_or(i64::MAX, |e| e.saturating_add(ACTING_LATE_MS))
+            })
+            .max()
+            .unwrap_or(i64::MAX);
         let records = self.run(
-            |c| query::acting(c, election, (from, lo, hi), limit),
-            |c| pg::acting(c, election, (from, lo, hi), limit),
+            |c| query::acting(c, election, (from, to, lo, hi), limit),
+            |c| pg::acting(c, election, (from, to, lo, hi), limit),
         )?;
         if !records
             .iter()

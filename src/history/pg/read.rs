@@ -187,15 +187,16 @@ pub(in crate::history) fn terms(
 pub(in crate::history) fn acting(
     client: &mut Client,
     election: &str,
-    (from_ms, lo, hi): (i64, i64, i64),
+    (from_ms, to_ms, lo, hi): (i64, i64, i64, i64),
     limit: i64,
 ) -> Result<Vec<Event>, HistoryError> {
     let rows = client.query(
         "SELECT id, json FROM events
-         WHERE (election = $1 AND at_ms >= $2 AND type = 'acting' AND token BETWEEN $3 AND $4)
-            OR (election = '' AND at_ms >= $2 AND type IN ('gap', 'reset', 'unobserved'))
+         WHERE (election = $1 AND at_ms BETWEEN $2 AND $6 AND type = 'acting'
+                AND token BETWEEN $3 AND $4)
+            OR (election = '' AND at_ms BETWEEN $2 AND $6 AND type IN ('gap', 'reset', 'unobserved'))
          ORDER BY id LIMIT $5",
-        &[&election, &from_ms, &lo, &hi, &limit],
+        &[&election, &from_ms, &lo, &hi, &limit, &to_ms],
     )?;
     rows.iter()
         .map(|row| {

@@ -33,6 +33,9 @@ pub struct Row {
     pub leaderless: String,
     pub leaderless_ms: i64,
     pub bars: Vec<timeline::Bar>,
+    /// Where a holder acted on after the next term began (issue 22): red
+    /// across the row.
+    pub overlaps: Vec<timeline::ActingBar>,
     pub shades: Vec<timeline::Shade>,
     /// The part of the window not watched (see `timeline::Timeline`).
     pub not_watched: Option<timeline::Shade>,
@@ -113,6 +116,17 @@ pub fn layout(w: &Window, now: i64, width: f64) -> Drawing {
                 b
             })
             .collect();
+        let overlaps = t
+            .acting
+            .into_iter()
+            .filter(|a| a.overlap.is_some())
+            .map(|mut a| {
+                a.y = Px(y + ROW_H - 6.0);
+                a.h = Px(6.0);
+                a.title = format!("{}\n{}", lane.activity.election, a.title);
+                a
+            })
+            .collect();
         let shades = t.leaderless;
         let marks = t
             .refusals
@@ -137,6 +151,7 @@ pub fn layout(w: &Window, now: i64, width: f64) -> Drawing {
             },
             leaderless_ms: t.leaderless_ms,
             bars,
+            overlaps,
             shades,
             not_watched: t.not_watched,
             marks,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::window::{load, select, SelectError, Window};
 use super::{bad_request, MAX_REPORT_ELECTIONS};
+use crate::events::acting::ActingView;
 use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, EndCause};
 use crate::history::{format_ms, TermRow};
@@ -48,6 +49,9 @@ pub struct ReportTerm {
     /// As for the start.
     pub end_replayed: bool,
     pub end_not_before: Option<String>,
+    /// When its holder acted, and the margin (issue 22).
+    #[serde(flatten)]
+    pub acting: ActingView,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -237,6 +241,7 @@ pub fn build_report(w: &Window, now: i64) -> Report {
                         end_not_before: replayed(t.ended_revision, t.ended_at_ms)
                             .flatten()
                             .map(format_ms),
+                        acting: t.acting.clone(),
                     })
                     .collect(),
                 changes: lane.activity.started,
@@ -273,6 +278,80 @@ pub fn build_report(w: &Window, now: i64) -> Report {
                 detail: e.clone(),
             })
             .collect(),
+    }
+}
+
+/// Every term whose holder reported when it acted (tenure campaign, the
+/// library), overlaps first: who acted when, and by how much each stopped
+/// before another could have acted (issue 22).
+fn who_acted_when(o: &mut String, r: &Report) {
+    use std::fmt::Write;
+    let mut rows: Vec<(&str, &ReportTerm)> = r
+        .elections
+        .iter()
+        .flat_map(|e| e.terms.iter().map(move |t| (e.election.as_str(), t)))
+        .filter(|(_, t)| t.acting.acting_started_ms.is_some())
+        .collect();
+    let _ = writeln!(o, "\n## Who acted when\n");
+    if rows.is_empty() {
+        let _ = writeln!(
+            o,
+            "No holder in the window reported when it acted (tenure campaign and the library \
+             do; other clients cannot)."
+        );
+        return;
+    }
+    rows.sort_by_key(|(_, t)| {
+        (
+            std::cmp::Reverse(t.acting.overlap_ms.unwrap_or(0)),
+            t.acting.acting_started_ms,
+        )
+    });
+    let overlaps = rows
+        .iter()
+        .filter(|(_, t)| t.acting.overlap_ms.unwrap_or(0) > 0)
+        .count();
+    let _ = writeln!(
+        o,
+        "{overlaps} overlap(s): a holder acting on after the next term began. Margin: the earliest \
+         moment another holder could have acted, minus when this one stopped (negative: it acted \
+         past it).\n"
+    );
+    let _ = writeln!(
+        o,
+        "| election | holder | token | acted from | stopped | margin | two holders at once |"
+    );
+    let _ = writeln!(o, "|---|---|---:|---|---|---:|---:|");
+    let late = |l: bool| if l { " (reported late)" } else { "" };
+    for (election, t) in rows {
+        let a = &t.acting;
+        let stopped = match (a.acting_stopped_ms, a.acting_stopped_by_ms) {
+            (Some(s), _) => format!("{}{}", format_ms(s), late(a.acting_stopped_late)),
+            (None, Some(by)) => format!("by {} (its guard's deadline)", format_ms(by)),
+            (None, None) if t.end_ms.is_some() => "not reported: unknown".to_owned(),
+            (None, None) => "still acting".to_owned(),
+        };
+        let margin = match (a.margin_ms, a.margin_bound_ms) {
+            (Some(m), Some(b)) if b > 0 => format!("{m} ms ±{b}"),
+            (Some(m), _) => format!("{m} ms"),
+            _ => "unknown".to_owned(),
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {}{} | {} | {} | {} |",
+            cell(election),
+            cell(&t.holder),
+            t.token,
+            a.acting_started_ms.map(format_ms).unwrap_or_default(),
+            late(a.acting_started_late),
+            stopped,
+            margin,
+            match a.overlap_ms {
+                Some(o) if o > 0 => format!("**{o} ms**"),
+                Some(_) => "no".to_owned(),
+                None => "unknown".to_owned(),
+            }
+        );
     }
 }
 
@@ -371,6 +450,7 @@ pub fn report_markdown(r: &Report) -> String {
         );
     }
     end_causes(&mut o, r);
+    who_acted_when(&mut o, r);
     let _ = writeln!(o, "\n## etcd events\n");
     if r.etcd_events.is_empty() {
         let _ = writeln!(o, "None recorded in the window.");

@@ -39,6 +39,7 @@ pub fn layout(input: &Input<'_>) -> Timeline {
     let lanes_bottom = lane_y(lanes.len().max(1)) - LANE_GAP + 4.0;
     let height = lanes_bottom + BOTTOM;
     let (leaderless, leaderless_ms) = leaderless_shades(&visible, input, &scale);
+    let acting = super::acting::acting_bars(input.terms, &bars, &lanes, &scale, input.now_ms);
     Timeline {
         width: Px(width),
         height: Px(height),
@@ -50,6 +51,7 @@ pub fn layout(input: &Input<'_>) -> Timeline {
         ticks: ticks(from, to, &scale),
         lanes,
         bars,
+        acting,
         leaderless,
         no_data: no_data_shade(input, &scale),
         not_watched: not_watched_shade(input, &scale),

@@ -26,6 +26,8 @@
 //!   whose token was refused (the deposed leader writing after its term),
 //!   else in a "fence" lane added at the bottom. Markers closer than
 //!   [`MARKER_MERGE`] in one lane are merged (with a count).
+//! - Under a term drawn on its own, a thin bar shows when its holder acted
+//!   (issue 22), red where it acted on after the next term began.
 //! - A watcher gap (compacted history) is a dashed vertical line at the time
 //!   the watcher resynced.
 //! - Colours: one of [`HUES`] buckets per lane (the stylesheet maps bucket
@@ -40,10 +42,12 @@
 //! `layout` (the layout core: the scale, visible terms, lanes, refusal
 //! markers, gaps), `bars` (term bars and dense runs), `leaderless` (the
 //! stretches no term covers, [`uncovered`]), `ticks` (the time axis),
-//! `colours` (hue buckets per lane).
+//! `colours` (hue buckets per lane), `acting` (when holders acted, and
+//! their overlaps).
 
 use crate::history::{RefusalRow, TermRow};
 
+mod acting;
 mod bars;
 mod colours;
 mod layout;
@@ -212,6 +216,30 @@ pub enum LaneKind {
     Fence,
 }
 
+/// When a term's holder acted (issue 22), at the bottom of its lane.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActingBar {
+    pub x: Px,
+    pub y: Px,
+    pub w: Px,
+    pub h: Px,
+    /// The end is a bound (a guard's deadline) or not known (drawn to now).
+    pub bounded: bool,
+    /// The part after the next term began (x, width): two holders acting.
+    pub overlap: Option<(Px, Px)>,
+    pub title: String,
+}
+
+impl ActingBar {
+    pub fn class(&self) -> &'static str {
+        if self.bounded {
+            "acting bounded"
+        } else {
+            "acting"
+        }
+    }
+}
+
 /// A shaded stretch of time across all lanes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Shade {
@@ -273,6 +301,8 @@ pub struct Timeline {
     pub ticks: Vec<Tick>,
     pub lanes: Vec<Lane>,
     pub bars: Vec<Bar>,
+    /// When each term's holder acted, where it reported it (issue 22).
+    pub acting: Vec<ActingBar>,
     pub leaderless: Vec<Shade>,
     /// The part of the window before the history's first term.
     pub no_data: Option<Shade>,

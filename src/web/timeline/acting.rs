@@ -1,0 +1,97 @@
+//! Acting bars (issue 22): under each term bar drawn one by one, a thin bar
+//! from when its holder began acting to when it stopped (or, only bounded,
+//! to the bound, hatched), and in red the part it acted on after the next
+//! term began: two holders acting at once.
+
+use std::collections::HashMap;
+
+use super::scale::Scale;
+use super::*;
+use crate::history::{format_duration_ms, short_time};
+
+/// Height of an acting bar, at the bottom of its lane.
+const ACTING_H: f64 = 5.0;
+
+/// The acting bars of the terms among `bars` drawn one by one.
+pub(super) fn acting_bars(
+    terms: &[TermRow],
+    bars: &[Bar],
+    lanes: &[Lane],
+    scale: &Scale,
+    now_ms: i64,
+) -> Vec<ActingBar> {
+    let by_token: HashMap<i64, &TermRow> = terms.iter().map(|t| (t.token, t)).collect();
+    let mut out = Vec::new();
+    for b in bars.iter().filter(|b| b.is_term()) {
+        let (Some(t), Some(lane)) = (by_token.get(&b.token), lanes.get(b.lane)) else {
+            continue;
+        };
+        let a = &t.acting;
+        let Some(start) = a.acting_started_ms else {
+            continue;
+        };
+        let (end, bounded) = match (a.acting_stopped_ms, a.acting_stopped_by_ms) {
+            (Some(e), _) => (e, false),
+            (None, Some(by)) => (by, true),
+            // Still acting, or its end was never reported.
+            (None, None) => (t.ended_at_ms.map_or(now_ms, |_| now_ms.min(scale.to)), true),
+        };
+        if end < scale.from || start > scale.to {
+            continue;
+        }
+        let y = lane.y.0 + lane.h.0 - ACTING_H;
+        let x0 = scale.x(start);
+        let x1 = scale.x(end).max(x0 + MIN_BAR);
+        let overlap = a.overlap_ms.filter(|o| *o > 0).map(|o| {
+            let from = scale.x(end - o);
+            (Px(from), Px((x1 - from).max(MIN_BAR)))
+        });
+        out.push(ActingBar {
+            x: Px(x0),
+            y: Px(y),
+            w: Px(x1 - x0),
+            h: Px(ACTING_H),
+            bounded,
+            overlap,
+            title: title(t, start, end, bounded),
+        });
+    }
+    out
+}
+
+fn title(t: &TermRow, start: i64, end: i64, bounded: bool) -> String {
+    let a = &t.acting;
+    let late = |l: bool| if l { " (reported late)" } else { "" };
+    let stopped = match (a.acting_stopped_ms, a.acting_stopped_by_ms) {
+        (Some(e), _) => format!("{}{}", short_time(e), late(a.acting_stopped_late)),
+        (None, Some(by)) => format!("by {} at the latest (its guard's deadline)", short_time(by)),
+        (None, None) if t.ended_at_ms.is_some() => "not reported: unknown".to_owned(),
+        (None, None) => "still acting".to_owned(),
+    };
+    let margin = match (a.margin_ms, a.margin_bound_ms) {
+        (Some(m), Some(b)) if b > 0 => format!("{} (±{b} ms)", signed(m)),
+        (Some(m), _) => signed(m),
+        _ => "unknown".to_owned(),
+    };
+    let overlap = match a.overlap_ms {
+        Some(o) if o > 0 => format!("\nTWO HOLDERS ACTED AT ONCE for {}", format_duration_ms(o)),
+        _ => String::new(),
+    };
+    format!(
+        "{holder} acted as leader (token {token})\nfrom {from}{began_late}\nstopped {stopped}\nacted {dur}{bounded}\nmargin {margin}{overlap}",
+        holder = t.holder,
+        token = t.token,
+        from = short_time(start),
+        began_late = late(a.acting_started_late),
+        dur = format_duration_ms(end.saturating_sub(start)),
+        bounded = if bounded { " at most" } else { "" },
+    )
+}
+
+fn signed(ms: i64) -> String {
+    if ms < 0 {
+        format!("−{} (acted past it)", format_duration_ms(-ms))
+    } else {
+        format_duration_ms(ms)
+    }
+}

@@ -223,6 +223,7 @@ pub enum EventKind {
     /// it on etcd's time). Each version written is one event; a reader
     /// merges a term's versions.
     Acting {
+        #[serde(flatten)]
         record: ActingRecord,
     },
 }

@@ -627,6 +627,9 @@ async fn the_queue_is_observed_and_recorded_as_etcd_holds_it() {
             ev("candidate_left", &b),
             ev("term_ended", &a),
             ev("term_started", &k),
+            // alice's acting record, in her resign's own txn (issue 22):
+            // after the revision's terms.
+            ev("acting", &a),
         ],
         "{v:#}"
     );

@@ -40,11 +40,6 @@ use crate::election::{
 /// tenure to be scheduled, on a loaded host.
 pub const KILL_SLACK: Duration = Duration::from_millis(250);
 
-/// How long a holder whose term was lost keeps trying to publish when its
-/// command stopped (the acting record): a holder cut off from etcd
-/// publishes when it can, marked late, and then exits.
-const ACTING_PUBLISH_LIMIT: Duration = Duration::from_secs(30);
-
 /// How long a holder that lost its key asks etcd whether the deletion was
 /// an operator's depose (which gets the grace) before killing at once.
 const MARKER_READ: Duration = Duration::from_millis(100);
@@ -167,11 +162,11 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
     let id = args.id.clone().unwrap_or_else(default_id);
     let name = &args.name;
     let mut shutdown = Shutdown::new().context("installing signal handlers")?;
-    let mut leadership = match acquire(client, &args, &id, &mut shutdown).await? {
+    let leadership = match acquire(client, &args, &id, &mut shutdown).await? {
         Ok(l) => l,
         Err(code) => return Ok(code),
     };
-    leadership.set_acting_publish_limit(ACTING_PUBLISH_LIMIT);
+
     if let Some(sig) = shutdown.pending() {
         resign_quietly(leadership).await;
         return Ok(sig.exit_code());

@@ -597,6 +597,25 @@ mod tests {
     }
 
     #[test]
+    fn the_acting_record_is_in_the_watch_range_and_no_elections() {
+        let keys = Keys::new("p/");
+        let name = ElectionName::new("team/db").unwrap();
+        let acting = keys.acting_key(&name);
+        assert_eq!(acting, "p/election/~acting/team/db");
+        assert_eq!(
+            keys.parse(acting.as_bytes(), 0),
+            Ok(SchemaKey::Acting { name: name.clone() })
+        );
+        for n in ["team", "team/db", "a", "zzz"] {
+            let n = ElectionName::new(n).unwrap();
+            let (s, e) = keys.election_range(&n);
+            assert!(!(s <= acting && acting < e), "{acting} in range of {n}");
+        }
+        let (ws, we) = keys.watch_range();
+        assert!(ws <= acting && acting < we);
+    }
+
+    #[test]
     fn parsing_round_trips_every_key_kind() {
         let keys = Keys::new("p/");
         let name = ElectionName::new("team/db").unwrap();
@@ -646,18 +665,6 @@ mod tests {
         }
         let (ws, we) = keys.watch_range();
         assert!(ws <= marker && marker < we);
-        let acting = keys.acting_key(&name);
-        assert_eq!(acting, "p/election/~acting/team/db");
-        assert_eq!(
-            keys.parse(acting.as_bytes(), 0),
-            Ok(SchemaKey::Acting { name: name.clone() })
-        );
-        for n in ["team", "team/db", "a", "zzz"] {
-            let n = ElectionName::new(n).unwrap();
-            let (s, e) = keys.election_range(&n);
-            assert!(!(s <= acting && acting < e), "{acting} in range of {n}");
-        }
-        assert!(ws <= acting && acting < we);
         assert_eq!(
             keys.parse(keys.fence_key(&name, "orders").as_bytes(), 0),
             Ok(SchemaKey::Fence {

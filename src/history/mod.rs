@@ -28,6 +28,7 @@
 //! Schema (version [`SCHEMA_VERSION`], in `PRAGMA user_version`): see
 //! `schema.rs`.
 
+mod acting;
 pub mod cluster;
 mod export;
 mod meta;

@@ -12,14 +12,15 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::Connection;
 
+use super::acting;
 use super::cluster;
 use super::query::{self, Query, RefusalRow, ResumePoint, TermRow, MAX_LIMIT};
 use super::summary::{self, ElectionsPage, PageFrom, RecentCounts};
 use super::window::{self, Activity, MAX_ACTIVE};
 use super::{pg, schema, Db, ElectionSummary, HistoryError, WriterStatus};
-use crate::events::acting::{self, Merged, Next, TermFacts};
+use crate::events::acting::Next;
 use crate::events::cluster::{ClusterBaseline, ClusterEvent};
-use crate::events::{Event, EventKind};
+use crate::events::Event;
 
 type Result<T, E = HistoryError> = std::result::Result<T, E>;
 
@@ -45,9 +46,6 @@ struct Pool {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
 }
-
-/// How long after its term's end a holder's acting record is looked for.
-const ACTING_LATE_MS: i64 = 10 * 60 * 1000;
 
 impl Reader {
     /// Opens an existing history file read-only; [`HistoryError::NotFound`]
@@ -122,100 +120,43 @@ impl Reader {
     }
 
     /// Each term's acting and margin, from its holder's records and the
-    /// term that followed it (issue 22; `events::acting`).
+    /// term that followed it (issue 22; `history::acting`).
     fn add_acting(&self, election: &str, q: &Query, rows: &mut [TermRow]) -> Result<()> {
-        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        let Some(span) = acting::Span::of(rows) else {
             return Ok(());
         };
-        let from = rows
-            .iter()
-            .map(|r| r.started_at_ms)
-            .min()
-            .unwrap_or(first.started_at_ms);
-        let lo = rows.iter().map(|r| r.token).min().unwrap_or(first.token);
-        let hi = rows.iter().map(|r| r.token).max().unwrap_or(last.token);
-        let limit = i64::try_from(rows.len() * 8 + 64).unwrap_or(i64::MAX);
-        // A record comes at most a few minutes after its term ended (a
-        // holder cut off retries for 30 s); an open term's any time.
-        let to = rows
-            .iter()
-            .map(|r| {
-                r.ended_at_ms
-                    .map_or(i64::MAX, |e| e.saturating_add(ACTING_LATE_MS))
-            })
-            .max()
-            .unwrap_or(i64::MAX);
         let records = self.run(
-            |c| query::acting(c, election, (from, to, lo, hi), limit),
-            |c| pg::acting(c, election, (from, to, lo, hi), limit),
+            |c| query::acting(c, election, span.range(), span.limit),
+            |c| pg::acting(c, election, span.range(), span.limit),
         )?;
-        if !records
-            .iter()
-            .any(|e| matches!(e.kind, EventKind::Acting { .. }))
-        {
+        let found = acting::Found::from_events(&records);
+        if found.is_empty() {
             return Ok(());
         }
-        // The term after the last one, wherever the window ends.
-        let next_of_last = if last.ended_at_ms.is_none() {
-            Next::Known(None)
-        } else if rows.len() < MAX_LIMIT {
-            let wider = Query {
-                from_ms: q.from_ms,
-                to_ms: None,
-                limit: Some(rows.len() + 1),
-            };
-            let more = self.run(
-                |c| query::terms(c, election, &wider),
-                |c| pg::terms(c, election, &wider),
-            )?;
-            Next::Known(more.get(rows.len()).map(|r| r.started_at_ms))
-        } else {
-            Next::Unknown
-        };
-        let mut merged: HashMap<i64, Merged> = HashMap::new();
-        // Starts recorded by a replay carry its arrival time: not aligned.
-        let mut replayed: Vec<(i64, i64, i64)> = Vec::new();
-        for e in &records {
-            match &e.kind {
-                EventKind::Acting { record } => merged.entry(record.token).or_default().add(record),
-                EventKind::Gap {
-                    from_revision,
-                    to_revision,
-                }
-                | EventKind::Unobserved {
-                    from_revision,
-                    to_revision,
-                    ..
-                } => replayed.push((e.at_ms, *from_revision, *to_revision)),
-                EventKind::Reset { from_revision, .. } => {
-                    replayed.push((e.at_ms, *from_revision, *from_revision))
-                }
-                _ => {}
-            }
-        }
-        let seen_live = |row: &TermRow| {
-            !row.from_snapshot
-                && !replayed.iter().any(|(at, lo, hi)| {
-                    *at == row.started_at_ms && (*lo..=*hi).contains(&row.started_revision)
-                })
-        };
-        let starts: Vec<i64> = rows.iter().map(|r| r.started_at_ms).collect();
-        for (i, row) in rows.iter_mut().enumerate() {
-            let Some(m) = merged.get(&row.token) else {
-                continue;
-            };
-            let facts = TermFacts {
-                started_at_ms: seen_live(row).then_some(row.started_at_ms),
-                ended_at_ms: row.ended_at_ms,
-                end_cause: row.end_cause,
-                next_started_at_ms: match starts.get(i + 1) {
-                    Some(next) => Next::Known(Some(*next)),
-                    None => next_of_last,
-                },
-            };
-            row.acting = acting::view(&facts, m);
-        }
+        let next_of_last = self.next_of_last(election, q, rows)?;
+        found.fill(rows, next_of_last);
         Ok(())
+    }
+
+    /// When the term after the last of `rows` began, wherever the window
+    /// ends (`Unknown` past a full page).
+    fn next_of_last(&self, election: &str, q: &Query, rows: &[TermRow]) -> Result<Next> {
+        if rows.last().is_none_or(|r| r.ended_at_ms.is_none()) {
+            return Ok(Next::Known(None));
+        }
+        if rows.len() >= MAX_LIMIT {
+            return Ok(Next::Unknown);
+        }
+        let wider = Query {
+            from_ms: q.from_ms,
+            to_ms: None,
+            limit: Some(rows.len() + 1),
+        };
+        let more = self.run(
+            |c| query::terms(c, election, &wider),
+            |c| pg::terms(c, election, &wider),
+        )?;
+        Ok(Next::Known(more.get(rows.len()).map(|r| r.started_at_ms)))
     }
 
     /// Events with `at_ms` in `[from, to]`, by revision (the oldest first).

@@ -91,7 +91,7 @@ impl Leadership {
                 }
             })
         });
-        let l = Self {
+        Self {
             client: client.clone(),
             name: name.clone(),
             holder: holder.to_owned(),
@@ -104,11 +104,7 @@ impl Leadership {
             acting: std::sync::Arc::new(std::sync::Mutex::new(acting)),
             reports: opts.acting,
             acting_limit: session_ttl * 2,
-        };
-        if l.reports == ActingReports::Automatic {
-            l.publish_acting_in_background(l.ttl());
         }
-        l
     }
 
     pub fn name(&self) -> &ElectionName {
@@ -395,10 +391,15 @@ async fn publish(
     limit: Duration,
 ) -> Result<(), Error> {
     let until = Instant::now() + limit;
+    // After a request that got no answer, a connection of its own: the old
+    // one may be half-open (a partition drops packets, it does not close
+    // them), and would time out again long after etcd is reachable.
+    let mut fresh: Option<etcd_client::Client> = None;
     loop {
         let record = lock(acting).to_send();
         let json = serde_json::to_string(&record).map_err(|e| Error::Protocol(e.to_string()))?;
-        match client.op(client.etcd().put(key.as_str(), json, None)).await {
+        let mut etcd = fresh.clone().unwrap_or_else(|| client.etcd());
+        match client.op(etcd.put(key.as_str(), json, None)).await {
             Ok(_) => {
                 lock(acting).sent();
                 return Ok(());
@@ -409,6 +410,7 @@ async fn publish(
                     return Err(e);
                 }
                 tokio::time::sleep(ACTING_RETRY).await;
+                fresh = client.reconnect().await.or(fresh);
             }
         }
     }

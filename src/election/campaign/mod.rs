@@ -53,9 +53,9 @@ pub struct CampaignOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ActingReports {
     /// The library (default): acting began when the leadership was handed
-    /// over, and ended when it was resigned or dropped. One write at the
-    /// start (in the background); at the end the record rides in the
-    /// resign's own txn.
+    /// over, and ended when it was resigned or dropped. Nothing is written
+    /// while the term runs; at its end the record rides in the resign's own
+    /// txn (a dropped or lost term: one put).
     Automatic,
     /// The caller says when acting began and ended
     /// ([`Leadership::acting_began`], [`Leadership::acting_ended`], …) and
@@ -273,6 +273,7 @@ impl Client {
         // the slowness lasts. After a TTL of not knowing the lease goes.
         let mut unknown_since: Option<Instant> = None;
         let mut doubt_sent: Option<Stamp> = None;
+        let start = |won: Won, s: Session| Leadership::start(self, name, candidate, won, s, opts);
         loop {
             let s = self
                 .live_session(session.take(), opts, &mut backoff)
@@ -306,16 +307,7 @@ impl Client {
             unknown_since = None;
             doubt_sent = None;
             let (revision, place, leader) = match attempt {
-                Attempt::Won { token, key } => {
-                    return Ok(Leadership::start(
-                        self,
-                        name,
-                        candidate,
-                        Won { token, key, sent },
-                        s,
-                        opts,
-                    ))
-                }
+                Attempt::Won { token, key } => return Ok(start(Won { token, key, sent }, s)),
                 Attempt::Held {
                     revision,
                     queued,
@@ -331,17 +323,9 @@ impl Client {
                     session = Some(s);
                     continue;
                 };
-                let (token, key) = (place.token, place.key);
                 // Won by a watch event: learned as a watcher learns it.
-                let sent = Stamp::now();
-                return Ok(Leadership::start(
-                    self,
-                    name,
-                    candidate,
-                    Won { token, key, sent },
-                    s,
-                    opts,
-                ));
+                let (token, key, sent) = (place.token, place.key, Stamp::now());
+                return Ok(start(Won { token, key, sent }, s));
             }
             self.wait_for_leader_end(name, leader.as_ref(), revision, &s)
                 .await?;

@@ -1,0 +1,124 @@
+//! Each stored term's acting and margin (issue 22), from the holders'
+//! records among the stored events: which events to read for a page of
+//! terms ([`Span`]), and the terms filled from them ([`Found::fill`]).
+//! Pure; `Reader` runs the queries, `events::acting` computes each view.
+
+use std::collections::HashMap;
+
+use super::query::TermRow;
+use crate::events::acting::{self, Merged, Next, TermFacts};
+use crate::events::{Event, EventKind};
+
+/// How long after its term's end a holder's acting record is looked for
+/// (a holder cut off from etcd retries for twice its TTL).
+const LATE_MS: i64 = 10 * 60 * 1000;
+
+/// The events to read for a page of terms: recorded in `from..=to`, of
+/// tokens `lo..=hi`, at most `limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Span {
+    pub from: i64,
+    pub to: i64,
+    pub lo: i64,
+    pub hi: i64,
+    pub limit: i64,
+}
+
+impl Span {
+    pub fn of(rows: &[TermRow]) -> Option<Span> {
+        let from = rows.iter().map(|r| r.started_at_ms).min()?;
+        let lo = rows.iter().map(|r| r.token).min()?;
+        let hi = rows.iter().map(|r| r.token).max()?;
+        // An open term's record may come any time.
+        let to = rows
+            .iter()
+            .map(|r| {
+                r.ended_at_ms
+                    .map_or(i64::MAX, |e| e.saturating_add(LATE_MS))
+            })
+            .max()?;
+        let limit = i64::try_from(rows.len() * 8 + 64).unwrap_or(i64::MAX);
+        Some(Span {
+            from,
+            to,
+            lo,
+            hi,
+            limit,
+        })
+    }
+
+    /// As the queries take it.
+    pub fn range(&self) -> (i64, i64, i64, i64) {
+        (self.from, self.to, self.lo, self.hi)
+    }
+}
+
+/// The records by token, and the replays' marks.
+#[derive(Debug, Default)]
+pub(super) struct Found {
+    merged: HashMap<i64, Merged>,
+    /// (recorded at, from revision, to revision) of gaps, resets and
+    /// `unobserved`: a start recorded by a replay carries the replay's
+    /// arrival time, and cannot be aligned.
+    replayed: Vec<(i64, i64, i64)>,
+}
+
+impl Found {
+    pub fn from_events(events: &[Event]) -> Found {
+        let mut f = Found::default();
+        for e in events {
+            match &e.kind {
+                EventKind::Acting { record } => {
+                    f.merged.entry(record.token).or_default().add(record)
+                }
+                EventKind::Gap {
+                    from_revision,
+                    to_revision,
+                }
+                | EventKind::Unobserved {
+                    from_revision,
+                    to_revision,
+                    ..
+                } => f.replayed.push((e.at_ms, *from_revision, *to_revision)),
+                EventKind::Reset { from_revision, .. } => {
+                    f.replayed.push((e.at_ms, *from_revision, *from_revision))
+                }
+                _ => {}
+            }
+        }
+        f
+    }
+
+    /// No holder reported anything.
+    pub fn is_empty(&self) -> bool {
+        self.merged.is_empty()
+    }
+
+    fn seen_live(&self, row: &TermRow) -> bool {
+        !row.from_snapshot
+            && !self.replayed.iter().any(|(at, lo, hi)| {
+                *at == row.started_at_ms && (*lo..=*hi).contains(&row.started_revision)
+            })
+    }
+
+    /// Fills each term's acting; `rows` in start order, the last one
+    /// followed by a term that began at `next_of_last`.
+    pub fn fill(&self, rows: &mut [TermRow], next_of_last: Next) {
+        let starts: Vec<i64> = rows.iter().map(|r| r.started_at_ms).collect();
+        for (i, row) in rows.iter_mut().enumerate() {
+            let Some(m) = self.merged.get(&row.token) else {
+                continue;
+            };
+            let facts = TermFacts {
+                started_at_ms: self.seen_live(row).then_some(row.started_at_ms),
+                ended_at_ms: row.ended_at_ms,
+                end_cause: row.end_cause,
+                next_started_at_ms: match starts.get(i + 1) {
+                    Some(next) => Next::Known(Some(*next)),
+                    None => next_of_last,
+                },
+            };
+            row.acting = acting::view(&facts, m);
+        }
+    }
+}

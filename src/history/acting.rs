@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use super::query::TermRow;
+use crate::election::acting::ActingRecord;
 use crate::events::acting::{self, Merged, Next, TermFacts};
 use crate::events::{Event, EventKind};
 
@@ -53,10 +54,10 @@ impl Span {
     }
 }
 
-/// The records by token, and the replays' marks.
+/// The records (when each was recorded) by token, and the replays' marks.
 #[derive(Debug, Default)]
 pub(super) struct Found {
-    merged: HashMap<i64, Merged>,
+    records: HashMap<i64, Vec<(i64, ActingRecord)>>,
     /// (recorded at, from revision, to revision) of gaps, resets and
     /// `unobserved`: a start recorded by a replay carries the replay's
     /// arrival time, and cannot be aligned.
@@ -68,9 +69,11 @@ impl Found {
         let mut f = Found::default();
         for e in events {
             match &e.kind {
-                EventKind::Acting { record } => {
-                    f.merged.entry(record.token).or_default().add(record)
-                }
+                EventKind::Acting { record } => f
+                    .records
+                    .entry(record.token)
+                    .or_default()
+                    .push((e.at_ms, record.clone())),
                 EventKind::Gap {
                     from_revision,
                     to_revision,
@@ -91,7 +94,7 @@ impl Found {
 
     /// No holder reported anything.
     pub fn is_empty(&self) -> bool {
-        self.merged.is_empty()
+        self.records.is_empty()
     }
 
     fn seen_live(&self, row: &TermRow) -> bool {
@@ -106,9 +109,17 @@ impl Found {
     pub fn fill(&self, rows: &mut [TermRow], next_of_last: Next) {
         let starts: Vec<i64> = rows.iter().map(|r| r.started_at_ms).collect();
         for (i, row) in rows.iter_mut().enumerate() {
-            let Some(m) = self.merged.get(&row.token) else {
+            // Tokens repeat across etcd timelines (a restore): a record is
+            // this term's only if its holder wrote it after the term began.
+            let mut m = Merged::default();
+            for (at, r) in self.records.get(&row.token).into_iter().flatten() {
+                if r.holder == row.holder && *at >= row.started_at_ms {
+                    m.add(r);
+                }
+            }
+            if m.record.is_none() {
                 continue;
-            };
+            }
             let facts = TermFacts {
                 started_at_ms: self.seen_live(row).then_some(row.started_at_ms),
                 ended_at_ms: row.ended_at_ms,
@@ -118,7 +129,7 @@ impl Found {
                     None => next_of_last,
                 },
             };
-            row.acting = acting::view(&facts, m);
+            row.acting = acting::view(&facts, &m);
         }
     }
 }

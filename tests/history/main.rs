@@ -3,6 +3,7 @@
 // and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
+mod acting;
 mod files;
 mod fixtures;
 mod load;

@@ -423,9 +423,22 @@ fn lock(acting: &std::sync::Mutex<Acting>) -> std::sync::MutexGuard<'_, Acting> 
 impl Drop for Leadership {
     fn drop(&mut self) {
         // Dropped without a resign: acting stops now (the lease's revoke,
-        // in the background, comes after).
-        if self.reports == ActingReports::Automatic && self.acting_at_end(Stamp::now()).is_some() {
-            self.publish_acting_in_background(self.ttl());
+        // in the background, comes after). One attempt, and only while the
+        // term still holds its key: a write retried in the background
+        // could land long after, even in another etcd timeline (a restore).
+        if self.reports == ActingReports::Automatic && self.session.lost().is_none() {
+            if let Some(json) = self.acting_at_end(Stamp::now()) {
+                let put = TxnOp::put(self.client.keys.acting_key(&self.name), json, None);
+                let (client, name, key, token) = (
+                    self.client.clone(),
+                    self.name.clone(),
+                    self.key.clone(),
+                    self.token,
+                );
+                crate::task::spawn("acting record", async move {
+                    let _ = client.guarded_txn_on(&name, &key, token, vec![put]).await;
+                });
+            }
         }
         self.key_watch.abort();
         if let Some(s) = &self.signals {

@@ -21,6 +21,7 @@ const KEPT: usize = 4;
 #[derive(Debug, Default)]
 struct Term {
     token: i64,
+    holder: String,
     started_at_ms: Option<i64>,
     ended_at_ms: Option<i64>,
     end_cause: Option<EndCause>,
@@ -56,6 +57,7 @@ impl Margins {
             match &e.kind {
                 EventKind::TermStarted {
                     token,
+                    holder,
                     from_snapshot,
                     ..
                 } => {
@@ -65,6 +67,7 @@ impl Margins {
                     }
                     terms.push(Term {
                         token: *token,
+                        holder: holder.clone(),
                         started_at_ms: (!from_snapshot && !replayed).then_some(e.at_ms),
                         ..Term::default()
                     });
@@ -94,7 +97,10 @@ impl Margins {
 
     fn record(&mut self, election: &str, record: &ActingRecord) {
         if let Some(t) = self.term(election, record.token) {
-            t.merged.add(record);
+            // Tokens repeat across etcd timelines: the holder must match.
+            if t.holder == record.holder {
+                t.merged.add(record);
+            }
         }
     }
 
@@ -135,4 +141,128 @@ fn final_margin(t: &Term, now_ms: i64) -> Option<Final> {
         overlap_ms: v.overlap_ms.unwrap_or(0),
         resigned: t.end_cause == Some(EndCause::Resigned),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::election::Layout;
+
+    fn event(at_ms: i64, kind: EventKind) -> Event {
+        Event {
+            revision: 1,
+            at_ms,
+            election: "e".into(),
+            kind,
+        }
+    }
+
+    fn started(at_ms: i64, token: i64) -> Event {
+        event(
+            at_ms,
+            EventKind::TermStarted {
+                token,
+                holder: "h".into(),
+                lease_id: 1,
+                layout: Layout::Single,
+                previous_holder: None,
+                from_snapshot: false,
+            },
+        )
+    }
+
+    fn ended(at_ms: i64, token: i64, cause: EndCause) -> Event {
+        event(
+            at_ms,
+            EventKind::TermEnded {
+                token,
+                holder: "h".into(),
+                lease_id: 1,
+                cause,
+                started_revision: 1,
+                started_at_ms: 0,
+            },
+        )
+    }
+
+    fn record(at_ms: i64, token: i64, ended_ms: i64, lease_end_ms: i64) -> Event {
+        event(
+            at_ms,
+            EventKind::Acting {
+                record: ActingRecord {
+                    v: 1,
+                    token,
+                    holder: "h".into(),
+                    window_ms: 0,
+                    began_ms: Some(0),
+                    stopping_ms: None,
+                    ended_ms: Some(ended_ms),
+                    ended_by_ms: None,
+                    lease_end_ms: Some(lease_end_ms),
+                    guard_slack_ms: None,
+                    sent_ms: ended_ms,
+                    late: false,
+                },
+            },
+        )
+    }
+
+    #[test]
+    fn a_margin_waits_until_no_next_term_could_lower_it_and_is_observed_once() {
+        let mut m = Margins::default();
+        assert!(m.apply(&[started(1_000, 5)], 1_000).is_empty());
+        // Deposed at 2,000; acting ended at 2,500; the lease could have
+        // ended at 4,000 (margin 1,500 unless a term starts before that).
+        m.apply(&[ended(2_000, 5, EndCause::Deleted)], 2_000);
+        assert!(m.apply(&[record(2_600, 5, 1_500, 3_000)], 2_600).is_empty());
+        // A successor at 3,000: the margin is 500, final.
+        let f = m.apply(&[started(3_000, 9)], 3_000);
+        assert_eq!(
+            f,
+            [Final {
+                margin_ms: 500,
+                overlap_ms: 0,
+                resigned: false
+            }]
+        );
+        assert!(m.apply(&[], 10_000).is_empty(), "observed once");
+    }
+
+    #[test]
+    fn with_no_successor_the_margin_is_final_once_its_moment_has_passed() {
+        let mut m = Margins::default();
+        // Deposed (the lease lives on): acting ended at 1,900, the lease
+        // could have ended at 4,000 at the earliest.
+        m.apply(
+            &[started(1_000, 5), ended(2_000, 5, EndCause::Deleted)],
+            2_000,
+        );
+        assert!(m.apply(&[record(2_600, 5, 900, 3_000)], 2_600).is_empty());
+        assert!(
+            m.apply(&[], 3_999).is_empty(),
+            "a successor could still lower it"
+        );
+        let f = m.apply(&[], 4_000);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].margin_ms, 2_100);
+    }
+
+    #[test]
+    fn a_holder_acting_into_the_next_term_is_an_overlap() {
+        let mut m = Margins::default();
+        m.apply(&[started(1_000, 5)], 1_000);
+        m.apply(
+            &[ended(2_000, 5, EndCause::Expired), started(2_010, 9)],
+            2_010,
+        );
+        let f = m.apply(&[record(3_000, 5, 1_700, 900)], 3_000);
+        assert_eq!(
+            f,
+            [Final {
+                margin_ms: -800,
+                overlap_ms: 690,
+                resigned: false
+            }]
+        );
+    }
 }

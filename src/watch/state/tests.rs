@@ -560,3 +560,35 @@ fn a_member_saying_primary_beside_the_leader_is_two_primaries_once() {
     let (p, _) = s.apply(9, &[del("/service/pg/members/m1", 9, 200)], 1600);
     assert!(p.is_empty());
 }
+
+#[test]
+fn an_acting_record_is_an_event_of_its_election_after_the_revisions_terms() {
+    let mut s = State::new(Sources::tenure(""), 10);
+    s.apply(5, &[put("election/db", "a", 5, 5, 100)], 1000);
+    let record = r#"{"v":1,"token":5,"holder":"a","window_ms":2,"began_ms":1,"ended_ms":900,"lease_end_ms":902,"sent_ms":901}"#;
+    let (p, statuses) = s.apply(
+        7,
+        &[
+            del("election/db", 7, 100),
+            put("election/~acting/db", record, 7, 7, 0),
+            put(
+                "election/~end/db",
+                r#"{"token":5,"cause":"resigned"}"#,
+                7,
+                7,
+                0,
+            ),
+        ],
+        1900,
+    );
+    assert!(statuses.is_empty(), "{statuses:?}");
+    assert_eq!(kinds(&p), ["term_ended", "acting"]);
+    assert_eq!(p[1].event.election, "db");
+    assert!(
+        matches!(&p[1].event.kind, EventKind::Acting { record } if record.token == 5 && record.ended_ms == Some(900))
+    );
+    // Not a record (a foreign writer, a newer format): ignored, counted.
+    let (p, statuses) = s.apply(8, &[put("election/~acting/db", "{\"v\":9}", 8, 8, 0)], 2000);
+    assert!(p.is_empty());
+    assert_eq!(statuses, [WatchStatus::IgnoredKey]);
+}

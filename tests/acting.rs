@@ -262,7 +262,7 @@ async fn a_holder_cut_off_from_etcd_publishes_late_and_is_marked_so() {
     let t = term(&s, "act-cut", h.token, Duration::from_secs(10)).await;
     assert_eq!(t["acting_stopped_late"], true, "{t}");
     assert_eq!(t["acting_started_late"], false, "{t}");
-    agrees("partition", margin(&t), ms(deleted - last), 1_500.0);
+    agrees("partition", margin(&t), ms(deleted - last), 900.0);
     assert!(margin(&t).0 > 0, "{t}");
 }
 

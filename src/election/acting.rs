@@ -171,27 +171,28 @@ impl Acting {
         }
     }
 
-    /// Acting ended at `at`; the lease could have ended at `lease_end` at
-    /// the earliest.
-    pub fn ended(&mut self, at: Stamp, lease_end: Deadline) {
+    /// Acting ended at `at`; etcd could have expired the lease at `expiry`
+    /// at the earliest.
+    pub fn ended(&mut self, at: Stamp, expiry: Deadline) {
         self.dirty = true;
         self.record.ended_ms = Some(self.offset(at.boot));
         self.record.ended_by_ms = None;
-        self.expiry_ms = Some(self.offset(lease_end.boot));
-        self.lease_end(lease_end);
+        self.expiry_ms = Some(self.offset(expiry.boot));
+        self.lease_end(expiry);
     }
 
     /// Acting ended at an unknown moment, at the latest `by`.
-    pub fn ended_by(&mut self, by: Deadline, lease_end: Deadline) {
+    pub fn ended_by(&mut self, by: Deadline, expiry: Deadline) {
         self.dirty = true;
         self.record.ended_ms = None;
         self.record.ended_by_ms = Some(self.offset(by.boot));
-        self.expiry_ms = Some(self.offset(lease_end.boot));
-        self.lease_end(lease_end);
+        self.expiry_ms = Some(self.offset(expiry.boot));
+        self.lease_end(expiry);
     }
 
     /// The lease could have ended no earlier than `at` (the earlier of what
-    /// is already known and this).
+    /// is already known and this): its earliest expiry, or a request of the
+    /// holder's own that etcd confirmed.
     pub fn lease_end(&mut self, at: Deadline) {
         let at = self.offset(at.boot);
         let end = Some(self.record.lease_end_ms.map_or(at, |l| l.min(at)));

@@ -299,6 +299,12 @@ impl Session {
     /// Stops the keepalive and revokes the lease, which deletes every key
     /// attached to it.
     pub(crate) async fn revoke(&mut self, reason: LossReason) -> Result<(), Error> {
+        self.revoke_confirmed(reason).await.map(|_| ())
+    }
+
+    /// [`Session::revoke`], saying whether etcd revoked the lease now
+    /// (`true`) or it was already gone (`false`: expired or revoked).
+    pub(crate) async fn revoke_confirmed(&mut self, reason: LossReason) -> Result<bool, Error> {
         self.keepalive.abort();
         self.released = true;
         mark_lost(&self.state, reason);
@@ -307,9 +313,9 @@ impl Session {
             .op(self.client.etcd().lease_revoke(self.lease_id))
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(true),
             // Already expired or revoked: the term is over either way.
-            Err(e) if e.is_lease_not_found() => Ok(()),
+            Err(e) if e.is_lease_not_found() => Ok(false),
             Err(e) => Err(e),
         }
     }

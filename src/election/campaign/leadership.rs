@@ -197,15 +197,16 @@ impl Leadership {
     /// marker: only the lease is revoked (which deletes a key it still has).
     pub async fn resign(mut self) -> Result<(), Error> {
         self.key_watch.abort();
-        // Ending now: the lease ends no earlier than this (the request
-        // goes after it).
         let now = Stamp::now();
-        let record = self.acting_at_end(now);
-        let mut published = record.is_none();
+        let news = self.acting_stops(now);
         if self.session.lost().is_none() {
-            let extra = record.as_ref().map(|json| {
-                TxnOp::put(self.client.keys.acting_key(&self.name), json.as_str(), None)
-            });
+            // The record rides in the resign's own txn, saying the lease
+            // ends by the holder's request, sent after `now`; true once the
+            // txn succeeds.
+            let extra = news
+                .then(|| self.acting_json(Some(now)))
+                .flatten()
+                .map(|json| TxnOp::put(self.client.keys.acting_key(&self.name), json, None));
             let ended = self
                 .client
                 .end_term(
@@ -218,7 +219,15 @@ impl Leadership {
                 )
                 .await;
             match ended {
-                Ok(()) => published = true,
+                Ok(()) => {
+                    if news {
+                        let mut acting = self.acting_lock();
+                        acting.lease_end(now.after(Duration::ZERO));
+                        acting.sent();
+                    }
+                    self.reports = ActingReports::Off;
+                    return self.session.revoke(LossReason::Resigned).await;
+                }
                 // NotHolder: the term had already ended; the lease still goes.
                 Err(Error::NotHolder { .. }) => {}
                 Err(e) => {
@@ -227,11 +236,16 @@ impl Leadership {
                 }
             }
         }
-        if published {
-            self.acting_lock().sent();
-        } else {
-            // Before the lease goes: what etcd shows of the term is then
-            // complete when it ends.
+        // A lost term: the lease goes first. Its end is the holder's only
+        // if etcd confirmed the revoke; otherwise it ended by expiry (or
+        // someone else's hand, which the watcher sees), no earlier than
+        // the holder's deadline says.
+        let sent = Stamp::now();
+        let revoked = self.session.revoke_confirmed(LossReason::Resigned).await;
+        if news {
+            if let Ok(true) = revoked {
+                self.acting_lock().lease_end(sent.after(Duration::ZERO));
+            }
             if let Err(e) = self.publish_acting(self.acting_limit).await {
                 tracing::warn!(
                     error = %e,
@@ -240,30 +254,38 @@ impl Leadership {
             }
         }
         self.reports = ActingReports::Off;
-        self.session.revoke(LossReason::Resigned).await
+        revoked.map(|_| ())
     }
 
-    /// The acting record to write as the term ends at `now`, if it has
-    /// news: with [`ActingReports::Automatic`] acting stops now; a caller's
-    /// record goes as the caller left it.
-    fn acting_at_end(&self, now: Stamp) -> Option<String> {
-        let lease_end = self.expiry_earliest().min(now.after(Duration::ZERO));
+    /// Acting stops as the term ends at `now`: with
+    /// [`ActingReports::Automatic`] the application lets go now; a caller's
+    /// record stays as the caller left it. Whether there is news to publish.
+    fn acting_stops(&self, now: Stamp) -> bool {
+        let expiry = self.expiry_earliest();
         let mut acting = self.acting_lock();
         match self.reports {
-            ActingReports::Off => return None,
+            ActingReports::Off => return false,
             ActingReports::Automatic => {
                 acting.stopping(now);
                 if !acting.has_ended() {
-                    acting.ended(now, lease_end);
+                    acting.ended(now, expiry);
                 }
             }
             ActingReports::ByCaller => {}
         }
-        acting.lease_end(lease_end);
-        acting
-            .unsent()
-            .then(|| serde_json::to_string(&acting.to_send()).ok())
-            .flatten()
+        acting.lease_end(expiry);
+        acting.unsent()
+    }
+
+    /// The record as it stands, or as it would read if the lease ended by
+    /// the holder's own request sent at `own_end` (not yet confirmed: the
+    /// shared record is not changed).
+    fn acting_json(&self, own_end: Option<Stamp>) -> Option<String> {
+        let mut acting = self.acting_lock().clone();
+        if let Some(at) = own_end {
+            acting.lease_end(at.after(Duration::ZERO));
+        }
+        serde_json::to_string(&acting.to_send()).ok()
     }
 
     /// How long a resign of a lost term keeps trying to publish the acting
@@ -426,8 +448,11 @@ impl Drop for Leadership {
         // in the background, comes after). One attempt, and only while the
         // term still holds its key: a write retried in the background
         // could land long after, even in another etcd timeline (a restore).
-        if self.reports == ActingReports::Automatic && self.session.lost().is_none() {
-            if let Some(json) = self.acting_at_end(Stamp::now()) {
+        if self.reports == ActingReports::Automatic
+            && self.session.lost().is_none()
+            && self.acting_stops(Stamp::now())
+        {
+            if let Some(json) = self.acting_json(None) {
                 let put = TxnOp::put(self.client.keys.acting_key(&self.name), json, None);
                 let (client, name, key, token) = (
                     self.client.clone(),
@@ -440,7 +465,6 @@ impl Drop for Leadership {
                 });
             }
         }
-        self.key_watch.abort();
         if let Some(s) = &self.signals {
             s.abort();
         }

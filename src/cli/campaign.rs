@@ -193,6 +193,8 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
     let mut group = match Group::spawn(&args.command, &env, hard_deadline(&leadership)) {
         Ok(g) => g,
         Err(e) => {
+            // Nothing started: acting ended as it began.
+            leadership.acting_ended(Stamp::now());
             resign_quietly(leadership).await;
             return Err(e);
         }

@@ -39,9 +39,10 @@ pub struct ActingRecord {
     pub token: i64,
     pub holder: String,
     /// The commit of the term's start lies at most this long before the
-    /// base (the round trip of the request that won; 0 when the win came
-    /// by a watch event, as it comes to a watcher).
-    pub window_ms: i64,
+    /// base (the round trip of the request that won). `None`: not known (a
+    /// queued candidate learns of its win from a watch event, which may
+    /// come late); the record cannot then be placed on etcd's time.
+    pub window_ms: Option<i64>,
     /// Acting began: the command started, the leadership handed over.
     #[serde(default)]
     pub began_ms: Option<i64>,
@@ -112,6 +113,9 @@ pub struct Acting {
     failed: bool,
     /// Changed since it was last published.
     dirty: bool,
+    /// Counts changes, so that a publication of an older version does not
+    /// clear a newer change.
+    version: u64,
     /// The lease's earliest expiry when acting ended (offset): a record of
     /// the end sent after it came when another holder may already have
     /// been acting.
@@ -119,16 +123,16 @@ pub struct Acting {
 }
 
 impl Acting {
-    /// A term won by the request sent at `sent`, whose answer arrived at
-    /// `base`.
-    pub(crate) fn new(token: i64, holder: &str, sent: Stamp, base: Stamp) -> Self {
+    /// A term won by the request sent at `sent` (`None`: learned from a
+    /// watch event), whose answer arrived at `base`.
+    pub(crate) fn new(token: i64, holder: &str, sent: Option<Stamp>, base: Stamp) -> Self {
         Self {
             base,
             record: ActingRecord {
                 v: VERSION,
                 token,
                 holder: holder.to_owned(),
-                window_ms: ms(base.boot.saturating_sub(sent.boot)),
+                window_ms: sent.map(|s| ms(base.boot.saturating_sub(s.boot))),
                 began_ms: None,
                 stopping_ms: None,
                 ended_ms: None,
@@ -140,6 +144,7 @@ impl Acting {
             },
             failed: false,
             dirty: false,
+            version: 0,
             expiry_ms: None,
         }
     }
@@ -154,19 +159,19 @@ impl Acting {
     }
 
     pub fn began(&mut self, at: Stamp) {
-        self.dirty = true;
+        self.changed();
         self.record.began_ms = Some(self.offset(at.boot));
     }
 
     /// A guard kills the group `slack` before the lease's earliest expiry.
     pub fn guarded(&mut self, slack: Duration) {
-        self.dirty = true;
+        self.changed();
         self.record.guard_slack_ms = Some(ms(slack));
     }
 
     pub fn stopping(&mut self, at: Stamp) {
         if self.record.stopping_ms.is_none() {
-            self.dirty = true;
+            self.changed();
             self.record.stopping_ms = Some(self.offset(at.boot));
         }
     }
@@ -174,7 +179,7 @@ impl Acting {
     /// Acting ended at `at`; etcd could have expired the lease at `expiry`
     /// at the earliest.
     pub fn ended(&mut self, at: Stamp, expiry: Deadline) {
-        self.dirty = true;
+        self.changed();
         self.record.ended_ms = Some(self.offset(at.boot));
         self.record.ended_by_ms = None;
         self.expiry_ms = Some(self.offset(expiry.boot));
@@ -183,7 +188,7 @@ impl Acting {
 
     /// Acting ended at an unknown moment, at the latest `by`.
     pub fn ended_by(&mut self, by: Deadline, expiry: Deadline) {
-        self.dirty = true;
+        self.changed();
         self.record.ended_ms = None;
         self.record.ended_by_ms = Some(self.offset(by.boot));
         self.expiry_ms = Some(self.offset(expiry.boot));
@@ -196,7 +201,9 @@ impl Acting {
     pub fn lease_end(&mut self, at: Deadline) {
         let at = self.offset(at.boot);
         let end = Some(self.record.lease_end_ms.map_or(at, |l| l.min(at)));
-        self.dirty |= end != self.record.lease_end_ms;
+        if end != self.record.lease_end_ms {
+            self.changed();
+        }
         self.record.lease_end_ms = end;
     }
 
@@ -227,9 +234,28 @@ impl Acting {
         self.dirty
     }
 
-    /// Published as it stands.
+    fn changed(&mut self) {
+        self.dirty = true;
+        self.version += 1;
+    }
+
+    /// The current version (see [`Acting::sent_version`]).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Published as it stands: nothing unsent, and what follows is on time.
     pub fn sent(&mut self) {
         self.dirty = false;
+        self.failed = false;
+    }
+
+    /// Version `version` was published: unsent only if it changed since.
+    pub fn sent_version(&mut self, version: u64) {
+        self.failed = false;
+        if version == self.version {
+            self.dirty = false;
+        }
     }
 
     /// An attempt to publish failed: later versions are late.
@@ -255,14 +281,14 @@ mod tests {
 
     #[test]
     fn times_are_offsets_from_the_base_on_the_boot_clock() {
-        let mut a = Acting::new(7, "h", stamp(1_000), stamp(1_004));
+        let mut a = Acting::new(7, "h", Some(stamp(1_000)), stamp(1_004));
         a.began(stamp(1_010));
         a.stopping(stamp(3_000));
         a.stopping(stamp(3_500));
         a.ended(stamp(3_200), stamp(5_004).after(Duration::ZERO));
         a.lease_end(stamp(6_000).after(Duration::ZERO));
         let r = a.record.clone();
-        assert_eq!(r.window_ms, 4);
+        assert_eq!(r.window_ms, Some(4));
         assert_eq!(r.began_ms, Some(6));
         assert_eq!(r.stopping_ms, Some(1_996), "the first stop counts");
         assert_eq!(r.ended_ms, Some(2_196));
@@ -287,12 +313,12 @@ mod tests {
     #[test]
     fn a_record_sent_long_after_what_it_reports_or_after_a_failure_is_late() {
         let now = Stamp::now();
-        let mut a = Acting::new(7, "h", now, now);
+        let mut a = Acting::new(7, "h", Some(now), now);
         a.began(now);
         assert!(!a.to_send().late);
         a.failed();
         assert!(a.to_send().late);
-        let mut old = Acting::new(7, "h", now, now);
+        let mut old = Acting::new(7, "h", Some(now), now);
         old.began(Stamp {
             mono: now.mono,
             boot: now.boot.saturating_sub(Duration::from_secs(5)),

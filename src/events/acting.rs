@@ -75,6 +75,8 @@ pub struct TermFacts {
     /// When the watcher saw it start; `None` when that was not seen live.
     pub started_at_ms: Option<i64>,
     pub ended_at_ms: Option<i64>,
+    /// The end was seen as it happened (not replayed): its time counts.
+    pub end_seen_live: bool,
     pub end_cause: Option<EndCause>,
     /// The next term's start; `Known(None)`: none (yet).
     pub next_started_at_ms: Next,
@@ -117,10 +119,16 @@ pub struct ActingView {
 
 /// The term's acting on etcd's time, and its margin.
 pub fn view(term: &TermFacts, merged: &Merged) -> ActingView {
+    // Not placeable on etcd's time: the start not seen live, or the
+    // holder's win learned from a watch event at an unknown delay.
     let (Some(r), Some(start)) = (&merged.record, term.started_at_ms) else {
         return ActingView::default();
     };
+    let Some(window) = r.window_ms else {
+        return ActingView::default();
+    };
     let at = |offset: Option<i64>| offset.map(|o| start.saturating_add(o));
+    let less = i64::saturating_sub;
     let mut v = ActingView {
         acting_started_ms: at(r.began_ms),
         acting_started_late: merged.began_late,
@@ -139,26 +147,32 @@ pub fn view(term: &TermFacts, merged: &Merged) -> ActingView {
             term.end_cause,
             term.ended_at_ms,
         ) {
-            v.acting_stopped_by_ms = Some(end - slack);
+            v.acting_stopped_by_ms = Some(less(end, slack));
         }
         return v;
     };
     let ended_at = start.saturating_add(ended);
     let mut candidates: Vec<(i64, i64, &'static str)> = Vec::new();
     if let Some(lease_end) = r.lease_end_ms {
-        candidates.push((lease_end - ended, 0, "lease"));
+        candidates.push((less(lease_end, ended), 0, "lease"));
     }
     let lease_went = matches!(
         term.end_cause,
         Some(EndCause::Expired) | Some(EndCause::Resigned)
     );
-    if let (true, Some(end)) = (lease_went, term.ended_at_ms) {
-        candidates.push((end - ended_at, r.window_ms, "term_end"));
+    match (lease_went, term.ended_at_ms) {
+        (true, Some(end)) if term.end_seen_live => {
+            candidates.push((less(end, ended_at), window, "term_end"))
+        }
+        // The lease ended with the key at a moment not known: so is the
+        // margin.
+        (true, Some(_)) => return v,
+        _ => {}
     }
     match term.next_started_at_ms {
         Next::Known(Some(next)) => {
-            candidates.push((next - ended_at, r.window_ms, "next_term"));
-            v.overlap_ms = Some((ended_at - next).max(0));
+            candidates.push((less(next, ended_at), window, "next_term"));
+            v.overlap_ms = Some(less(ended_at, next).max(0));
         }
         Next::Known(None) => v.overlap_ms = Some(0),
         // Another term may have started before acting ended: unknown.
@@ -181,7 +195,7 @@ mod tests {
             v: 1,
             token: 5,
             holder: "h".into(),
-            window_ms: 3,
+            window_ms: Some(3),
             began_ms: Some(began),
             stopping_ms: None,
             ended_ms: ended,
@@ -197,6 +211,7 @@ mod tests {
         TermFacts {
             started_at_ms: Some(1_000),
             ended_at_ms: end.map(|e| e.0),
+            end_seen_live: true,
             end_cause: end.map(|e| e.1),
             next_started_at_ms: next,
         }
@@ -264,6 +279,24 @@ mod tests {
         let v = view(
             &facts(Some((4_000, EndCause::Expired)), Next::Unknown),
             &exact,
+        );
+        assert_eq!(v.margin_ms, None);
+        assert_eq!(v.acting_stopped_ms, Some(3_000));
+    }
+
+    #[test]
+    fn a_win_learned_from_a_watch_or_an_end_replayed_cannot_be_placed() {
+        let mut r = record(2, Some(2_000), Some(2_750));
+        r.window_ms = None;
+        let f = facts(Some((4_000, EndCause::Expired)), Next::Known(None));
+        assert_eq!(view(&f, &merged(&[r])), ActingView::default());
+        let replayed_end = TermFacts {
+            end_seen_live: false,
+            ..f
+        };
+        let v = view(
+            &replayed_end,
+            &merged(&[record(2, Some(2_000), Some(2_750))]),
         );
         assert_eq!(v.margin_ms, None);
         assert_eq!(v.acting_stopped_ms, Some(3_000));

@@ -97,39 +97,79 @@ impl Found {
         self.records.is_empty()
     }
 
+    fn replayed_at(&self, revision: i64, at_ms: i64) -> bool {
+        self.replayed
+            .iter()
+            .any(|(at, lo, hi)| *at == at_ms && (*lo..=*hi).contains(&revision))
+    }
+
     fn seen_live(&self, row: &TermRow) -> bool {
-        !row.from_snapshot
-            && !self.replayed.iter().any(|(at, lo, hi)| {
-                *at == row.started_at_ms && (*lo..=*hi).contains(&row.started_revision)
-            })
+        !row.from_snapshot && !self.replayed_at(row.started_revision, row.started_at_ms)
+    }
+
+    /// The start of `next`, if it can be compared with times of etcd's
+    /// (seen live).
+    fn next_start(&self, next: Option<&TermRow>) -> Next {
+        match next {
+            None => Next::Known(None),
+            Some(n) if self.seen_live(n) => Next::Known(Some(n.started_at_ms)),
+            Some(_) => Next::Unknown,
+        }
     }
 
     /// Fills each term's acting; `rows` in start order, the last one
-    /// followed by a term that began at `next_of_last`.
-    pub fn fill(&self, rows: &mut [TermRow], next_of_last: Next) {
-        let starts: Vec<i64> = rows.iter().map(|r| r.started_at_ms).collect();
-        for (i, row) in rows.iter_mut().enumerate() {
-            // Tokens repeat across etcd timelines (a restore): a record is
-            // this term's only if its holder wrote it after the term began.
-            let mut m = Merged::default();
-            for (at, r) in self.records.get(&row.token).into_iter().flatten() {
-                if r.holder == row.holder && *at >= row.started_at_ms {
-                    m.add(r);
-                }
+    /// followed by `after_last` (`Err(())`: not known).
+    pub fn fill(&self, rows: &mut [TermRow], after_last: Result<Option<TermRow>, ()>) {
+        let views: Vec<_> = (0..rows.len())
+            .map(|i| {
+                let row = &rows[i];
+                let next = match (rows.get(i + 1), &after_last) {
+                    (Some(n), _) => self.next_start(Some(n)),
+                    (None, Ok(n)) => self.next_start(n.as_ref()),
+                    (None, Err(())) => Next::Unknown,
+                };
+                self.view(row, rows[i + 1..].iter(), next)
+            })
+            .collect();
+        for (row, view) in rows.iter_mut().zip(views) {
+            if let Some(v) = view {
+                row.acting = v;
             }
-            if m.record.is_none() {
-                continue;
-            }
-            let facts = TermFacts {
-                started_at_ms: self.seen_live(row).then_some(row.started_at_ms),
-                ended_at_ms: row.ended_at_ms,
-                end_cause: row.end_cause,
-                next_started_at_ms: match starts.get(i + 1) {
-                    Some(next) => Next::Known(Some(*next)),
-                    None => next_of_last,
-                },
-            };
-            row.acting = acting::view(&facts, &m);
         }
+    }
+
+    /// One term's view, from the records its holder wrote after it began
+    /// and before any later term of the same token began (tokens repeat
+    /// across etcd timelines: a restore).
+    fn view<'a>(
+        &self,
+        row: &TermRow,
+        later: impl Iterator<Item = &'a TermRow>,
+        next: Next,
+    ) -> Option<acting::ActingView> {
+        let until = later
+            .filter(|t| t.token == row.token)
+            .map(|t| t.started_at_ms)
+            .min()
+            .unwrap_or(i64::MAX);
+        let mut m = Merged::default();
+        for (at, r) in self.records.get(&row.token).into_iter().flatten() {
+            if r.holder == row.holder && *at >= row.started_at_ms && *at < until {
+                m.add(r);
+            }
+        }
+        m.record.as_ref()?;
+        let end_seen_live = match (row.ended_revision, row.ended_at_ms) {
+            (Some(rev), Some(at)) => !self.replayed_at(rev, at),
+            _ => true,
+        };
+        let facts = TermFacts {
+            started_at_ms: self.seen_live(row).then_some(row.started_at_ms),
+            ended_at_ms: row.ended_at_ms,
+            end_seen_live,
+            end_cause: row.end_cause,
+            next_started_at_ms: next,
+        };
+        Some(acting::view(&facts, &m))
     }
 }

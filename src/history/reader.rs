@@ -18,7 +18,6 @@ use super::query::{self, Query, RefusalRow, ResumePoint, TermRow, MAX_LIMIT};
 use super::summary::{self, ElectionsPage, PageFrom, RecentCounts};
 use super::window::{self, Activity, MAX_ACTIVE};
 use super::{pg, schema, Db, ElectionSummary, HistoryError, WriterStatus};
-use crate::events::acting::Next;
 use crate::events::cluster::{ClusterBaseline, ClusterEvent};
 use crate::events::Event;
 
@@ -133,19 +132,24 @@ impl Reader {
         if found.is_empty() {
             return Ok(());
         }
-        let next_of_last = self.next_of_last(election, q, rows)?;
-        found.fill(rows, next_of_last);
+        let after_last = self.after_last(election, q, rows)?;
+        found.fill(rows, after_last);
         Ok(())
     }
 
-    /// When the term after the last of `rows` began, wherever the window
-    /// ends (`Unknown` past a full page).
-    fn next_of_last(&self, election: &str, q: &Query, rows: &[TermRow]) -> Result<Next> {
+    /// The term after the last of `rows`, wherever the window ends
+    /// (`Err(())`: not known, past a full page).
+    fn after_last(
+        &self,
+        election: &str,
+        q: &Query,
+        rows: &[TermRow],
+    ) -> Result<Result<Option<TermRow>, ()>> {
         if rows.last().is_none_or(|r| r.ended_at_ms.is_none()) {
-            return Ok(Next::Known(None));
+            return Ok(Ok(None));
         }
         if rows.len() >= MAX_LIMIT {
-            return Ok(Next::Unknown);
+            return Ok(Err(()));
         }
         let wider = Query {
             from_ms: q.from_ms,
@@ -156,7 +160,7 @@ impl Reader {
             |c| query::terms(c, election, &wider),
             |c| pg::terms(c, election, &wider),
         )?;
-        Ok(Next::Known(more.get(rows.len()).map(|r| r.started_at_ms)))
+        Ok(Ok(more.into_iter().nth(rows.len())))
     }
 
     /// Events with `at_ms` in `[from, to]`, by revision (the oldest first).

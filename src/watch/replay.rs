@@ -56,7 +56,12 @@ impl Replay {
 pub(super) fn coalesced(events: &[state::Pending]) -> Option<(i64, i64)> {
     let mut first_of: HashMap<&str, i64> = HashMap::new();
     let mut twice = false;
-    for p in events {
+    // A holder's acting record carries its own times: it says nothing of
+    // when the election's changes happened.
+    for p in events
+        .iter()
+        .filter(|p| !matches!(p.event.kind, EventKind::Acting { .. }))
+    {
         let first = *first_of
             .entry(p.event.election.as_str())
             .or_insert(p.event.revision);

@@ -13,7 +13,7 @@ fn acting(token: i64, began: i64, ended: Option<i64>, lease_end: i64) -> EventKi
             v: 1,
             token,
             holder: "h".into(),
-            window_ms: 4,
+            window_ms: Some(4),
             began_ms: Some(began),
             stopping_ms: None,
             ended_ms: ended,
@@ -122,4 +122,50 @@ async fn a_start_recorded_by_a_replay_cannot_be_aligned() {
     let terms = store.terms("db", &all()).unwrap();
     assert_eq!(terms[0].acting.acting_started_ms, None, "{terms:#?}");
     assert_eq!(terms[0].acting.margin_ms, None);
+}
+
+#[tokio::test]
+async fn a_successor_seen_only_in_a_replay_leaves_the_overlap_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&db(&dir), WEEK).unwrap();
+    let t0 = now_ms() - 60_000;
+    let unobserved = EventKind::Unobserved {
+        from_revision: 12,
+        to_revision: 13,
+        since_ms: Some(t0 + 1_000),
+    };
+    write_all(
+        &store,
+        vec![
+            batch(10, vec![ev(10, t0, "db", started(10, "h"))]),
+            // Deposed and succeeded while serve was away: both arrive late.
+            batch(
+                13,
+                vec![
+                    ev(13, t0 + 9_000, "", unobserved),
+                    ev(
+                        12,
+                        t0 + 9_000,
+                        "db",
+                        ended(10, "h", EndCause::Deleted, 10, t0),
+                    ),
+                    ev(13, t0 + 9_000, "db", started(13, "i")),
+                ],
+            ),
+            batch(
+                14,
+                vec![ev(14, t0 + 9_100, "db", acting(10, 3, Some(2_500), 9_000))],
+            ),
+        ],
+    )
+    .await;
+    store.flush().await.unwrap();
+    let terms = store.terms("db", &all()).unwrap();
+    let a = &terms[0].acting;
+    assert_eq!(a.acting_stopped_ms, Some(t0 + 2_500));
+    assert_eq!(
+        a.margin_ms, None,
+        "the successor's start is an arrival time"
+    );
+    assert_eq!(a.overlap_ms, None);
 }

@@ -47,7 +47,8 @@ const ACTING_RETRY: Duration = Duration::from_millis(250);
 pub(super) struct Won {
     pub token: i64,
     pub key: String,
-    pub sent: Stamp,
+    /// `None`: learned from a watch event (a queued candidate's turn).
+    pub sent: Option<Stamp>,
 }
 
 impl Leadership {
@@ -418,12 +419,15 @@ async fn publish(
     // them), and would time out again long after etcd is reachable.
     let mut fresh: Option<etcd_client::Client> = None;
     loop {
-        let record = lock(acting).to_send();
+        let (record, version) = {
+            let a = lock(acting);
+            (a.to_send(), a.version())
+        };
         let json = serde_json::to_string(&record).map_err(|e| Error::Protocol(e.to_string()))?;
         let mut etcd = fresh.clone().unwrap_or_else(|| client.etcd());
         match client.op(etcd.put(key.as_str(), json, None)).await {
             Ok(_) => {
-                lock(acting).sent();
+                lock(acting).sent_version(version);
                 return Ok(());
             }
             Err(e) => {
@@ -444,6 +448,7 @@ fn lock(acting: &std::sync::Mutex<Acting>) -> std::sync::MutexGuard<'_, Acting> 
 
 impl Drop for Leadership {
     fn drop(&mut self) {
+        self.key_watch.abort();
         // Dropped without a resign: acting stops now (the lease's revoke,
         // in the background, comes after). One attempt, and only while the
         // term still holds its key: a write retried in the background
@@ -460,9 +465,12 @@ impl Drop for Leadership {
                     self.key.clone(),
                     self.token,
                 );
-                crate::task::spawn("acting record", async move {
-                    let _ = client.guarded_txn_on(&name, &key, token, vec![put]).await;
-                });
+                // Without a runtime (dropped after it ended) nothing is sent.
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    crate::task::spawn_on(&rt, "acting record", async move {
+                        let _ = client.guarded_txn_on(&name, &key, token, vec![put]).await;
+                    });
+                }
             }
         }
         if let Some(s) = &self.signals {

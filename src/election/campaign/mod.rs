@@ -137,7 +137,11 @@ impl Client {
                 self,
                 name,
                 candidate,
-                Won { token, key, sent },
+                Won {
+                    token,
+                    key,
+                    sent: Some(sent),
+                },
                 session,
                 opts,
             ))),
@@ -307,7 +311,16 @@ impl Client {
             unknown_since = None;
             doubt_sent = None;
             let (revision, place, leader) = match attempt {
-                Attempt::Won { token, key } => return Ok(start(Won { token, key, sent }, s)),
+                Attempt::Won { token, key } => {
+                    return Ok(start(
+                        Won {
+                            token,
+                            key,
+                            sent: Some(sent),
+                        },
+                        s,
+                    ))
+                }
                 Attempt::Held {
                     revision,
                     queued,
@@ -323,9 +336,17 @@ impl Client {
                     session = Some(s);
                     continue;
                 };
-                // Won by a watch event: learned as a watcher learns it.
-                let (token, key, sent) = (place.token, place.key, Stamp::now());
-                return Ok(start(Won { token, key, sent }, s));
+                // Won by a watch event, which may have come late: the
+                // commit's moment is not known.
+                let (token, key) = (place.token, place.key);
+                return Ok(start(
+                    Won {
+                        token,
+                        key,
+                        sent: None,
+                    },
+                    s,
+                ));
             }
             self.wait_for_leader_end(name, leader.as_ref(), revision, &s)
                 .await?;

@@ -26,6 +26,9 @@ struct Term {
     ended_at_ms: Option<i64>,
     end_cause: Option<EndCause>,
     next_started_at_ms: Option<i64>,
+    /// The end, or the next term's start, came in a replay: its time is an
+    /// arrival, and the margin unknown.
+    replayed: bool,
     merged: Merged,
     observed: bool,
 }
@@ -64,6 +67,7 @@ impl Margins {
                     let terms = self.elections.entry(e.election.clone()).or_default();
                     if let Some(prev) = terms.last_mut() {
                         prev.next_started_at_ms.get_or_insert(e.at_ms);
+                        prev.replayed |= replayed;
                     }
                     terms.push(Term {
                         token: *token,
@@ -79,6 +83,7 @@ impl Margins {
                     if let Some(t) = self.term(&e.election, *token) {
                         t.ended_at_ms = Some(e.at_ms);
                         t.end_cause = Some(*cause);
+                        t.replayed |= replayed;
                     }
                 }
                 EventKind::Acting { record } => self.record(&e.election, record),
@@ -114,7 +119,9 @@ impl Margins {
                     out.push(m);
                 }
             }
-            terms.retain(|t| !t.observed || t.next_started_at_ms.is_none());
+            // Observed, or never to be (replayed): kept only as the latest
+            // term, whose successor's start is still to come.
+            terms.retain(|t| !(t.observed || t.replayed) || t.next_started_at_ms.is_none());
         }
         self.elections.retain(|_, terms| !terms.is_empty());
         out
@@ -125,9 +132,13 @@ fn final_margin(t: &Term, now_ms: i64) -> Option<Final> {
     let record = t.merged.record.as_ref()?;
     record.ended_ms?;
     t.ended_at_ms?;
+    if t.replayed {
+        return None;
+    }
     let facts = TermFacts {
         started_at_ms: t.started_at_ms,
         ended_at_ms: t.ended_at_ms,
+        end_seen_live: true,
         end_cause: t.end_cause,
         next_started_at_ms: Next::Known(t.next_started_at_ms),
     };
@@ -193,7 +204,7 @@ mod tests {
                     v: 1,
                     token,
                     holder: "h".into(),
-                    window_ms: 0,
+                    window_ms: Some(0),
                     began_ms: Some(0),
                     stopping_ms: None,
                     ended_ms: Some(ended_ms),

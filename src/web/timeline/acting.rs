@@ -43,7 +43,7 @@ pub(super) fn acting_bars(
         let x0 = scale.x(start);
         let x1 = scale.x(end).max(x0 + MIN_BAR);
         let overlap = a.overlap_ms.filter(|o| *o > 0).map(|o| {
-            let from = scale.x(end - o);
+            let from = scale.x(end.saturating_sub(o));
             (Px(from), Px((x1 - from).max(MIN_BAR)))
         });
         out.push(ActingBar {

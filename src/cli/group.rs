@@ -101,23 +101,14 @@ impl Group {
         // pipe would not close when tenure dies.
         let (from_tenure, to_guard) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .context("creating the guard's pipe")?;
-        let to_guard = std::fs::File::from(to_guard);
         // A frozen guard must not block tenure: writes that would block
         // are dropped (the guard then acts on the deadline it has).
-        nix::fcntl::fcntl(
-            to_guard.as_fd(),
-            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-        )
-        .context("making the guard's pipe non-blocking")?;
-        // The guard's word on when it killed the group (its stdout).
+        let to_guard = nonblocking(to_guard)?;
+        // The guard's word on when it killed the group (its stdout), read
+        // once it is dead.
         let (from_guard, guard_out) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .context("creating the guard's pipe")?;
-        let from_guard = std::fs::File::from(from_guard);
-        nix::fcntl::fcntl(
-            from_guard.as_fd(),
-            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-        )
-        .context("making the guard's pipe non-blocking")?;
+        let from_guard = nonblocking(from_guard)?;
         let mut guard = Command::new(&exe);
         guard
             .arg0(super::guard::NAME)
@@ -310,6 +301,17 @@ impl Group {
             guard_killed_at: self.guard_killed_at(),
         }
     }
+}
+
+/// One end of a pipe to the guard, as a file that never blocks.
+fn nonblocking(fd: std::os::fd::OwnedFd) -> anyhow::Result<std::fs::File> {
+    let file = std::fs::File::from(fd);
+    nix::fcntl::fcntl(
+        file.as_fd(),
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .context("making the guard's pipe non-blocking")?;
+    Ok(file)
 }
 
 fn with_env(cmd: &mut Command, env: &[(String, Option<OsString>)]) {

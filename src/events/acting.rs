@@ -117,6 +117,20 @@ pub struct ActingView {
     pub overlap_ms: Option<i64>,
 }
 
+impl ActingView {
+    /// When acting stopped, in words, with times written by `time`; its
+    /// term ended in etcd (`term_ended`) or not.
+    pub fn stopped_text(&self, term_ended: bool, time: impl Fn(i64) -> String) -> String {
+        match (self.acting_stopped_ms, self.acting_stopped_by_ms) {
+            (Some(s), _) if self.acting_stopped_late => format!("{} (reported late)", time(s)),
+            (Some(s), _) => time(s),
+            (None, Some(by)) => format!("by {} at the latest (its guard's deadline)", time(by)),
+            (None, None) if term_ended => "not reported: unknown".to_owned(),
+            (None, None) => "still acting".to_owned(),
+        }
+    }
+}
+
 /// The term's acting on etcd's time, and its margin.
 pub fn view(term: &TermFacts, merged: &Merged) -> ActingView {
     // Not placeable on etcd's time: the start not seen live, or the

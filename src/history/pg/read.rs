@@ -198,6 +198,11 @@ pub(in crate::history) fn acting(
          ORDER BY id LIMIT $5",
         &[&election, &from_ms, &lo, &hi, &limit, &to_ms],
     )?;
+    event_rows(&rows)
+}
+
+/// Rows of `(id, json)` from `events`, as events.
+fn event_rows(rows: &[postgres::Row]) -> Result<Vec<Event>, HistoryError> {
     rows.iter()
         .map(|row| {
             let id: i64 = row.try_get(0)?;
@@ -227,16 +232,7 @@ pub(in crate::history) fn events(
             &[&from(q), &to(q), &limit(q)],
         )?,
     };
-    rows.iter()
-        .map(|row| {
-            let id: i64 = row.try_get(0)?;
-            let json: String = row.try_get(1)?;
-            serde_json::from_str(&json).map_err(|source| HistoryError::Json {
-                what: format!("event row {id}"),
-                source,
-            })
-        })
-        .collect()
+    event_rows(&rows)
 }
 
 pub(in crate::history) fn refusals(

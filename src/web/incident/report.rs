@@ -325,12 +325,7 @@ fn who_acted_when(o: &mut String, r: &Report) {
     let late = |l: bool| if l { " (reported late)" } else { "" };
     for (election, t) in rows {
         let a = &t.acting;
-        let stopped = match (a.acting_stopped_ms, a.acting_stopped_by_ms) {
-            (Some(s), _) => format!("{}{}", format_ms(s), late(a.acting_stopped_late)),
-            (None, Some(by)) => format!("by {} (its guard's deadline)", format_ms(by)),
-            (None, None) if t.end_ms.is_some() => "not reported: unknown".to_owned(),
-            (None, None) => "still acting".to_owned(),
-        };
+        let stopped = a.stopped_text(t.end_ms.is_some(), format_ms);
         let margin = match (a.margin_ms, a.margin_bound_ms) {
             (Some(m), Some(b)) if b > 0 => format!("{m} ms ±{b}"),
             (Some(m), _) => format!("{m} ms"),

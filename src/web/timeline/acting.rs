@@ -62,12 +62,7 @@ pub(super) fn acting_bars(
 fn title(t: &TermRow, start: i64, end: i64, bounded: bool) -> String {
     let a = &t.acting;
     let late = |l: bool| if l { " (reported late)" } else { "" };
-    let stopped = match (a.acting_stopped_ms, a.acting_stopped_by_ms) {
-        (Some(e), _) => format!("{}{}", short_time(e), late(a.acting_stopped_late)),
-        (None, Some(by)) => format!("by {} at the latest (its guard's deadline)", short_time(by)),
-        (None, None) if t.ended_at_ms.is_some() => "not reported: unknown".to_owned(),
-        (None, None) => "still acting".to_owned(),
-    };
+    let stopped = a.stopped_text(t.ended_at_ms.is_some(), short_time);
     let margin = match (a.margin_ms, a.margin_bound_ms) {
         (Some(m), Some(b)) if b > 0 => format!("{} (±{b} ms)", signed(m)),
         (Some(m), _) => signed(m),

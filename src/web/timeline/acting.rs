@@ -20,10 +20,23 @@ pub(super) fn acting_bars(
     scale: &Scale,
     now_ms: i64,
 ) -> Vec<ActingBar> {
-    let by_token: HashMap<i64, &TermRow> = terms.iter().map(|t| (t.token, t)).collect();
+    let mut by_token: HashMap<i64, Vec<&TermRow>> = HashMap::new();
+    for t in terms {
+        by_token.entry(t.token).or_default().push(t);
+    }
     let mut out = Vec::new();
     for b in bars.iter().filter(|b| b.is_term()) {
-        let (Some(t), Some(lane)) = (by_token.get(&b.token), lanes.get(b.lane)) else {
+        // Tokens repeat across etcd timelines (a restore): the bar's term
+        // is the one of its token that starts where the bar does.
+        let t = by_token.get(&b.token).and_then(|ts| {
+            ts.iter()
+                .min_by(|x, y| {
+                    let dx = |t: &TermRow| (scale.x(t.started_at_ms) - b.x.0).abs();
+                    dx(x).total_cmp(&dx(y))
+                })
+                .copied()
+        });
+        let (Some(t), Some(lane)) = (t, lanes.get(b.lane)) else {
             continue;
         };
         let a = &t.acting;

@@ -65,7 +65,10 @@ fn timeless(v: &Value) -> Value {
                         || k.ends_with("_at")
                         || k.starts_with("duration")
                         || k.as_str() == "since"
-                        || k.as_str() == "at")
+                        || k.as_str() == "at"
+                        // Which moment a margin came from depends on
+                        // each replica's times (within the margin's bound).
+                        || k.as_str() == "margin_against")
                 })
                 .map(|(k, v)| (k.clone(), timeless(v)))
                 .collect(),

@@ -192,12 +192,31 @@ pub fn view(term: &TermFacts, merged: &Merged) -> ActingView {
         // Another term may have started before acting ended: unknown.
         Next::Unknown => return v,
     }
-    if let Some(&(margin, bound, against)) = candidates.iter().min_by_key(|c| c.0) {
+    if let Some((margin, bound, against)) = smallest(&candidates) {
         v.margin_ms = Some(margin);
         v.margin_bound_ms = Some(bound);
         v.margin_against = Some(against);
     }
     v
+}
+
+/// The smallest candidate, where the exact one (`lease`: the holder's own
+/// clock) gives way to a placed one only if that is lower by more than its
+/// bound: within it, the two cannot be told apart, and the exact one is
+/// kept (with the placed one's bound: the truth may be that much lower).
+fn smallest(candidates: &[(i64, i64, &'static str)]) -> Option<(i64, i64, &'static str)> {
+    let exact = candidates.iter().find(|c| c.2 == "lease").copied();
+    let placed = candidates
+        .iter()
+        .filter(|c| c.2 != "lease")
+        .min_by_key(|c| c.0)
+        .copied();
+    match (exact, placed) {
+        (Some(e), Some(p)) if p.0 < e.0.saturating_sub(p.1) => Some(p),
+        (Some(e), Some(p)) if p.0 < e.0.saturating_add(p.1) => Some((e.0, p.1, e.2)),
+        (Some(e), _) => Some(e),
+        (None, p) => p,
+    }
 }
 
 #[cfg(test)]
@@ -296,6 +315,30 @@ mod tests {
         );
         assert_eq!(v.margin_ms, None);
         assert_eq!(v.acting_stopped_ms, Some(3_000));
+    }
+
+    #[test]
+    fn a_placed_candidate_within_its_bound_of_the_exact_one_does_not_replace_it() {
+        // A resign: acting ended as the resign was sent (lease 0 ms); the
+        // term's end, placed within ±3 ms, reads 1 ms before.
+        let m = merged(&[record(2, Some(2_000), Some(2_000))]);
+        let v = view(
+            &facts(Some((2_999, EndCause::Resigned)), Next::Known(None)),
+            &m,
+        );
+        assert_eq!(
+            (v.margin_ms, v.margin_bound_ms, v.margin_against),
+            (Some(0), Some(3), Some("lease"))
+        );
+        // Beyond its bound it does.
+        let v = view(
+            &facts(Some((2_990, EndCause::Resigned)), Next::Known(None)),
+            &m,
+        );
+        assert_eq!(
+            (v.margin_ms, v.margin_against),
+            (Some(-10), Some("term_end"))
+        );
     }
 
     #[test]

@@ -304,8 +304,7 @@ async fn a_holder_killed_with_9_is_bounded_by_its_guards_deadline() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_library_holder_reports_by_itself_and_a_depose_with_nobody_next_is_measured_against_its_lease(
-) {
+async fn a_library_holder_reports_by_itself() {
     let etcd = Etcd::start().await;
     let dir = tempfile::tempdir().unwrap();
     let s = serve(&etcd, dir.path()).await;
@@ -315,7 +314,6 @@ async fn a_library_holder_reports_by_itself_and_a_depose_with_nobody_next_is_mea
     let l = c.campaign_wait(&name, "lib", &opts, None).await.unwrap();
     let token = l.token();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let resigned_at = now_ns();
     l.resign().await.unwrap();
     let t = term(&s, "act-lib", token, Duration::from_secs(10)).await;
     assert_eq!(t["end_cause"], "resigned", "{t}");
@@ -326,5 +324,114 @@ async fn a_library_holder_reports_by_itself_and_a_depose_with_nobody_next_is_mea
     let held = stopped - started;
     println!("[figure] library resign: acted {held} ms, margin {m} ms");
     assert!(held >= 300, "{t}");
-    let _ = resigned_at;
+}
+
+/// When the test's own polls last saw `lease` alive and first saw it gone
+/// (every 10 ms), in wall-clock ns.
+async fn lease_gone(c: &Client, lease: i64, within: Duration) -> (i128, i128) {
+    let mut raw = c.etcd();
+    let deadline = Instant::now() + within;
+    let mut alive = now_ns();
+    loop {
+        let before = now_ns();
+        let r = raw.lease_time_to_live(lease, None).await.unwrap();
+        if r.ttl() < 0 {
+            return (alive, now_ns());
+        }
+        alive = before;
+        assert!(Instant::now() < deadline, "the lease never went");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_depose_with_nobody_next_is_measured_against_the_leases_end() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(&etcd, dir.path()).await;
+    // TTL 4: the command (which ignores SIGTERM) gets 0.75 s of grace.
+    let mut h = Holder::start(&etcd.endpoint(), "act-deposed", dir.path(), &["--ttl", "4"]).await;
+    let c = Client::connect(&[etcd.endpoint()], "").await.unwrap();
+    let lease = c
+        .leader(&ElectionName::new("act-deposed").unwrap())
+        .await
+        .unwrap()
+        .expect("a leader")
+        .leader
+        .lease_id;
+    c.depose(&ElectionName::new("act-deposed").unwrap())
+        .await
+        .unwrap()
+        .expect("deposed");
+    let (alive, gone) = lease_gone(&c, lease, Duration::from_secs(10)).await;
+    let last = h.last_act();
+    h.exit_code(Duration::from_secs(10)).await;
+    let t = term(&s, "act-deposed", h.token, Duration::from_secs(10)).await;
+    assert_eq!(t["end_cause"], "deleted", "{t}");
+    assert_eq!(t["margin_against"], "lease", "{t}");
+    // The holder revoked its lease once its command was dead: the lease
+    // went between the test's last poll that saw it and the first that
+    // did not.
+    let (m, _) = margin(&t);
+    println!(
+        "[figure] depose, nobody next: margin {m} ms in serve; the lease went {:.0}..{:.0} ms after the last act by the test's polls",
+        ms(alive - last),
+        ms(gone - last)
+    );
+    assert!(m >= 0, "{t}");
+    assert!(
+        (m as f64) <= ms(gone - last) + 5.0,
+        "{m} vs {:.0}",
+        ms(gone - last)
+    );
+    assert!(
+        ms(alive - last) - (m as f64) <= 100.0,
+        "{m} vs {:.0}",
+        ms(alive - last)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_depose_with_a_waiter_shows_the_grace_as_an_overlap() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(&etcd, dir.path()).await;
+    let mut h = Holder::start(&etcd.endpoint(), "act-handed", dir.path(), &["--ttl", "4"]).await;
+    let keylog = KeyLog::start(etcd.client().await, "election/act-handed").await;
+    let dir2 = tempfile::tempdir().unwrap();
+    let mut next = support::holder::Holder::attach(
+        support::holder::spawn(
+            &etcd.endpoint(),
+            "act-handed",
+            dir2.path(),
+            &["--ttl", "4", "--wait"],
+        ),
+        dir2.path(),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let c = Client::connect(&[etcd.endpoint()], "").await.unwrap();
+    c.depose(&ElectionName::new("act-handed").unwrap())
+        .await
+        .unwrap()
+        .expect("deposed");
+    let taken = keylog.created_after(h.token, Duration::from_secs(10)).await;
+    dead_at(h.pgid, Duration::from_secs(5)).await;
+    let last = h.last_act();
+    h.exit_code(Duration::from_secs(10)).await;
+    let t = term(&s, "act-handed", h.token, Duration::from_secs(10)).await;
+    let overlap = t["overlap_ms"].as_i64().expect("an overlap");
+    let observed = ms(last - taken.at);
+    println!(
+        "[figure] depose with a waiter: overlap {overlap} ms in serve, the old command acted {observed:.0} ms into the next term by the test's record (its 0.75 s grace)"
+    );
+    assert!(observed > 0.0);
+    assert!(
+        overlap as f64 >= observed - 5.0,
+        "{overlap} vs {observed:.0}"
+    );
+    assert!(
+        overlap as f64 <= observed + 100.0,
+        "{overlap} vs {observed:.0}"
+    );
+    let _ = next.child.start_kill();
 }

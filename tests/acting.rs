@@ -435,3 +435,31 @@ async fn a_depose_with_a_waiter_shows_the_grace_as_an_overlap() {
     );
     let _ = next.child.start_kill();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_holder_deposed_and_dropped_reports_its_end_without_claiming_its_leases() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(&etcd, dir.path()).await;
+    let c = Client::connect(&[etcd.endpoint()], "").await.unwrap();
+    let name = ElectionName::new("act-lib-lost").unwrap();
+    let opts = tenure::election::CampaignOptions::new(tenure::election::Ttl::from_secs(4).unwrap());
+    let l = c.campaign_wait(&name, "lib", &opts, None).await.unwrap();
+    let token = l.token();
+    c.depose(&name).await.unwrap().expect("deposed");
+    l.lost().await;
+    // The application takes 200 ms to stop, then drops the leadership.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(l);
+    let t = term(&s, "act-lib-lost", token, Duration::from_secs(10)).await;
+    assert_eq!(t["end_cause"], "deleted", "{t}");
+    let stopped = t["acting_stopped_ms"].as_i64().expect("reported");
+    let ended = t["ended_at_ms"].as_i64().unwrap();
+    let after = stopped - ended;
+    println!("[figure] library, deposed, dropped 200 ms after the loss: acting stopped {after} ms after the deposition");
+    assert!((150..1_000).contains(&after), "{t}");
+    // Its lease ended by its revoke, unconfirmed when the record was
+    // written, and nobody followed: the margin is unknown, not a guess.
+    assert!(t["margin_ms"].is_null(), "{t}");
+    assert_eq!(t["overlap_ms"], 0, "{t}");
+}

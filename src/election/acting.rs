@@ -207,6 +207,16 @@ impl Acting {
         self.record.lease_end_ms = end;
     }
 
+    /// The lease's end is not known: the key went without it (a depose),
+    /// and the holder's own revoke, which ends it, was not confirmed; it
+    /// may have ended any time after.
+    pub fn lease_end_unknown(&mut self) {
+        if self.record.lease_end_ms.is_some() {
+            self.changed();
+        }
+        self.record.lease_end_ms = None;
+    }
+
     pub fn stopping_seen(&self) -> bool {
         self.record.stopping_ms.is_some()
     }

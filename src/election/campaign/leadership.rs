@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{GetOptions, PutOptions, TxnOp, TxnResponse};
+use etcd_client::{GetOptions, PutOptions, Txn, TxnOp, TxnResponse};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -242,10 +242,18 @@ impl Leadership {
         // someone else's hand, which the watcher sees), no earlier than
         // the holder's deadline says.
         let sent = Stamp::now();
+        let key_went = self.key_went_first();
         let revoked = self.session.revoke_confirmed(LossReason::Resigned).await;
         if news {
-            if let Ok(true) = revoked {
-                self.acting_lock().lease_end(sent.after(Duration::ZERO));
+            match revoked {
+                Ok(true) => self.acting_lock().lease_end(sent.after(Duration::ZERO)),
+                // Already gone: expired (no earlier than its deadline) or
+                // revoked by another, with its key, which the watcher sees.
+                Ok(false) => {}
+                // Not confirmed: it may have ended at this revoke, which
+                // nothing else shows when its key had gone before.
+                Err(_) if key_went => self.acting_lock().lease_end_unknown(),
+                Err(_) => {}
             }
             if let Err(e) = self.publish_acting(self.acting_limit).await {
                 tracing::warn!(
@@ -256,6 +264,16 @@ impl Leadership {
         }
         self.reports = ActingReports::Off;
         revoked.map(|_| ())
+    }
+
+    /// The term was lost by its key going while its lease lived (a depose,
+    /// a takeover): the lease then ends by the holder's revoke, whenever
+    /// that lands, not with the key.
+    fn key_went_first(&self) -> bool {
+        matches!(
+            self.session.lost(),
+            Some(LossReason::KeyDeleted { .. } | LossReason::TakenOver { .. })
+        )
     }
 
     /// Acting stops as the term ends at `now`: with
@@ -450,13 +468,16 @@ impl Drop for Leadership {
     fn drop(&mut self) {
         self.key_watch.abort();
         // Dropped without a resign: acting stops now (the lease's revoke,
-        // in the background, comes after). One attempt, and only while the
-        // term still holds its key: a write retried in the background
-        // could land long after, even in another etcd timeline (a restore).
-        if self.reports == ActingReports::Automatic
-            && self.session.lost().is_none()
-            && self.acting_stops(Stamp::now())
-        {
+        // in the background, comes after). One attempt, never retried: a
+        // write retried in the background could land long after, even in
+        // another etcd timeline (a restore). While the term holds its key,
+        // only while it still does; a lost term's key is gone already.
+        if self.reports == ActingReports::Automatic && self.acting_stops(Stamp::now()) {
+            let lost = self.session.lost().is_some();
+            if lost && self.key_went_first() {
+                // Its revoke, in the background, is not confirmed.
+                self.acting_lock().lease_end_unknown();
+            }
             if let Some(json) = self.acting_json(None) {
                 let put = TxnOp::put(self.client.keys.acting_key(&self.name), json, None);
                 let (client, name, key, token) = (
@@ -468,7 +489,17 @@ impl Drop for Leadership {
                 // Without a runtime (dropped after it ended) nothing is sent.
                 if let Ok(rt) = tokio::runtime::Handle::try_current() {
                     crate::task::spawn_on(&rt, "acting record", async move {
-                        let _ = client.guarded_txn_on(&name, &key, token, vec![put]).await;
+                        let _ = if lost {
+                            client
+                                .op(client.etcd().txn(Txn::new().and_then([put])))
+                                .await
+                                .map(|_| ())
+                        } else {
+                            client
+                                .guarded_txn_on(&name, &key, token, vec![put])
+                                .await
+                                .map(|_| ())
+                        };
                     });
                 }
             }

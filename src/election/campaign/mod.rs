@@ -277,17 +277,18 @@ impl Client {
         // the slowness lasts. After a TTL of not knowing the lease goes.
         let mut unknown_since: Option<Instant> = None;
         let mut doubt_sent: Option<Stamp> = None;
-        let start = |won: Won, s: Session| Leadership::start(self, name, candidate, won, s, opts);
+        let start = |token, key, sent, s: Session| {
+            Leadership::start(self, name, candidate, Won { token, key, sent }, s, opts)
+        };
         loop {
             let s = self
                 .live_session(session.take(), opts, &mut backoff)
                 .await?;
             current_lease.store(s.lease_id, std::sync::atomic::Ordering::SeqCst);
-            let queued_lease = queued.take();
             // An attempt in doubt may have committed: the win's commit is
             // then no later than that attempt's sending.
             let sent = *doubt_sent.get_or_insert_with(Stamp::now);
-            let attempt = match self.attempt(name, candidate, &s, queued_lease, opts).await {
+            let attempt = match self.attempt(name, candidate, &s, queued.take(), opts).await {
                 Ok(a) => a,
                 // The txn may have committed: the next attempt, with the
                 // same lease, finds the key and knows it is ours.
@@ -311,16 +312,7 @@ impl Client {
             unknown_since = None;
             doubt_sent = None;
             let (revision, place, leader) = match attempt {
-                Attempt::Won { token, key } => {
-                    return Ok(start(
-                        Won {
-                            token,
-                            key,
-                            sent: Some(sent),
-                        },
-                        s,
-                    ))
-                }
+                Attempt::Won { token, key } => return Ok(start(token, key, Some(sent), s)),
                 Attempt::Held {
                     revision,
                     queued,
@@ -338,15 +330,7 @@ impl Client {
                 };
                 // Won by a watch event, which may have come late: the
                 // commit's moment is not known.
-                let (token, key) = (place.token, place.key);
-                return Ok(start(
-                    Won {
-                        token,
-                        key,
-                        sent: None,
-                    },
-                    s,
-                ));
+                return Ok(start(place.token, place.key, None, s));
             }
             self.wait_for_leader_end(name, leader.as_ref(), revision, &s)
                 .await?;

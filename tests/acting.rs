@@ -47,10 +47,13 @@ async fn term(serve: &Serve, election: &str, token: i64, within: Duration) -> Va
     }
 }
 
-async fn serve(etcd: &Etcd, dir: &std::path::Path) -> Serve {
-    let s = Serve::start(&[etcd.endpoint()], &dir.join("h.db"), &[], &[]).await;
+/// A real etcd, a temp dir, and a ready `tenure serve` recording into it.
+async fn world() -> (Etcd, tempfile::TempDir, Serve) {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Serve::start(&[etcd.endpoint()], &dir.path().join("h.db"), &[], &[]).await;
     s.ready().await;
-    s
+    (etcd, dir, s)
 }
 
 fn margin(t: &Value) -> (i64, i64) {
@@ -83,9 +86,7 @@ fn agrees(what: &str, tenure: (i64, i64), independent_ms: f64, slack_ms: f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resign_on_sigterm_gives_the_margin_the_test_observed() {
-    let etcd = Etcd::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = serve(&etcd, dir.path()).await;
+    let (etcd, dir, s) = world().await;
     let mut h = Holder::start(&etcd.endpoint(), "act-resign", dir.path(), &["--ttl", "4"]).await;
     let keylog = KeyLog::start(etcd.client().await, "election/act-resign").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -107,9 +108,7 @@ async fn a_resign_on_sigterm_gives_the_margin_the_test_observed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenure_frozen_alone_its_guard_ends_acting_before_expiry_and_the_record_comes_late() {
-    let etcd = Etcd::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = serve(&etcd, dir.path()).await;
+    let (etcd, dir, s) = world().await;
     let mut h = Holder::start(&etcd.endpoint(), "act-frozen", dir.path(), &["--ttl", "4"]).await;
     let keylog = KeyLog::start(etcd.client().await, "election/act-frozen").await;
     kill(h.tenure_pid(), Signal::SIGSTOP).unwrap();
@@ -136,9 +135,7 @@ async fn tenure_frozen_alone_its_guard_ends_acting_before_expiry_and_the_record_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_whole_holder_frozen_past_its_ttl_gives_a_negative_margin_and_an_overlap() {
-    let etcd = Etcd::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = serve(&etcd, dir.path()).await;
+    let (etcd, dir, s) = world().await;
     let mut h = Holder::start(&etcd.endpoint(), "act-paused", dir.path(), &["--ttl", "2"]).await;
     let keylog = KeyLog::start(etcd.client().await, "election/act-paused").await;
     killpg(Pid::from_raw(h.pgid), Signal::SIGSTOP).unwrap();
@@ -247,9 +244,7 @@ async fn a_whole_holder_frozen_past_its_ttl_gives_a_negative_margin_and_an_overl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_cut_off_from_etcd_publishes_late_and_is_marked_so() {
-    let etcd = Etcd::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = serve(&etcd, dir.path()).await;
+    let (etcd, dir, s) = world().await;
     let proxy = Proxy::start(etcd.client_addr()).await;
     let mut h = Holder::start(&proxy.endpoint(), "act-cut", dir.path(), &["--ttl", "3"]).await;
     let keylog = KeyLog::start(etcd.client().await, "election/act-cut").await;
@@ -268,9 +263,7 @@ async fn a_holder_cut_off_from_etcd_publishes_late_and_is_marked_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_killed_with_9_is_bounded_by_its_guards_deadline() {
-    let etcd = Etcd::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = serve(&etcd, dir.path()).await;
+    let (etcd, dir, s) = world().await;
     let h = Holder::start(&etcd.endpoint(), "act-killed", dir.path(), &["--ttl", "4"]).await;
     let keylog = KeyLog::start(etcd.client().await, "election/act-killed").await;
     kill(h.tenure_pid(), Signal::SIGKILL).unwrap();
@@ -305,9 +298,7 @@ async fn a_holder_killed_with_9_is_bounded_by_its_guards_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_library_holder_reports_by_itself() {
-    let etcd = Etcd::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = serve(&etcd, dir.path()).await;
+    let (etcd, _dir, s) = world().await;
     let c = Client::connect(&[etcd.endpoint()], "").await.unwrap();
     let name = ElectionName::new("act-lib").unwrap();
     let opts = tenure::election::CampaignOptions::new(tenure::election::Ttl::from_secs(4).unwrap());
@@ -346,9 +337,7 @@ async fn lease_gone(c: &Client, lease: i64, within: Duration) -> (i128, i128) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_depose_with_nobody_next_is_measured_against_the_leases_end() {
-    let etcd = Etcd::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = serve(&etcd, dir.path()).await;
+    let (etcd, dir, s) = world().await;
     // TTL 4: the command (which ignores SIGTERM) gets 0.75 s of grace.
     let mut h = Holder::start(&etcd.endpoint(), "act-deposed", dir.path(), &["--ttl", "4"]).await;
     let c = Client::connect(&[etcd.endpoint()], "").await.unwrap();
@@ -393,9 +382,7 @@ async fn a_depose_with_nobody_next_is_measured_against_the_leases_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_depose_with_a_waiter_shows_the_grace_as_an_overlap() {
-    let etcd = Etcd::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = serve(&etcd, dir.path()).await;
+    let (etcd, dir, s) = world().await;
     let mut h = Holder::start(&etcd.endpoint(), "act-handed", dir.path(), &["--ttl", "4"]).await;
     let keylog = KeyLog::start(etcd.client().await, "election/act-handed").await;
     let dir2 = tempfile::tempdir().unwrap();
@@ -438,9 +425,7 @@ async fn a_depose_with_a_waiter_shows_the_grace_as_an_overlap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_library_holder_deposed_and_dropped_reports_its_end_without_claiming_its_leases() {
-    let etcd = Etcd::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let s = serve(&etcd, dir.path()).await;
+    let (etcd, _dir, s) = world().await;
     let c = Client::connect(&[etcd.endpoint()], "").await.unwrap();
     let name = ElectionName::new("act-lib-lost").unwrap();
     let opts = tenure::election::CampaignOptions::new(tenure::election::Ttl::from_secs(4).unwrap());

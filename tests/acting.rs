@@ -224,6 +224,13 @@ async fn a_whole_holder_frozen_past_its_ttl_gives_a_negative_margin_and_an_overl
         page.contains("TWO HOLDERS ACTED AT ONCE"),
         "no overlap title"
     );
+    // The terms table's margin cell: negative, in red.
+    let row = page
+        .split(&format!("id=\"term-{}\"", t["token"]))
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .expect("the term's row");
+    assert!(row.contains("overlap-cell") && row.contains(">−"), "{row}");
     // Unix seconds.
     let from = t["started_at_ms"].as_i64().unwrap() / 1000 - 60;
     let to = from + 600;

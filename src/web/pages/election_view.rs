@@ -441,6 +441,11 @@ struct TermView {
     cause_title: &'static str,
     revisions: String,
     from_snapshot: bool,
+    /// The acting margin (issue 22): text, whether it is an overlap, and
+    /// what it says in full (a title); "—" when its holder reported nothing.
+    margin: String,
+    overlap: bool,
+    margin_title: String,
 }
 
 struct EventView {
@@ -577,7 +582,44 @@ fn term_view(t: &TermRow, hue: u16, replays: &[ReplayMark], now: i64) -> TermVie
             None => format!("{} →", t.started_revision),
         },
         from_snapshot: t.from_snapshot,
+        margin: margin_text(&t.acting),
+        overlap: t.acting.overlap_ms.is_some_and(|o| o > 0),
+        margin_title: margin_title(t),
     }
+}
+
+/// The margin cell: `+250 ms`, `−572 ms`, `unknown`, or `—` (no report).
+fn margin_text(a: &crate::events::acting::ActingView) -> String {
+    match (a.margin_ms, a.acting_started_ms) {
+        (Some(m), _) if m < 0 => format!("−{}", format_duration_ms(-m)),
+        (Some(m), _) => format!("+{}", format_duration_ms(m)),
+        (None, Some(_)) => "unknown".to_owned(),
+        (None, None) => "—".to_owned(),
+    }
+}
+
+fn margin_title(t: &TermRow) -> String {
+    let a = &t.acting;
+    if a.acting_started_ms.is_none() {
+        return "its holder reported nothing of when it acted (or it could not be placed on \
+                etcd's time)"
+            .to_owned();
+    }
+    let mut s = format!(
+        "acted from {} to {}",
+        a.acting_started_ms.map(short_time).unwrap_or_default(),
+        a.stopped_text(t.ended_at_ms.is_some(), short_time)
+    );
+    if let (Some(against), Some(bound)) = (a.margin_against, a.margin_bound_ms) {
+        s.push_str(&format!("; margin against {against}, ±{bound} ms"));
+    }
+    if let Some(o) = a.overlap_ms.filter(|o| *o > 0) {
+        s.push_str(&format!(
+            "; acted {} into the next term: two holders at once",
+            format_duration_ms(o)
+        ));
+    }
+    s
 }
 
 fn event_view(e: &Event) -> EventView {

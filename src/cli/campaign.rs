@@ -166,7 +166,6 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
         Ok(l) => l,
         Err(code) => return Ok(code),
     };
-
     if let Some(sig) = shutdown.pending() {
         resign_quietly(leadership).await;
         return Ok(sig.exit_code());
@@ -212,7 +211,7 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
             // The command is gone; whatever it left in its group goes too,
             // before the term ends.
             let stopped = group.finish(false).await;
-            leadership.acting_ended(Stamp::now());
+            acting_ended(&leadership, &stopped);
             if !stopped.survivors.is_empty() {
                 say(format_args!(
                     "processes {:?} of the command's group survived SIGKILL",

@@ -111,11 +111,10 @@ pub struct Acting {
     record: ActingRecord,
     /// An attempt to publish failed: what follows is late.
     failed: bool,
-    /// Changed since it was last published.
-    dirty: bool,
-    /// Counts changes, so that a publication of an older version does not
-    /// clear a newer change.
+    /// Counts changes; `published` is the last one etcd has (so that a
+    /// publication of an older version does not hide a newer change).
     version: u64,
+    published: u64,
     /// The lease's earliest expiry when acting ended (offset): a record of
     /// the end sent after it came when another holder may already have
     /// been acting.
@@ -143,8 +142,8 @@ impl Acting {
                 late: false,
             },
             failed: false,
-            dirty: false,
             version: 0,
+            published: 0,
             expiry_ms: None,
         }
     }
@@ -217,10 +216,6 @@ impl Acting {
         self.record.lease_end_ms = None;
     }
 
-    pub fn stopping_seen(&self) -> bool {
-        self.record.stopping_ms.is_some()
-    }
-
     pub fn has_ended(&self) -> bool {
         self.record.ended_ms.is_some() || self.record.ended_by_ms.is_some()
     }
@@ -241,11 +236,10 @@ impl Acting {
 
     /// Whether it changed since it was last published.
     pub fn unsent(&self) -> bool {
-        self.dirty
+        self.version != self.published
     }
 
     fn changed(&mut self) {
-        self.dirty = true;
         self.version += 1;
     }
 
@@ -254,18 +248,11 @@ impl Acting {
         self.version
     }
 
-    /// Published as it stands: nothing unsent, and what follows is on time.
-    pub fn sent(&mut self) {
-        self.dirty = false;
+    /// Version `version` was published (what follows is on time): unsent
+    /// only if it changed since.
+    pub fn sent(&mut self, version: u64) {
         self.failed = false;
-    }
-
-    /// Version `version` was published: unsent only if it changed since.
-    pub fn sent_version(&mut self, version: u64) {
-        self.failed = false;
-        if version == self.version {
-            self.dirty = false;
-        }
+        self.published = self.published.max(version);
     }
 
     /// An attempt to publish failed: later versions are late.

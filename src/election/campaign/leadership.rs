@@ -35,8 +35,6 @@ pub struct Leadership {
     /// What this term's holder reports about its acting (issue 22).
     acting: std::sync::Arc<std::sync::Mutex<Acting>>,
     reports: ActingReports,
-    /// How long a resign of a lost term retries publishing the record.
-    acting_limit: Duration,
 }
 
 /// How long a publication of the acting record is retried, at most.
@@ -62,7 +60,6 @@ impl Leadership {
     ) -> Self {
         let Won { token, key, sent } = won;
         let base = Stamp::now();
-        let session_ttl = session.ttl;
         let mut acting = Acting::new(token, holder, sent, base);
         if opts.acting == ActingReports::Automatic {
             acting.began(base);
@@ -104,7 +101,6 @@ impl Leadership {
             acquired_at: base.mono,
             acting: std::sync::Arc::new(std::sync::Mutex::new(acting)),
             reports: opts.acting,
-            acting_limit: session_ttl * 2,
         }
     }
 
@@ -224,7 +220,8 @@ impl Leadership {
                     if news {
                         let mut acting = self.acting_lock();
                         acting.lease_end(now.after(Duration::ZERO));
-                        acting.sent();
+                        let version = acting.version();
+                        acting.sent(version);
                     }
                     self.reports = ActingReports::Off;
                     return self.session.revoke(LossReason::Resigned).await;
@@ -255,7 +252,9 @@ impl Leadership {
                 Err(_) if key_went => self.acting_lock().lease_end_unknown(),
                 Err(_) => {}
             }
-            if let Err(e) = self.publish_acting(self.acting_limit).await {
+            // Retried while etcd does not answer (a holder cut off from
+            // it), for twice the TTL.
+            if let Err(e) = self.publish_acting(self.ttl() * 2).await {
                 tracing::warn!(
                     error = %e,
                     "could not publish the term's acting record: its end shows as unknown"
@@ -305,12 +304,6 @@ impl Leadership {
             acting.lease_end(at.after(Duration::ZERO));
         }
         serde_json::to_string(&acting.to_send()).ok()
-    }
-
-    /// How long a resign of a lost term keeps trying to publish the acting
-    /// record while etcd does not answer (default: twice the TTL).
-    pub fn set_acting_publish_limit(&mut self, limit: Duration) {
-        self.acting_limit = limit;
     }
 
     fn acting_lock(&self) -> std::sync::MutexGuard<'_, Acting> {
@@ -445,7 +438,7 @@ async fn publish(
         let mut etcd = fresh.clone().unwrap_or_else(|| client.etcd());
         match client.op(etcd.put(key.as_str(), json, None)).await {
             Ok(_) => {
-                lock(acting).sent_version(version);
+                lock(acting).sent(version);
                 return Ok(());
             }
             Err(e) => {

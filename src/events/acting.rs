@@ -36,10 +36,16 @@ pub struct Merged {
     pub record: Option<ActingRecord>,
     pub began_late: bool,
     pub ended_late: bool,
+    /// The etcd revision of the version that first said acting ended.
+    pub end_revision: Option<i64>,
 }
 
 impl Merged {
-    pub fn add(&mut self, r: &ActingRecord) {
+    /// Adds the version written at etcd revision `revision`.
+    pub fn add(&mut self, r: &ActingRecord, revision: i64) {
+        if r.has_end() && !self.record.as_ref().is_some_and(ActingRecord::has_end) {
+            self.end_revision = Some(revision);
+        }
         let Some(m) = &mut self.record else {
             self.began_late = r.began_ms.is_some() && r.late;
             self.ended_late = r.has_end() && r.late;
@@ -75,6 +81,8 @@ pub struct TermFacts {
     /// When the watcher saw it start; `None` when that was not seen live.
     pub started_at_ms: Option<i64>,
     pub ended_at_ms: Option<i64>,
+    /// The etcd revision of the term's end.
+    pub ended_revision: Option<i64>,
     /// The end was seen as it happened (not replayed): its time counts.
     pub end_seen_live: bool,
     pub end_cause: Option<EndCause>,
@@ -166,6 +174,23 @@ pub fn view(term: &TermFacts, merged: &Merged) -> ActingView {
         return v;
     };
     let ended_at = start.saturating_add(ended);
+    // The end's record was in etcd no later than the term's end (the
+    // resign's own txn, or before it): acting ended before any successor
+    // could start, whatever the clocks say. Revisions, not times.
+    let ended_first = matches!(
+        (merged.end_revision, term.ended_revision),
+        (Some(said), Some(end)) if said <= end
+    );
+    // A placed moment comes with its bound; where the revisions say
+    // acting ended first, it cannot be before that end.
+    let placed = |moment: i64| {
+        let m = less(moment, ended_at);
+        if ended_first {
+            m.max(0)
+        } else {
+            m
+        }
+    };
     let mut candidates: Vec<(i64, i64, &'static str)> = Vec::new();
     if let Some(lease_end) = r.lease_end_ms {
         candidates.push((less(lease_end, ended), 0, "lease"));
@@ -176,7 +201,7 @@ pub fn view(term: &TermFacts, merged: &Merged) -> ActingView {
     );
     match (lease_went, term.ended_at_ms) {
         (true, Some(end)) if term.end_seen_live => {
-            candidates.push((less(end, ended_at), window, "term_end"))
+            candidates.push((placed(end), window, "term_end"))
         }
         // The lease ended with the key at a moment not known: so is the
         // margin.
@@ -185,8 +210,12 @@ pub fn view(term: &TermFacts, merged: &Merged) -> ActingView {
     }
     match term.next_started_at_ms {
         Next::Known(Some(next)) => {
-            candidates.push((less(next, ended_at), window, "next_term"));
-            v.overlap_ms = Some(less(ended_at, next).max(0));
+            candidates.push((placed(next), window, "next_term"));
+            v.overlap_ms = Some(if ended_first {
+                0
+            } else {
+                less(ended_at, next).max(0)
+            });
         }
         Next::Known(None) => v.overlap_ms = Some(0),
         // Another term may have started before acting ended: unknown.
@@ -244,6 +273,7 @@ mod tests {
         TermFacts {
             started_at_ms: Some(1_000),
             ended_at_ms: end.map(|e| e.0),
+            ended_revision: end.map(|_| 100),
             end_seen_live: true,
             end_cause: end.map(|e| e.1),
             next_started_at_ms: next,
@@ -252,8 +282,10 @@ mod tests {
 
     fn merged(records: &[ActingRecord]) -> Merged {
         let mut m = Merged::default();
+        // Written after the term's end (revision 100), unless a test
+        // says otherwise.
         for r in records {
-            m.add(r);
+            m.add(r, 101);
         }
         m
     }
@@ -339,6 +371,22 @@ mod tests {
             (v.margin_ms, v.margin_against),
             (Some(-10), Some("term_end"))
         );
+    }
+
+    #[test]
+    fn an_end_recorded_in_the_terms_own_end_revision_is_no_overlap_whatever_the_clocks() {
+        // A resign whose txn carried the record (revision 100, the term's
+        // end); a queued successor starts in that same revision, placed
+        // 2 ms before acting ended by the clocks' jitter.
+        let mut m = Merged::default();
+        m.add(&record(2, Some(2_000), Some(2_000)), 100);
+        let f = facts(Some((3_001, EndCause::Resigned)), Next::Known(Some(2_998)));
+        let v = view(&f, &m);
+        assert_eq!(v.overlap_ms, Some(0));
+        assert_eq!((v.margin_ms, v.margin_against), (Some(0), Some("lease")));
+        // The same times with the record written after the end: an overlap.
+        let v = view(&f, &merged(&[record(2, Some(2_000), Some(2_000))]));
+        assert_eq!(v.overlap_ms, Some(2));
     }
 
     #[test]

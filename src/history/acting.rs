@@ -54,10 +54,11 @@ impl Span {
     }
 }
 
-/// The records (when each was recorded) by token, and the replays' marks.
+/// The records (when each was recorded, at which revision) by token, and
+/// the replays' marks.
 #[derive(Debug, Default)]
 pub(super) struct Found {
-    records: HashMap<i64, Vec<(i64, ActingRecord)>>,
+    records: HashMap<i64, Vec<(i64, i64, ActingRecord)>>,
     /// (recorded at, from revision, to revision) of gaps, resets and
     /// `unobserved`: a start recorded by a replay carries the replay's
     /// arrival time, and cannot be aligned.
@@ -69,11 +70,11 @@ impl Found {
         let mut f = Found::default();
         for e in events {
             match &e.kind {
-                EventKind::Acting { record } => f
-                    .records
-                    .entry(record.token)
-                    .or_default()
-                    .push((e.at_ms, record.clone())),
+                EventKind::Acting { record } => f.records.entry(record.token).or_default().push((
+                    e.at_ms,
+                    e.revision,
+                    record.clone(),
+                )),
                 EventKind::Gap {
                     from_revision,
                     to_revision,
@@ -153,9 +154,9 @@ impl Found {
             .min()
             .unwrap_or(i64::MAX);
         let mut m = Merged::default();
-        for (at, r) in self.records.get(&row.token).into_iter().flatten() {
+        for (at, revision, r) in self.records.get(&row.token).into_iter().flatten() {
             if r.holder == row.holder && *at >= row.started_at_ms && *at < until {
-                m.add(r);
+                m.add(r, *revision);
             }
         }
         m.record.as_ref()?;
@@ -166,6 +167,7 @@ impl Found {
         let facts = TermFacts {
             started_at_ms: self.seen_live(row).then_some(row.started_at_ms),
             ended_at_ms: row.ended_at_ms,
+            ended_revision: row.ended_revision,
             end_seen_live,
             end_cause: row.end_cause,
             next_started_at_ms: next,

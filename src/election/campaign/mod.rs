@@ -285,9 +285,10 @@ impl Client {
                 .live_session(session.take(), opts, &mut backoff)
                 .await?;
             current_lease.store(s.lease_id, std::sync::atomic::Ordering::SeqCst);
-            // An attempt in doubt may have committed: the win's commit is
-            // then no later than that attempt's sending.
-            let sent = *doubt_sent.get_or_insert_with(Stamp::now);
+            // A win commits no earlier than the first attempt in doubt; a
+            // woken queued candidate's read finds one that began earlier.
+            let sent =
+                Some(*doubt_sent.get_or_insert_with(Stamp::now)).filter(|_| queued.is_none());
             let attempt = match self.attempt(name, candidate, &s, queued.take(), opts).await {
                 Ok(a) => a,
                 // The txn may have committed: the next attempt, with the
@@ -312,7 +313,7 @@ impl Client {
             unknown_since = None;
             doubt_sent = None;
             let (revision, place, leader) = match attempt {
-                Attempt::Won { token, key } => return Ok(start(token, key, Some(sent), s)),
+                Attempt::Won { token, key } => return Ok(start(token, key, sent, s)),
                 Attempt::Held {
                     revision,
                     queued,

@@ -9,7 +9,7 @@
 //! could still have lowered it has passed (its start would now come after
 //! the margin's reference). Kept per election: the last few terms only.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::election::acting::ActingRecord;
 use crate::events::acting::{self, ActingView, Merged, Next, TermFacts};
@@ -24,6 +24,7 @@ struct Term {
     holder: String,
     started_at_ms: Option<i64>,
     ended_at_ms: Option<i64>,
+    ended_revision: Option<i64>,
     end_cause: Option<EndCause>,
     next_started_at_ms: Option<i64>,
     /// The end, or the next term's start, came in a replay: its time is an
@@ -42,20 +43,29 @@ pub(super) struct Final {
     pub resigned: bool,
 }
 
-/// Pending terms by election.
+/// Pending terms by election: only terms whose start was seen live (no
+/// other can be placed on etcd's time), so a snapshot of 100,000 running
+/// terms costs nothing here.
 #[derive(Debug, Default)]
 pub(super) struct Margins {
     elections: HashMap<String, Vec<Term>>,
+    /// Elections with a margin that waits for time to settle it (no
+    /// successor yet): looked at on every batch, beside those it touches.
+    waiting: HashSet<String>,
 }
 
 impl Margins {
-    /// Reads one batch's events; `live` is false for a batch replayed
-    /// (its times are arrival times: a start in it cannot be aligned).
-    /// Returns each term whose margin became final.
+    /// Reads one batch's events (a batch with a gap, a reset or
+    /// `unobserved` was replayed: its times are arrival times, and cannot
+    /// be aligned). Returns each term whose margin became final.
     pub fn apply(&mut self, events: &[Event], now_ms: i64) -> Vec<Final> {
-        let replayed = events
-            .iter()
-            .any(|e| matches!(e.kind, EventKind::Unobserved { .. } | EventKind::Gap { .. }));
+        let replayed = events.iter().any(|e| {
+            matches!(
+                e.kind,
+                EventKind::Unobserved { .. } | EventKind::Gap { .. } | EventKind::Reset { .. }
+            )
+        });
+        let mut touched: HashSet<&str> = HashSet::new();
         for e in events {
             match &e.kind {
                 EventKind::TermStarted {
@@ -64,33 +74,43 @@ impl Margins {
                     from_snapshot,
                     ..
                 } => {
-                    let terms = self.elections.entry(e.election.clone()).or_default();
-                    if let Some(prev) = terms.last_mut() {
+                    if let Some(prev) = self
+                        .elections
+                        .get_mut(&e.election)
+                        .and_then(|t| t.last_mut())
+                    {
                         prev.next_started_at_ms.get_or_insert(e.at_ms);
                         prev.replayed |= replayed;
                     }
-                    terms.push(Term {
-                        token: *token,
-                        holder: holder.clone(),
-                        started_at_ms: (!from_snapshot && !replayed).then_some(e.at_ms),
-                        ..Term::default()
-                    });
-                    if terms.len() > KEPT {
-                        terms.remove(0);
+                    if !from_snapshot && !replayed {
+                        let terms = self.elections.entry(e.election.clone()).or_default();
+                        terms.push(Term {
+                            token: *token,
+                            holder: holder.clone(),
+                            started_at_ms: Some(e.at_ms),
+                            ..Term::default()
+                        });
+                        if terms.len() > KEPT {
+                            terms.remove(0);
+                        }
                     }
                 }
                 EventKind::TermEnded { token, cause, .. } => {
                     if let Some(t) = self.term(&e.election, *token) {
                         t.ended_at_ms = Some(e.at_ms);
+                        t.ended_revision = Some(e.revision);
                         t.end_cause = Some(*cause);
                         t.replayed |= replayed;
                     }
                 }
-                EventKind::Acting { record } => self.record(&e.election, record),
-                _ => {}
+                EventKind::Acting { record } => self.record(&e.election, record, e.revision),
+                _ => continue,
             }
+            touched.insert(&e.election);
         }
-        self.finals(now_ms)
+        let mut names: Vec<String> = touched.into_iter().map(str::to_owned).collect();
+        names.extend(self.waiting.drain());
+        self.finals(names, now_ms)
     }
 
     fn term(&mut self, election: &str, token: i64) -> Option<&mut Term> {
@@ -100,19 +120,23 @@ impl Margins {
             .find(|t| t.token == token)
     }
 
-    fn record(&mut self, election: &str, record: &ActingRecord) {
+    fn record(&mut self, election: &str, record: &ActingRecord, revision: i64) {
         if let Some(t) = self.term(election, record.token) {
             // Tokens repeat across etcd timelines: the holder must match.
             if t.holder == record.holder {
-                t.merged.add(record);
+                t.merged.add(record, revision);
             }
         }
     }
 
-    /// The margins that are final now, each observed once.
-    fn finals(&mut self, now_ms: i64) -> Vec<Final> {
+    /// The margins of the elections `names` that are final now, each
+    /// observed once.
+    fn finals(&mut self, names: Vec<String>, now_ms: i64) -> Vec<Final> {
         let mut out = Vec::new();
-        for terms in self.elections.values_mut() {
+        for name in names {
+            let Some(terms) = self.elections.get_mut(&name) else {
+                continue;
+            };
             for t in terms.iter_mut().filter(|t| !t.observed) {
                 if let Some(m) = final_margin(t, now_ms) {
                     t.observed = true;
@@ -122,10 +146,27 @@ impl Margins {
             // Observed, or never to be (replayed): kept only as the latest
             // term, whose successor's start is still to come.
             terms.retain(|t| !(t.observed || t.replayed) || t.next_started_at_ms.is_none());
+            if terms.is_empty() {
+                self.elections.remove(&name);
+            } else if terms.iter().any(waits_for_time) {
+                self.waiting.insert(name);
+            }
         }
-        self.elections.retain(|_, terms| !terms.is_empty());
         out
     }
+}
+
+/// Whether a term's margin is known but for a successor that may still
+/// start before its moment (only time settles it).
+fn waits_for_time(t: &Term) -> bool {
+    !t.observed
+        && !t.replayed
+        && t.next_started_at_ms.is_none()
+        && t.ended_at_ms.is_some()
+        && t.merged
+            .record
+            .as_ref()
+            .is_some_and(|r| r.ended_ms.is_some())
 }
 
 fn final_margin(t: &Term, now_ms: i64) -> Option<Final> {
@@ -138,6 +179,7 @@ fn final_margin(t: &Term, now_ms: i64) -> Option<Final> {
     let facts = TermFacts {
         started_at_ms: t.started_at_ms,
         ended_at_ms: t.ended_at_ms,
+        ended_revision: t.ended_revision,
         end_seen_live: true,
         end_cause: t.end_cause,
         next_started_at_ms: Next::Known(t.next_started_at_ms),
@@ -159,9 +201,10 @@ mod tests {
     use super::*;
     use crate::election::Layout;
 
+    /// Revisions in the order of the times (one per millisecond).
     fn event(at_ms: i64, kind: EventKind) -> Event {
         Event {
-            revision: 1,
+            revision: at_ms,
             at_ms,
             election: "e".into(),
             kind,
@@ -275,5 +318,62 @@ mod tests {
                 resigned: false
             }]
         );
+    }
+
+    #[test]
+    fn an_end_recorded_in_the_resigns_own_revision_is_never_an_overlap() {
+        let mut m = Margins::default();
+        m.apply(&[started(1_000, 5)], 1_000);
+        // The resign's txn (revision 2,000) carried the record; a queued
+        // successor starts in the same revision. By the clocks, acting
+        // ended 2 ms after it: jitter, not an overlap.
+        let f = m.apply(
+            &[
+                ended(2_000, 5, EndCause::Resigned),
+                started(2_000, 9),
+                record(2_000, 5, 1_002, 1_002),
+            ],
+            2_000,
+        );
+        assert_eq!(
+            f,
+            [Final {
+                margin_ms: 0,
+                overlap_ms: 0,
+                resigned: true
+            }]
+        );
+    }
+
+    #[test]
+    fn terms_first_seen_in_a_snapshot_are_not_kept_and_a_batch_looks_at_its_own_elections() {
+        let mut m = Margins::default();
+        let snap = event(
+            1_000,
+            EventKind::TermStarted {
+                token: 5,
+                holder: "h".into(),
+                lease_id: 1,
+                layout: Layout::Single,
+                previous_holder: None,
+                from_snapshot: true,
+            },
+        );
+        assert!(m.apply(&[snap], 1_000).is_empty());
+        assert!(m.elections.is_empty(), "nothing of it could be placed");
+        // A live term with its end reported waits for time; the next
+        // batch, of another election, still settles it.
+        m.apply(
+            &[started(2_000, 7), ended(3_000, 7, EndCause::Deleted)],
+            3_000,
+        );
+        m.apply(&[record(3_100, 7, 500, 1_500)], 3_100);
+        assert!(m.waiting.contains("e"));
+        let mut other = started(9_000, 1);
+        other.election = "other".into();
+        let f = m.apply(&[other], 9_000);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].margin_ms, 1_000);
+        assert!(m.waiting.is_empty());
     }
 }

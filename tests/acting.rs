@@ -16,7 +16,9 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 use support::holder::{dead_at, live_members, ms, now_ns, Holder, KeyLog};
+use support::prom::etcd_watchers;
 use support::proxy::Proxy;
+use support::wait::wait_until_async;
 use support::Etcd;
 use support::Serve;
 use tenure::election::{Client, ElectionName};
@@ -393,6 +395,7 @@ async fn a_depose_with_a_waiter_shows_the_grace_as_an_overlap() {
     let mut h = Holder::start(&etcd.endpoint(), "act-handed", dir.path(), &["--ttl", "4"]).await;
     let keylog = KeyLog::start(etcd.client().await, "election/act-handed").await;
     let dir2 = tempfile::tempdir().unwrap();
+    let watchers = etcd_watchers(&etcd.endpoint()).await.unwrap_or(0.0);
     let mut next = support::holder::Holder::attach(
         support::holder::spawn(
             &etcd.endpoint(),
@@ -402,7 +405,11 @@ async fn a_depose_with_a_waiter_shows_the_grace_as_an_overlap() {
         ),
         dir2.path(),
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The waiter is waiting: its watch shows in etcd's count.
+    wait_until_async("the waiter watches", Duration::from_secs(10), || async {
+        etcd_watchers(&etcd.endpoint()).await.unwrap_or(0.0) > watchers
+    })
+    .await;
     let c = Client::connect(&[etcd.endpoint()], "").await.unwrap();
     c.depose(&ElectionName::new("act-handed").unwrap())
         .await

@@ -263,16 +263,21 @@ pub(super) fn events(
             stmt.query_map(params![q.from(), q.to(), q.sql_limit()], id_json)?
         }
     };
-    let mut out = Vec::new();
-    for row in rows {
+    event_rows(rows)
+}
+
+/// Rows of `(id, json)` from `events`, as events.
+fn event_rows(
+    rows: impl Iterator<Item = rusqlite::Result<(i64, String)>>,
+) -> Result<Vec<Event>, HistoryError> {
+    rows.map(|row| {
         let (id, json) = row?;
-        let event = serde_json::from_str(&json).map_err(|source| HistoryError::Json {
+        serde_json::from_str(&json).map_err(|source| HistoryError::Json {
             what: format!("event row {id}"),
             source,
-        })?;
-        out.push(event);
-    }
-    Ok(out)
+        })
+    })
+    .collect()
 }
 
 /// The acting records of `election` for tokens `lo..=hi`, and the marks of
@@ -292,17 +297,7 @@ pub(super) fn acting(
          ORDER BY id LIMIT ?5",
     )?;
     let rows = stmt.query_map(params![election, from_ms, lo, hi, limit, to_ms], id_json)?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (id, json) = row?;
-        out.push(
-            serde_json::from_str(&json).map_err(|source| HistoryError::Json {
-                what: format!("event row {id}"),
-                source,
-            })?,
-        );
-    }
-    Ok(out)
+    event_rows(rows)
 }
 
 fn id_json(row: &Row<'_>) -> rusqlite::Result<(i64, String)> {

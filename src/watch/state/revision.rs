@@ -19,9 +19,10 @@ struct Said {
     touched: Vec<String>,
     /// How a term ended, by election (tenure's end marker).
     hints: HashMap<String, EndHint>,
-    /// Fence events and acting records, in key order; a refusal's leader
-    /// is filled in at the end.
-    fence: Vec<(String, EventKind)>,
+    /// The events that follow the revision's terms: the fence's and the
+    /// holders' acting records, in key order; a refusal's leader is filled
+    /// in at the end.
+    after: Vec<(String, EventKind)>,
     /// Queue-layout keys that came (whether they wait is known once the
     /// revision's leader is) and waiting ones that went.
     came: Vec<(String, Vec<u8>)>,
@@ -63,7 +64,7 @@ impl State {
             }
         }
         out.extend(self.queue_events(said.left, said.came, revision, at_ms));
-        out.extend(self.fence_events(said.fence, revision, at_ms, &mut statuses));
+        out.extend(self.after_events(said.after, revision, at_ms, &mut statuses));
         (out, statuses)
     }
 
@@ -101,14 +102,14 @@ impl State {
             (Role::Fence { election, resource }, Change::Put(kv)) => {
                 match parse_padded_token(&kv.value) {
                     Some(token) => said
-                        .fence
+                        .after
                         .push((election, EventKind::FenceAccepted { resource, token })),
                     None => statuses.push(WatchStatus::IgnoredKey),
                 }
             }
             (Role::Refusal { election, resource }, Change::Put(kv)) => {
                 match serde_json::from_slice::<RefusalRecord>(&kv.value) {
-                    Ok(r) => said.fence.push((
+                    Ok(r) => said.after.push((
                         election,
                         EventKind::FenceRefused {
                             resource,
@@ -122,7 +123,7 @@ impl State {
                 }
             }
             (Role::Acting { election }, Change::Put(kv)) => match ActingRecord::parse(&kv.value) {
-                Some(record) => said.fence.push((election, EventKind::Acting { record })),
+                Some(record) => said.after.push((election, EventKind::Acting { record })),
                 None => statuses.push(WatchStatus::IgnoredKey),
             },
             // Deleted or malformed: no request stands.
@@ -341,17 +342,17 @@ impl State {
         out
     }
 
-    /// The fence's events, a refusal naming the leader as of the end of
-    /// the revision.
-    fn fence_events(
+    /// The events after the terms' (the fence's, acting records), a
+    /// refusal naming the leader as of the end of the revision.
+    fn after_events(
         &mut self,
-        fence: Vec<(String, EventKind)>,
+        after: Vec<(String, EventKind)>,
         revision: i64,
         at_ms: i64,
         statuses: &mut Vec<WatchStatus>,
     ) -> Vec<Pending> {
         let mut out = Vec::new();
-        for (name, mut kind) in fence {
+        for (name, mut kind) in after {
             if let EventKind::FenceRefused {
                 current_token,
                 current_holder,

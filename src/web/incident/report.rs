@@ -326,11 +326,7 @@ fn who_acted_when(o: &mut String, r: &Report) {
     for (election, t) in rows {
         let a = &t.acting;
         let stopped = a.stopped_text(t.end_ms.is_some(), format_ms);
-        let margin = match (a.margin_ms, a.margin_bound_ms) {
-            (Some(m), Some(b)) if b > 0 => format!("{m} ms ±{b}"),
-            (Some(m), _) => format!("{m} ms"),
-            _ => "unknown".to_owned(),
-        };
+        let margin = timeline::margin_text(a);
         let _ = writeln!(
             o,
             "| {} | {} | {} | {}{} | {} | {} | {} |",

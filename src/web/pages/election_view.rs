@@ -582,19 +582,18 @@ fn term_view(t: &TermRow, hue: u16, replays: &[ReplayMark], now: i64) -> TermVie
             None => format!("{} →", t.started_revision),
         },
         from_snapshot: t.from_snapshot,
-        margin: margin_text(&t.acting),
+        margin: margin_cell(&t.acting),
         overlap: t.acting.overlap_ms.is_some_and(|o| o > 0),
         margin_title: margin_title(t),
     }
 }
 
-/// The margin cell: `+250 ms`, `−572 ms`, `unknown`, or `—` (no report).
-fn margin_text(a: &crate::events::acting::ActingView) -> String {
-    match (a.margin_ms, a.acting_started_ms) {
-        (Some(m), _) if m < 0 => format!("−{}", format_duration_ms(-m)),
-        (Some(m), _) => format!("+{}", format_duration_ms(m)),
-        (None, Some(_)) => "unknown".to_owned(),
-        (None, None) => "—".to_owned(),
+/// The margin cell: the margin in words, or `—` when its holder reported
+/// nothing.
+fn margin_cell(a: &crate::events::acting::ActingView) -> String {
+    match a.acting_started_ms {
+        Some(_) => crate::web::timeline::margin_text(a),
+        None => "—".to_owned(),
     }
 }
 

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use super::scale::Scale;
 use super::*;
+use crate::events::acting::ActingView;
 use crate::history::{format_duration_ms, short_time};
 
 /// Height of an acting bar, at the bottom of its lane.
@@ -76,10 +77,9 @@ fn title(t: &TermRow, start: i64, end: i64, bounded: bool) -> String {
     let a = &t.acting;
     let late = |l: bool| if l { " (reported late)" } else { "" };
     let stopped = a.stopped_text(t.ended_at_ms.is_some(), short_time);
-    let margin = match (a.margin_ms, a.margin_bound_ms) {
-        (Some(m), Some(b)) if b > 0 => format!("{} (±{b} ms)", signed(m)),
-        (Some(m), _) => signed(m),
-        _ => "unknown".to_owned(),
+    let margin = match a.margin_ms {
+        Some(m) if m < 0 => format!("{} (acted past it)", margin_text(a)),
+        _ => margin_text(a),
     };
     let overlap = match a.overlap_ms {
         Some(o) if o > 0 => format!("\nTWO HOLDERS ACTED AT ONCE for {}", format_duration_ms(o)),
@@ -96,10 +96,17 @@ fn title(t: &TermRow, start: i64, end: i64, bounded: bool) -> String {
     )
 }
 
-fn signed(ms: i64) -> String {
-    if ms < 0 {
-        format!("−{} (acted past it)", format_duration_ms(-ms))
-    } else {
-        format_duration_ms(ms)
+/// A term's margin in words, as every view writes it: `+250ms`, `−572ms
+/// ±3 ms` (its bound, when the margin needed placing on etcd's time), or
+/// `unknown`.
+pub fn margin_text(a: &ActingView) -> String {
+    let Some(m) = a.margin_ms else {
+        return "unknown".to_owned();
+    };
+    let sign = if m < 0 { "−" } else { "+" };
+    let signed = format!("{sign}{}", format_duration_ms(m.saturating_abs()));
+    match a.margin_bound_ms {
+        Some(b) if b > 0 => format!("{signed} ±{b} ms"),
+        _ => signed,
     }
 }

@@ -55,6 +55,7 @@ mod leaderless;
 mod scale;
 mod ticks;
 
+pub use acting::margin_text;
 pub use colours::hue_of;
 pub use layout::layout;
 pub use leaderless::uncovered;

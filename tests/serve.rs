@@ -415,9 +415,14 @@ async fn restore_under_a_running_serve_is_recorded_as_a_reset() {
     let t_b = b.token();
     let old_rev = revision(&etcd).await;
     serve.caught_up(old_rev).await;
-    drop(b);
 
+    // b still leads when etcd dies: a drop before the kill revokes its
+    // lease and publishes its acting record (issue 22) in the background,
+    // and serve could see those writes first, so the old timeline would
+    // end after `old_rev`. Dropped now, neither can land: etcd is down,
+    // and the restored timeline has neither b's lease nor its key.
     etcd.kill().await;
+    drop(b);
     let data = etcd.data_dir().to_owned();
     std::fs::remove_dir_all(&data).expect("remove data dir");
     let peer = format!("http://127.0.0.1:{}", etcd.peer_port());
@@ -520,8 +525,15 @@ async fn above_the_floor(
     old_rev: i64,
 ) -> tenure::election::Leadership {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while c.floor().await.expect("floor") != Some(old_rev) {
-        assert!(std::time::Instant::now() < deadline, "no floor raised");
+    loop {
+        let floor = c.floor().await.expect("floor");
+        if floor == Some(old_rev) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the floor is {floor:?}, not the old timeline's last revision {old_rev}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let opts = tenure::election::CampaignOptions::new(ttl(30));

@@ -380,6 +380,36 @@ pub struct ResumePoint {
     pub live_at_ms: Option<i64>,
 }
 
+/// `name` of the cluster `cluster` (issue 25): `CLUSTER/NAME` in the
+/// history, the pages, the API and the URLs of a serve with `--cluster`.
+/// The empty name (a fleet-wide event: a gap, a reset) becomes `CLUSTER/`,
+/// the cluster's own.
+pub fn qualify(cluster: &str, name: &str) -> String {
+    let mut q = String::with_capacity(cluster.len() + 1 + name.len());
+    q.push_str(cluster);
+    q.push('/');
+    q.push_str(name);
+    q
+}
+
+/// The name under which the fleet-wide events that concern `election` are
+/// stored: its cluster's (`CLUSTER/`, see [`qualify`]) when it has one,
+/// else the empty name. A name whose first `/` is not at its start may be
+/// qualified; for one that is not, `CLUSTER/` names no cluster and matches
+/// nothing, so reading both is always right.
+pub fn fleet_name_of(election: &str) -> &str {
+    match election.find('/') {
+        Some(i) if i > 0 => &election[..=i],
+        _ => "",
+    }
+}
+
+/// Whether `election` names no election but a fleet's (or a cluster's)
+/// events: the empty name, or `CLUSTER/`.
+pub fn is_fleet_name(election: &str) -> bool {
+    election.is_empty() || (election.ends_with('/') && fleet_name_of(election) == election)
+}
+
 /// Unix milliseconds now, from the wall clock (for display and history
 /// only: no decision is made on it).
 pub fn now_ms() -> i64 {

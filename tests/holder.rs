@@ -422,6 +422,7 @@ async fn a_holder_that_cannot_read_its_key_stops_within_ttl_minus_margin() {
     let flags = support::EtcdFlags {
         https: false,
         args: vec!["--max-concurrent-streams".into(), "2".into()],
+        bin: None,
     };
     let etcd = Etcd::start_with(flags).await;
     let dir = tempfile::tempdir().expect("tempdir");

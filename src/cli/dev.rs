@@ -126,6 +126,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
         // reset each time, and a floor would refuse the demo's campaigns.
         raise_token_floor: false,
         sources: Vec::new(),
+        clusters: Vec::new(),
+        config: None,
         sources_only: false,
     };
     let code = serve::run_until(client, serve_args, async {

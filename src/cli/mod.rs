@@ -7,6 +7,7 @@
 //! while running a command; 128+N ended by signal N.
 
 mod campaign;
+mod clusters;
 mod dev;
 mod exec;
 mod floor;
@@ -123,17 +124,46 @@ fn read_password_file(path: &Path) -> anyhow::Result<String> {
 
 /// The TLS files and etcd user from flags, `TENURE_*` and `ETCDCTL_*`.
 pub fn connect_config(g: &Global) -> anyhow::Result<ConnectConfig> {
-    let tls = TlsFiles {
-        ca: path_or_etcdctl(&g.cacert, "ETCDCTL_CACERT"),
+    access_config(access_of(g), "--user")
+}
+
+/// The TLS files and etcd user of the flags, `TENURE_*` and `ETCDCTL_*`.
+pub(crate) fn access_of(g: &Global) -> Access {
+    Access {
+        cacert: path_or_etcdctl(&g.cacert, "ETCDCTL_CACERT"),
         cert: path_or_etcdctl(&g.cert, "ETCDCTL_CERT"),
         key: path_or_etcdctl(&g.key, "ETCDCTL_KEY"),
+        user: or_etcdctl(&g.user, "ETCDCTL_USER"),
+        password: or_etcdctl(&g.password, "ETCDCTL_PASSWORD"),
+        password_file: g.password_file.clone(),
+    }
+}
+
+/// How to reach one etcd: TLS files and user, as given.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Access {
+    pub cacert: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub password_file: Option<PathBuf>,
+}
+
+/// `a` as a connection's configuration; `user_flag` names where the user
+/// was given, for the messages.
+pub(crate) fn access_config(a: Access, user_flag: &str) -> anyhow::Result<ConnectConfig> {
+    let tls = TlsFiles {
+        ca: a.cacert,
+        cert: a.cert,
+        key: a.key,
     };
-    let password = or_etcdctl(&g.password, "ETCDCTL_PASSWORD");
-    let credentials = match or_etcdctl(&g.user, "ETCDCTL_USER") {
+    let password = a.password;
+    let credentials = match a.user {
         None => {
             anyhow::ensure!(
-                password.is_none() && g.password_file.is_none(),
-                "a password was given without an etcd user: give --user NAME (or TENURE_USER)"
+                password.is_none() && a.password_file.is_none(),
+                "a password was given without an etcd user: give {user_flag} NAME"
             );
             None
         }
@@ -142,8 +172,8 @@ pub fn connect_config(g: &Global) -> anyhow::Result<ConnectConfig> {
                 Some((n, p)) => (n.to_owned(), Some(p.to_owned())),
                 None => (user, None),
             };
-            anyhow::ensure!(!name.is_empty(), "--user has an empty user name");
-            let from_file = g
+            anyhow::ensure!(!name.is_empty(), "{user_flag} has an empty user name");
+            let from_file = a
                 .password_file
                 .as_deref()
                 .map(read_password_file)
@@ -152,12 +182,12 @@ pub fn connect_config(g: &Global) -> anyhow::Result<ConnectConfig> {
             anyhow::ensure!(
                 given.iter().filter(|g| **g).count() <= 1,
                 "the password of etcd user {name:?} is given more than once: use one of \
-                 --user NAME:PASSWORD, --password (TENURE_PASSWORD) or --password-file"
+                 {user_flag} NAME:PASSWORD, --password (TENURE_PASSWORD) or --password-file"
             );
             let Some(password) = inline.or(password).or(from_file) else {
                 anyhow::bail!(
                     "no password for etcd user {name:?}: give --password-file FILE (or \
-                     TENURE_PASSWORD, or --user {name}:PASSWORD)"
+                     TENURE_PASSWORD, or {user_flag} {name}:PASSWORD)"
                 );
             };
             Some(Credentials::new(name, password))
@@ -450,6 +480,12 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             return tokio::task::spawn_blocking(move || history::run(args)).await?
         }
         Command::Dev(args) => return dev::run(args).await,
+        // Several clusters: each its own connection (issue 25).
+        Command::Serve(cmd) if !cmd.args.clusters.is_empty() || cmd.args.config.is_some() => {
+            return Ok(serve::run_many(&cli.global, cmd)
+                .await?
+                .unwrap_or(EXIT_USAGE));
+        }
         command => Cli { command, ..cli },
     };
     let client = connect(&cli.global).await?;

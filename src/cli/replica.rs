@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use crate::election::{CampaignOptions, Client, ElectionName, Leadership, Ttl};
 use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, Batch, Update, WatchStatus};
-use crate::history::{HistoryError, Reader, RevisionSource, Store};
+use crate::history::{HistoryError, Reader, RevisionSource, Scope, Store};
 use crate::telemetry::writer::HistoryWriterMetrics;
 use crate::watch::{WatchConfig, Watcher};
 use crate::web::Readiness;
@@ -43,9 +43,11 @@ pub enum History {
 impl History {
     /// A batch of the serve loop's watcher: stored by a local store; the
     /// shared history's writer records from a watcher of its own.
-    pub async fn write(&self, batch: &Batch) -> Result<(), HistoryError> {
+    /// With several clusters (`scope`: the batch's, issue 25), its names
+    /// are already `CLUSTER/NAME`.
+    pub async fn write(&self, scope: &Scope, batch: Batch) -> Result<(), HistoryError> {
         match self {
-            History::Local(store) => store.write(batch.clone()).await,
+            History::Local(store) => store.write_in(scope.clone(), batch).await,
             History::Shared(_) => Ok(()),
         }
     }
@@ -54,25 +56,25 @@ impl History {
     /// records that it watched until now (issue 20.7: time after the last
     /// such moment, until a watcher is live again, was not watched). The
     /// shared history's writer records its own watcher's.
-    pub async fn heartbeat(&self, update: &Update) -> Result<(), HistoryError> {
+    pub async fn heartbeat(&self, scope: &Scope, update: &Update) -> Result<(), HistoryError> {
         match update {
-            Update::Watch(WatchStatus::CaughtUp { .. }) => self.watched(now_ms()).await,
+            Update::Watch(WatchStatus::CaughtUp { .. }) => self.watched(scope, now_ms()).await,
             _ => Ok(()),
         }
     }
 
     /// The serve loop's watcher was live at `at_ms` (at a clean stop, say):
     /// recorded by a local history.
-    pub async fn watched(&self, at_ms: i64) -> Result<(), HistoryError> {
+    pub async fn watched(&self, scope: &Scope, at_ms: i64) -> Result<(), HistoryError> {
         match self {
-            History::Local(store) => store.watched(at_ms).await,
+            History::Local(store) => store.watched_in(scope.clone(), at_ms).await,
             History::Shared(_) => Ok(()),
         }
     }
 
-    pub async fn set_cluster(&self, cluster_id: u64) -> Result<(), HistoryError> {
+    pub async fn set_cluster(&self, scope: &Scope, cluster_id: u64) -> Result<(), HistoryError> {
         match self {
-            History::Local(store) => store.set_cluster(cluster_id).await,
+            History::Local(store) => store.set_cluster_in(scope.clone(), cluster_id).await,
             History::Shared(_) => Ok(()),
         }
     }

@@ -14,10 +14,11 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::election::{shutdown_signal, Client};
 use crate::events::cluster::{ClusterEvent, ClusterEventKind};
-use crate::events::{Event, Update};
-use crate::history::{Db, Store};
+use crate::events::{Batch, Event, EventKind, Update};
+use crate::history::{Db, Scope, Store};
 use crate::telemetry::{self, Metrics, MetricsOptions};
 // Issue 15: a SQLite file of one's own, or a PostgreSQL history shared by replicas.
+pub use super::clusters::{ClusterFlag, Watched};
 use super::floor::FloorKeeper;
 use super::replica::{self, History};
 use crate::watch::{WatchConfig, Watcher};
@@ -52,6 +53,23 @@ pub struct ServeArgs {
     /// or 3.5.13+.
     #[arg(long = "source", env = "TENURE_SOURCES", value_delimiter = ',', value_name = "LAYOUT:PREFIX", value_parser = crate::layout::Source::parse)]
     pub sources: Vec<crate::layout::Source>,
+
+    /// Watch several etcd clusters in one serve: NAME=ENDPOINTS, repeatable (TENURE_CLUSTERS:
+    /// separated by ';'). Their elections are named NAME/ELECTION; TLS, user, prefix and
+    /// sources are the other flags', the same for all (per cluster: --config).
+    #[arg(long = "cluster", env = "TENURE_CLUSTERS", value_delimiter = ';', value_name = "NAME=ENDPOINTS", value_parser = ClusterFlag::parse)]
+    pub clusters: Vec<ClusterFlag>,
+
+    /// A TOML file of [[cluster]] tables, each with name, endpoints and its own prefix,
+    /// timeout, cacert, cert, key, user, password-file, source, sources-only (the flags'
+    /// names); instead of --cluster.
+    #[arg(
+        long,
+        env = "TENURE_CONFIG",
+        value_name = "FILE",
+        conflicts_with = "clusters"
+    )]
+    pub config: Option<PathBuf>,
 
     /// Watch only the --source(s), not tenure's own elections under --prefix (one source per
     /// serve works on any etcd version).
@@ -141,6 +159,48 @@ pub async fn run(client: Client, cmd: ServeCommand) -> anyhow::Result<i32> {
     .await
 }
 
+/// `tenure serve --cluster`/`--config`: connects to every cluster (each
+/// checked for read access, as the one cluster is) and serves them all.
+pub async fn run_many(global: &super::Global, cmd: ServeCommand) -> anyhow::Result<Option<i32>> {
+    let ServeCommand {
+        args,
+        per_election_detail,
+    } = cmd;
+    let Some(clusters) = super::clusters::connect(
+        global,
+        &args.clusters,
+        args.config.as_deref(),
+        &args.sources,
+        args.sources_only,
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    for c in &clusters {
+        let ranges = crate::layout::Sources::for_serve(
+            c.client.keys().prefix(),
+            c.sources.clone(),
+            c.sources_only,
+        )
+        .map(|s| s.ranges())
+        .unwrap_or_default();
+        if let Ok(checked) =
+            tokio::time::timeout(Duration::from_secs(1), c.client.check_read_access(&ranges)).await
+        {
+            checked.with_context(|| in_cluster(&c.name))?;
+        }
+    }
+    let metrics = MetricsOptions {
+        per_election_detail,
+    };
+    run_clusters(clusters, args, metrics, async {
+        let _ = shutdown_signal().await;
+    })
+    .await
+    .map(Some)
+}
+
 /// Serves until `stop` resolves (or the watcher ends), then commits the
 /// history and shuts the HTTP server down gracefully.
 pub async fn run_until(
@@ -151,9 +211,29 @@ pub async fn run_until(
     run_with(client, args, MetricsOptions::default(), stop).await
 }
 
-/// [`run_until`] with the metrics' options.
+/// [`run_until`] with the metrics' options: the one cluster of `client`.
 pub async fn run_with(
     client: Client,
+    args: ServeArgs,
+    metrics: MetricsOptions,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<i32> {
+    let one = Watched {
+        name: None,
+        client,
+        sources: args.sources.clone(),
+        sources_only: args.sources_only,
+    };
+    run_clusters(vec![one], args, metrics, stop).await
+}
+
+/// Serves `clusters` (issue 25: several, each named; or the one, unnamed)
+/// until `stop` resolves or a watcher ends. One serve loop applies every
+/// cluster's updates in the order they come: each cluster's metrics and
+/// readiness are its own, its history rows are named `CLUSTER/NAME` and
+/// its history state is kept under its name, in one history.
+pub async fn run_clusters(
+    clusters: Vec<Watched>,
     args: ServeArgs,
     metrics: MetricsOptions,
     stop: impl std::future::Future<Output = ()>,
@@ -165,39 +245,115 @@ pub async fn run_with(
         .with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;
     let db = Db::from_arg(&args.db);
+    let named = clusters.iter().any(|c| c.name.is_some());
+    anyhow::ensure!(
+        !(named && matches!(db, Db::Postgres(_))),
+        "--cluster with a PostgreSQL history is not supported: its replicas elect one \
+         writer in one etcd. Give several clusters a SQLite history (--db FILE), or run one \
+         serve per cluster (ARCHITECTURE.md, \"Several clusters\")"
+    );
+    let Some(first) = clusters.first() else {
+        anyhow::bail!("no cluster to watch");
+    };
     // Before anything is opened: a --source etcd cannot serve is refused.
-    let cfg = watch_config(&client, &args).await?;
-    let metrics = Arc::new(Metrics::with_options(metrics).context("creating metrics")?);
-    let readiness = Arc::new(Readiness::with_max_elections(args.max_elections));
-    let (store, resume) =
-        open_history(&client, &args, &cfg, &db, addr, &metrics, &readiness).await?;
-    if let Some(r) = &resume {
-        // Terms leading across the restart get their series now: the
-        // watcher adopts them without an event.
-        metrics.adopt(&r.open_terms);
+    let mut cfgs = Vec::with_capacity(clusters.len());
+    for c in &clusters {
+        let cfg = watch_config(
+            &c.client,
+            c.sources.clone(),
+            c.sources_only,
+            args.max_elections,
+        )
+        .await
+        .with_context(|| in_cluster(&c.name))?;
+        cfgs.push(cfg);
     }
-    let mut floors = FloorKeeper::new(client.clone(), readiness.clone(), args.raise_token_floor);
+    let serve_metrics = Arc::new(Metrics::with_options(metrics).context("creating metrics")?);
+    let readiness = Arc::new(Readiness::with_max_elections(args.max_elections));
+    let store = open_history(
+        &first.client,
+        &args,
+        &cfgs[0],
+        &db,
+        addr,
+        &serve_metrics,
+        &readiness,
+    )
+    .await?;
+    let mut members = Vec::with_capacity(clusters.len());
+    let mut resumes = Vec::with_capacity(clusters.len());
+    for (i, c) in clusters.iter().enumerate() {
+        let (metrics, readiness) = if named {
+            (
+                Arc::new(Metrics::with_options(metrics).context("creating metrics")?),
+                Arc::new(Readiness::with_max_elections(args.max_elections)),
+            )
+        } else {
+            (serve_metrics.clone(), readiness.clone())
+        };
+        let reader = store.reader();
+        let scope = c.name.clone();
+        let resume = tokio::task::spawn_blocking(move || reader.resume_point_of(scope.as_deref()))
+            .await?
+            .context("reading where the history left off")?;
+        if let Some(r) = &resume {
+            // Terms leading across the restart get their series now: the
+            // watcher adopts them without an event.
+            metrics.adopt(&r.open_terms);
+        }
+        announce(c.name.as_deref(), resume.as_ref(), &db);
+        let floors = FloorKeeper::new(c.client.clone(), readiness.clone(), args.raise_token_floor);
+        members.push(Member {
+            scope: c.name.clone(),
+            metrics,
+            readiness,
+            floors,
+            sources: cfgs[i].sources_read(c.client.keys().prefix()),
+        });
+        resumes.push(resume);
+    }
 
     let (live, _) = tokio::sync::broadcast::channel(1024);
     let (cluster_live, _) = tokio::sync::broadcast::channel(256);
     let state = Arc::new(AppState {
-        metrics: metrics.clone(),
-        readiness: readiness.clone(),
+        metrics: serve_metrics.clone(),
+        readiness: members[0].readiness.clone(),
         history: store.reader(),
-        client: client.clone(),
+        client: first.client.clone(),
         live: live.clone(),
         cluster_live: cluster_live.clone(),
         auth: auth_of(&args),
         api_rate: RateLimiter::new(args.campaign_rate),
         limits: limits_of(&args),
-        sources: cfg.sources_read(client.keys().prefix()),
+        sources: members[0].sources.clone(),
+        clusters: if named {
+            members
+                .iter()
+                .zip(&clusters)
+                .map(|(m, c)| web::ClusterView {
+                    name: c.name.clone().unwrap_or_else(|| Arc::from("")),
+                    client: c.client.clone(),
+                    readiness: m.readiness.clone(),
+                    metrics: m.metrics.clone(),
+                    sources: m.sources.clone(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
     });
     let (stop_http, server) = start_http(listener, state);
-    announce(resume.as_ref(), &db, addr);
+    eprintln!(
+        "tenure: serving on http://{addr} (dashboard at /, API at /api/v1, metrics at /metrics)"
+    );
 
-    let (tx, mut rx) = mpsc::channel::<Update>(4096);
-    let watcher = crate::task::spawn("watcher", Watcher::new(client.clone(), cfg).run(resume, tx));
-    let (poller, mut crx) = start_cluster_poller(&client, &args, &store, &mut floors).await?;
+    let (mut inbox, watchers) = start_watchers(&clusters, cfgs, resumes);
+    let (ctx, mut crx) = mpsc::channel::<ClusterEvent>(256);
+    let mut pollers = Vec::new();
+    for (c, m) in clusters.iter().zip(members.iter_mut()) {
+        pollers.extend(start_cluster_poller(&c.client, &args, &store, m, ctx.clone()).await?);
+    }
+    drop(ctx);
     let pid = std::process::id();
     store
         .cluster_event(serve_event(ClusterEventKind::ServeStarted {
@@ -206,28 +362,105 @@ pub async fn run_with(
         }))
         .await
         .context("writing history")?;
-    let sinks = Sinks {
-        metrics: &metrics,
-        readiness: &readiness,
+    let mut sinks = Sinks {
+        members,
         store: &store,
         live: &live,
         cluster_live: &cluster_live,
     };
-    let code = sinks.serve(&mut rx, &mut crx, stop, &mut floors).await?;
-    // Whatever the watcher already produced is complete: keep it.
-    watcher.abort();
-    if let Some(p) = &poller {
-        p.abort();
+    let code = sinks.serve(&mut inbox, &mut crx, stop).await?;
+    // Whatever the watchers already produced is complete: keep it.
+    for w in watchers.iter().chain(&pollers) {
+        w.abort();
     }
-    while let Ok(u) = rx.try_recv() {
-        sinks.apply(&u).await?;
+    while let Some((i, Some(u))) = inbox.try_recv() {
+        sinks.apply(i, &u).await?;
     }
-    close_history(store, &readiness, pid).await?;
+    let members = sinks.members;
+    close_history(store, &members, pid).await?;
     let _ = stop_http.send(());
     if let Ok(Err(e)) = server.await {
         eprintln!("tenure: HTTP server: {e}");
     }
     Ok(code)
+}
+
+/// "cluster NAME" for a message (nothing for the one, unnamed cluster).
+fn in_cluster(name: &Option<Arc<str>>) -> String {
+    match name {
+        Some(n) => format!("cluster {n:?}"),
+        None => "the etcd cluster".to_owned(),
+    }
+}
+
+/// One watched cluster's own parts in the serve loop.
+struct Member {
+    /// Its name (`None`: the one cluster of a serve without `--cluster`).
+    scope: Scope,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    floors: FloorKeeper,
+    sources: crate::layout::Sources,
+}
+
+/// Where the watchers' updates arrive: the one watcher's channel, or
+/// (several clusters) one channel that every cluster's forwarder feeds
+/// with its index. `(i, None)`: cluster `i`'s watcher stopped.
+enum Inbox {
+    One(mpsc::Receiver<Update>),
+    Many(mpsc::Receiver<(usize, Option<Update>)>),
+}
+
+impl Inbox {
+    async fn recv(&mut self) -> (usize, Option<Update>) {
+        match self {
+            Inbox::One(rx) => (0, rx.recv().await),
+            Inbox::Many(rx) => rx.recv().await.unwrap_or((0, None)),
+        }
+    }
+
+    fn try_recv(&mut self) -> Option<(usize, Option<Update>)> {
+        match self {
+            Inbox::One(rx) => rx.try_recv().ok().map(|u| (0, Some(u))),
+            Inbox::Many(rx) => rx.try_recv().ok(),
+        }
+    }
+}
+
+/// Starts every cluster's watcher from its resume point.
+fn start_watchers(
+    clusters: &[Watched],
+    cfgs: Vec<WatchConfig>,
+    resumes: Vec<Option<crate::events::ResumePoint>>,
+) -> (Inbox, Vec<tokio::task::JoinHandle<()>>) {
+    let mut tasks = Vec::new();
+    if let ([c], [cfg], [_]) = (clusters, cfgs.as_slice(), resumes.as_slice()) {
+        let (tx, rx) = mpsc::channel::<Update>(4096);
+        let resume = resumes.into_iter().next().flatten();
+        let watcher = Watcher::new(c.client.clone(), cfg.clone()).run(resume, tx);
+        tasks.push(crate::task::spawn("watcher", async move {
+            let _ = watcher.await;
+        }));
+        return (Inbox::One(rx), tasks);
+    }
+    let (all, rx) = mpsc::channel::<(usize, Option<Update>)>(4096);
+    for (i, ((c, cfg), resume)) in clusters.iter().zip(cfgs).zip(resumes).enumerate() {
+        let (tx, mut own) = mpsc::channel::<Update>(1024);
+        let watcher = Watcher::new(c.client.clone(), cfg).run(resume, tx);
+        tasks.push(crate::task::spawn("watcher", async move {
+            let _ = watcher.await;
+        }));
+        let all = all.clone();
+        tasks.push(crate::task::spawn("watcher forwarder", async move {
+            while let Some(u) = own.recv().await {
+                if all.send((i, Some(u))).await.is_err() {
+                    return;
+                }
+            }
+            let _ = all.send((i, None)).await;
+        }));
+    }
+    (Inbox::Many(rx), tasks)
 }
 
 /// The HTTP server, stopped gracefully when the returned sender is used.
@@ -250,53 +483,47 @@ fn start_http(
     (stop_http, server)
 }
 
-/// Says where the history resumes and where serve listens.
-fn announce(resume: Option<&crate::events::ResumePoint>, db: &Db, addr: SocketAddr) {
+/// Says where a cluster's history resumes.
+fn announce(cluster: Option<&str>, resume: Option<&crate::events::ResumePoint>, db: &Db) {
+    let of = cluster
+        .map(|c| format!(" (cluster {c})"))
+        .unwrap_or_default();
     match resume {
         Some(r) => eprintln!(
-            "tenure: resuming after revision {} from {}",
+            "tenure: resuming after revision {}{of} from {}",
             r.revision,
             db.display()
         ),
-        None => eprintln!("tenure: new history at {}", db.display()),
+        None => eprintln!("tenure: new history{of} at {}", db.display()),
     }
-    eprintln!(
-        "tenure: serving on http://{addr} (dashboard at /, API at /api/v1, metrics at /metrics)"
-    );
 }
 
 /// Where every update goes, in order.
 struct Sinks<'a> {
-    metrics: &'a Metrics,
-    readiness: &'a Readiness,
+    members: Vec<Member>,
     store: &'a History,
     live: &'a broadcast::Sender<Arc<Event>>,
     cluster_live: &'a broadcast::Sender<Arc<ClusterEvent>>,
 }
 
 impl Sinks<'_> {
-    /// The watcher's updates and etcd's own events to the sinks, until
-    /// `stop` (exit code 0) or the watcher stops (1). A batch also tells the
-    /// token floor keeper of resets.
+    /// The watchers' updates and etcd's own events to the sinks, until
+    /// `stop` (exit code 0) or a watcher stops (1). A batch also tells its
+    /// cluster's token floor keeper of resets.
     async fn serve(
-        &self,
-        rx: &mut mpsc::Receiver<Update>,
+        &mut self,
+        inbox: &mut Inbox,
         crx: &mut mpsc::Receiver<ClusterEvent>,
         stop: impl std::future::Future<Output = ()>,
-        floors: &mut FloorKeeper,
     ) -> anyhow::Result<i32> {
         tokio::pin!(stop);
         loop {
             tokio::select! {
-                update = rx.recv() => match update {
-                    Some(u) => {
-                        if let Update::Batch(b) = &u {
-                            floors.on_batch(b);
-                        }
-                        self.apply(&u).await?
-                    }
+                (i, update) = inbox.recv() => match update {
+                    Some(u) => self.apply(i, &u).await?,
                     None => {
-                        eprintln!("tenure: the watcher stopped");
+                        let name = self.members.get(i).and_then(|m| m.scope.clone());
+                        eprintln!("tenure: the watcher of {} stopped", in_cluster(&name));
                         return Ok(1);
                     }
                 },
@@ -306,10 +533,58 @@ impl Sinks<'_> {
         }
     }
 
-    async fn apply(&self, u: &Update) -> anyhow::Result<()> {
-        let (metrics, readiness, store) = (self.metrics, self.readiness, self.store);
-        apply(u, metrics, readiness, store, self.live, self.cluster_live).await
+    /// One update of cluster `i`: its metrics and readiness, the traces,
+    /// the history (named by the cluster) and the live feed.
+    async fn apply(&mut self, i: usize, u: &Update) -> anyhow::Result<()> {
+        let Some(m) = self.members.get_mut(i) else {
+            return Ok(());
+        };
+        if let Update::Batch(b) = u {
+            m.floors.on_batch(b);
+        }
+        m.metrics.apply(u);
+        m.readiness.apply(u);
+        telemetry::record(u);
+        for mut e in crate::events::cluster::from_update(u, crate::events::now_ms()) {
+            e.cluster = m.scope.as_deref().map(str::to_owned);
+            record_cluster(self.store, self.cluster_live, e).await?;
+        }
+        let store = self.store;
+        if let Update::Cluster { cluster_id } = u {
+            store
+                .set_cluster(&m.scope, *cluster_id)
+                .await
+                .context("writing history")?;
+        }
+        store
+            .heartbeat(&m.scope, u)
+            .await
+            .context("writing history")?;
+        if let Update::Batch(b) = u {
+            let b = qualified(m.scope.as_deref(), b);
+            for e in &b.events {
+                // No subscribers is fine.
+                let _ = self.live.send(Arc::new(e.clone()));
+            }
+            store.write(&m.scope, b).await.context("writing history")?;
+        }
+        Ok(())
     }
+}
+
+/// `b` with its elections named by `cluster` (`CLUSTER/NAME`, and
+/// `CLUSTER/` for its fleet-wide events); as it is without one.
+fn qualified(cluster: Option<&str>, b: &Batch) -> Batch {
+    let mut b = b.clone();
+    if let Some(c) = cluster {
+        for e in &mut b.events {
+            e.election = crate::events::qualify(c, &e.election);
+            if let EventKind::NameCollision { other } = &mut e.kind {
+                *other = crate::events::qualify(c, other);
+            }
+        }
+    }
+    b
 }
 
 /// The history sink and where it left off: a SQLite file of one's own (this
@@ -323,43 +598,33 @@ async fn open_history(
     addr: SocketAddr,
     metrics: &Arc<Metrics>,
     readiness: &Arc<Readiness>,
-) -> anyhow::Result<(History, Option<crate::events::ResumePoint>)> {
+) -> anyhow::Result<History> {
     let writer_metrics =
         telemetry::writer::HistoryWriterMetrics::register(metrics).context("creating metrics")?;
     Ok(match db {
         Db::Sqlite(path) => {
             let store = Store::open(path, args.retention)
                 .with_context(|| format!("opening the history at {}", path.display()))?;
-            let resume = store
-                .resume_point()
-                .context("reading where the history left off")?;
             writer_metrics.writer.set(1);
-            (History::Local(store), resume)
+            History::Local(store)
         }
         Db::Postgres(url) => {
             let reader = replica::open_reader(url)
                 .await
                 .with_context(|| format!("opening the history at {}", db.display()))?;
-            let r = reader.clone();
-            let resume = tokio::task::spawn_blocking(move || r.resume_point())
-                .await?
-                .context("reading where the history left off")?;
-            (
-                History::Shared(replica::Shared::start(
-                    client.clone(),
-                    reader,
-                    replica::SharedConfig {
-                        url: url.clone(),
-                        retention: args.retention,
-                        watch: watch.clone(),
-                        ttl: crate::election::Ttl::from_duration(args.writer_ttl)?,
-                        id: replica::candidate_id(addr),
-                        metrics: writer_metrics,
-                        readiness: readiness.clone(),
-                    },
-                )?),
-                resume,
-            )
+            History::Shared(replica::Shared::start(
+                client.clone(),
+                reader,
+                replica::SharedConfig {
+                    url: url.clone(),
+                    retention: args.retention,
+                    watch: watch.clone(),
+                    ttl: crate::election::Ttl::from_duration(args.writer_ttl)?,
+                    id: replica::candidate_id(addr),
+                    metrics: writer_metrics,
+                    readiness: readiness.clone(),
+                },
+            )?)
         }
     })
 }
@@ -384,92 +649,88 @@ fn limits_of(args: &ServeArgs) -> Limits {
 }
 
 /// etcd's own events (issue 14): a bounded poll beside the watcher, from
-/// the baseline the history recorded (none with `--cluster-poll 0`). A
-/// reset recorded before raises the token floor to at least its revision
-/// (a serve that stopped before raising it, or an etcd replaced since).
+/// the baseline the history recorded of this cluster (none with
+/// `--cluster-poll 0`), into `out`, named by the cluster. A reset recorded
+/// before raises the token floor to at least its revision (a serve that
+/// stopped before raising it, or an etcd replaced since).
 async fn start_cluster_poller(
     client: &Client,
     args: &ServeArgs,
     store: &History,
-    floors: &mut FloorKeeper,
-) -> anyhow::Result<(
-    Option<tokio::task::JoinHandle<()>>,
-    mpsc::Receiver<ClusterEvent>,
-)> {
+    member: &mut Member,
+    out: mpsc::Sender<ClusterEvent>,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
     let baseline_reader = store.reader();
-    let baseline = tokio::task::spawn_blocking(move || baseline_reader.cluster_baseline())
-        .await?
-        .context("reading the recorded etcd cluster events")?;
+    let scope = member.scope.clone();
+    let baseline =
+        tokio::task::spawn_blocking(move || baseline_reader.cluster_baseline_of(scope.as_deref()))
+            .await?
+            .context("reading the recorded etcd cluster events")?;
     if let Some(floor) = baseline.floor {
-        floors.raise(floor);
+        member.floors.raise(floor);
     }
-    let (ctx, crx) = mpsc::channel::<ClusterEvent>(256);
-    let poller = (!args.cluster_poll.is_zero()).then(|| {
-        let timeout = client
-            .op_timeout()
-            .min(args.cluster_poll.max(Duration::from_secs(1)));
-        crate::task::spawn(
-            "cluster poller",
-            crate::watch::cluster::poll(
-                client.etcd(),
-                baseline,
-                crate::watch::cluster::PollConfig {
-                    interval: args.cluster_poll,
-                    timeout,
-                },
-                ctx,
-            ),
-        )
-    });
-    Ok((poller, crx))
+    if args.cluster_poll.is_zero() {
+        return Ok(None);
+    }
+    let timeout = client
+        .op_timeout()
+        .min(args.cluster_poll.max(Duration::from_secs(1)));
+    let (ctx, mut crx) = mpsc::channel::<ClusterEvent>(256);
+    let poll = crate::watch::cluster::poll(
+        client.etcd(),
+        baseline,
+        crate::watch::cluster::PollConfig {
+            interval: args.cluster_poll,
+            timeout,
+        },
+        ctx,
+    );
+    let name = member.scope.as_deref().map(str::to_owned);
+    Ok(Some(crate::task::spawn("cluster poller", async move {
+        let forward = async {
+            while let Some(mut e) = crx.recv().await {
+                e.cluster.clone_from(&name);
+                if out.send(e).await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::join!(poll, forward);
+    })))
 }
 
-/// The stop recorded (watched until now when the watcher was live; serve
-/// stopped) and the history closed, everything committed.
-async fn close_history(store: History, readiness: &Readiness, pid: u32) -> anyhow::Result<()> {
-    if readiness.is_ready() {
-        // Watched until this stop (issue 20.7).
-        store
-            .watched(crate::events::now_ms())
-            .await
-            .context("writing history")?;
+/// The stop recorded (watched until now, for each cluster whose watcher
+/// was live; serve stopped) and the history closed, everything committed.
+async fn close_history(store: History, members: &[Member], pid: u32) -> anyhow::Result<()> {
+    for m in members {
+        if m.readiness.is_ready() {
+            // Watched until this stop (issue 20.7).
+            store
+                .watched(&m.scope, crate::events::now_ms())
+                .await
+                .context("writing history")?;
+        }
     }
     store
         .cluster_event(serve_event(ClusterEventKind::ServeStopped { pid }))
         .await
         .context("writing history")?;
+    let reader = store.reader();
     let revision = store.close().await.context("closing the history")?;
-    eprintln!("tenure: history committed up to revision {revision}");
-    Ok(())
-}
-
-async fn apply(
-    u: &Update,
-    metrics: &Metrics,
-    readiness: &Readiness,
-    store: &History,
-    live: &broadcast::Sender<Arc<Event>>,
-    cluster_live: &broadcast::Sender<Arc<ClusterEvent>>,
-) -> anyhow::Result<()> {
-    metrics.apply(u);
-    readiness.apply(u);
-    telemetry::record(u);
-    for e in crate::events::cluster::from_update(u, crate::events::now_ms()) {
-        record_cluster(store, cluster_live, e).await?;
+    if members.iter().all(|m| m.scope.is_none()) {
+        eprintln!("tenure: history committed up to revision {revision}");
+        return Ok(());
     }
-    if let Update::Cluster { cluster_id } = u {
-        store
-            .set_cluster(*cluster_id)
-            .await
-            .context("writing history")?;
-    }
-    store.heartbeat(u).await.context("writing history")?;
-    if let Update::Batch(b) = u {
-        store.write(b).await.context("writing history")?;
-        for e in &b.events {
-            // No subscribers is fine.
-            let _ = live.send(Arc::new(e.clone()));
-        }
+    for m in members {
+        let (reader, scope) = (reader.clone(), m.scope.clone());
+        let resume = tokio::task::spawn_blocking(move || reader.resume_point_of(scope.as_deref()))
+            .await?
+            .context("reading the history's resume revisions")?;
+        eprintln!(
+            "tenure: history of {} committed up to revision {}",
+            in_cluster(&m.scope),
+            resume.map_or(0, |r| r.revision)
+        );
     }
     Ok(())
 }
@@ -494,18 +755,24 @@ fn serve_event(kind: ClusterEventKind) -> ClusterEvent {
     ClusterEvent {
         at_ms: now,
         not_before_ms: Some(now),
+        cluster: None,
         kind,
     }
 }
 
-/// What the watcher reads and keeps: the sources checked against etcd
+/// What a watcher reads and keeps: the sources checked against etcd
 /// (several key ranges need ordered progress notifications).
-async fn watch_config(client: &Client, args: &ServeArgs) -> anyhow::Result<WatchConfig> {
-    let sources = Watcher::sources(client, args.sources.clone(), args.sources_only)
+async fn watch_config(
+    client: &Client,
+    sources: Vec<crate::layout::Source>,
+    sources_only: bool,
+    max_elections: usize,
+) -> anyhow::Result<WatchConfig> {
+    let sources = Watcher::sources(client, sources, sources_only)
         .await
         .context("reading --source")?;
     Ok(WatchConfig {
-        max_elections: args.max_elections,
+        max_elections,
         sources: Some(sources),
         ..WatchConfig::default()
     })

@@ -20,8 +20,24 @@ pub struct ClusterEvent {
     /// It happened after this (unix ms); `None`: unknown how long before
     /// `at_ms`.
     pub not_before_ms: Option<i64>,
+    /// The cluster it happened in, when serve watches several (issue 25,
+    /// `--cluster NAME=...`); absent for the one cluster of a serve without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     #[serde(flatten)]
     pub kind: ClusterEventKind,
+}
+
+impl ClusterEvent {
+    /// What makes it the same fact as one already stored: the kind's key
+    /// ([`ClusterEventKind::dedupe_key_at`]) within its cluster.
+    pub fn dedupe_key(&self) -> Option<String> {
+        let key = self.kind.dedupe_key_at(self.at_ms)?;
+        Some(match &self.cluster {
+            None => key,
+            Some(c) => format!("{c}@{key}"),
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -319,6 +335,7 @@ pub fn from_update(u: &Update, now: i64) -> Vec<ClusterEvent> {
     let ev = |kind| ClusterEvent {
         at_ms: now,
         not_before_ms: Some(now),
+        cluster: None,
         kind,
     };
     match u {
@@ -364,6 +381,7 @@ fn from_event(e: &Event) -> Option<ClusterEvent> {
             return Some(ClusterEvent {
                 at_ms: e.at_ms,
                 not_before_ms: *since_ms,
+                cluster: None,
                 kind: ClusterEventKind::Replayed {
                     from_revision: *from_revision,
                     to_revision: *to_revision,
@@ -375,6 +393,7 @@ fn from_event(e: &Event) -> Option<ClusterEvent> {
     Some(ClusterEvent {
         at_ms: e.at_ms,
         not_before_ms: None,
+        cluster: None,
         kind,
     })
 }

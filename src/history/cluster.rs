@@ -36,7 +36,13 @@ pub(super) fn events(conn: &Connection, q: &Query) -> Result<Vec<ClusterEvent>, 
     rows.map(|r| parse(r?)).collect()
 }
 
-pub(super) fn baseline(conn: &Connection) -> Result<ClusterBaseline, HistoryError> {
+/// The state etcd's recorded events leave, of the cluster `scope` names
+/// (the events of a serve without `--cluster` name none).
+pub(super) fn baseline(
+    conn: &Connection,
+    scope: Option<&str>,
+) -> Result<ClusterBaseline, HistoryError> {
+    let ours = |e: &ClusterEvent| e.cluster.as_deref() == scope;
     let mut stmt = conn.prepare_cached(
         "SELECT json FROM (SELECT id, json FROM cluster_events \
          WHERE type IN ('member_added', 'member_removed', 'alarm_raised', 'alarm_cleared', 'reset') \
@@ -45,20 +51,19 @@ pub(super) fn baseline(conn: &Connection) -> Result<ClusterBaseline, HistoryErro
     let mut events: Vec<ClusterEvent> = stmt
         .query_map([BASELINE_ROWS], |r| r.get::<_, String>(0))?
         .map(|r| r.map_err(HistoryError::from).and_then(parse))
+        .filter(|e| e.as_ref().map_or(true, ours))
         .collect::<Result<_, _>>()?;
-    let leader: Option<String> = conn
-        .query_row(
-            "SELECT json FROM cluster_events WHERE type = 'leader_changed' ORDER BY id DESC LIMIT 1",
-            [],
-            |r| r.get(0),
-        )
-        .map(Some)
-        .or_else(|e| match e {
-            rusqlite::Error::QueryReturnedNoRows => Ok(None),
-            e => Err(e),
-        })?;
-    if let Some(l) = leader {
-        events.push(parse(l)?);
+    // The newest leader change of this cluster: among the newest of all.
+    let mut stmt = conn.prepare_cached(
+        "SELECT json FROM cluster_events WHERE type = 'leader_changed' ORDER BY id DESC LIMIT ?1",
+    )?;
+    let leaders = stmt.query_map([BASELINE_ROWS], |r| r.get::<_, String>(0))?;
+    for json in leaders {
+        let e = parse(json?)?;
+        if ours(&e) {
+            events.push(e);
+            break;
+        }
     }
     Ok(ClusterBaseline::fold(&events))
 }

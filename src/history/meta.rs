@@ -11,3 +11,17 @@ pub(super) const EPOCH_KEY: &str = "epoch";
 /// live: the commit of a batch, or a caught-up heartbeat (issue 20.7).
 /// Time after it, until a watcher is live again, was not watched.
 pub(super) const WATCHED_KEY: &str = "watched_at_ms";
+
+/// Which cluster's state (issue 25): `None` for the one cluster of a serve
+/// without `--cluster`, whose keys are the plain ones above; `Some(name)`
+/// for a named cluster, whose keys end in `@name`. A name never holds `@`
+/// or `/` (`cli::clusters` refuses them), so no two scopes share a key.
+pub type Scope = Option<std::sync::Arc<str>>;
+
+/// `key` of `scope`: the key itself, or `key@name`.
+pub fn scoped(key: &str, scope: Option<&str>) -> String {
+    match scope {
+        None => key.to_owned(),
+        Some(name) => format!("{key}@{name}"),
+    }
+}

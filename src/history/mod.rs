@@ -53,6 +53,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::events::{Batch, Event};
 
 pub use export::terms_to_csv;
+pub use meta::Scope;
 pub use pg::{
     is_postgres_url, prepare as prepare_postgres, record_writer_error, redact, PG_SCHEMA_VERSION,
 };
@@ -326,32 +327,42 @@ impl Store {
     /// Queues `batch` for the writer; waits only while the queue is full.
     /// `Ok` means queued, not committed: [`Store::flush`] waits for that.
     pub async fn write(&self, batch: Batch) -> Result<()> {
-        let queue = self.queue.as_ref().ok_or(HistoryError::Closed)?;
-        queue
-            .send(Msg::Batch(batch))
-            .await
-            .map_err(|_| self.stopped())
+        self.write_in(None, batch).await
+    }
+
+    /// [`Store::write`] for the cluster `scope` names (issue 25): the
+    /// batch's names are already qualified (`CLUSTER/NAME`), its resume
+    /// revision is the cluster's own.
+    pub async fn write_in(&self, scope: Scope, batch: Batch) -> Result<()> {
+        self.send(Msg::Batch(scope, batch)).await
     }
 
     /// Queues the etcd cluster id the watcher reads from (`Update::Cluster`),
     /// stored after the batches queued before it, for the next resume point.
     pub async fn set_cluster(&self, cluster_id: u64) -> Result<()> {
-        let queue = self.queue.as_ref().ok_or(HistoryError::Closed)?;
-        queue
-            .send(Msg::Cluster(cluster_id))
-            .await
-            .map_err(|_| self.stopped())
+        self.set_cluster_in(None, cluster_id).await
+    }
+
+    /// [`Store::set_cluster`] of the cluster `scope` names.
+    pub async fn set_cluster_in(&self, scope: Scope, cluster_id: u64) -> Result<()> {
+        self.send(Msg::Cluster(scope, cluster_id)).await
     }
 
     /// Records that the watcher was live (caught up with etcd) at `at_ms`:
     /// the history then knows it watched until that moment, even when no
     /// event came (issue 20.7). Committed with the next group.
     pub async fn watched(&self, at_ms: i64) -> Result<()> {
+        self.watched_in(None, at_ms).await
+    }
+
+    /// [`Store::watched`] of the cluster `scope` names.
+    pub async fn watched_in(&self, scope: Scope, at_ms: i64) -> Result<()> {
+        self.send(Msg::Watched(scope, at_ms)).await
+    }
+
+    async fn send(&self, msg: Msg) -> Result<()> {
         let queue = self.queue.as_ref().ok_or(HistoryError::Closed)?;
-        queue
-            .send(Msg::Watched(at_ms))
-            .await
-            .map_err(|_| self.stopped())
+        queue.send(msg).await.map_err(|_| self.stopped())
     }
 
     /// Waits until everything queued before it is committed; returns the

@@ -7,7 +7,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::meta::{CLUSTER_KEY, RESUME_KEY, WATCHED_KEY};
+use super::meta::{scoped, CLUSTER_KEY, RESUME_KEY, WATCHED_KEY};
 use super::time::format_ms;
 use super::HistoryError;
 use crate::election::{FenceReason, Layout};
@@ -104,18 +104,31 @@ pub struct ElectionSummary {
     pub last_event_at: Option<String>,
 }
 
-pub(super) fn resume_point(conn: &mut Connection) -> Result<Option<ResumePoint>, HistoryError> {
+pub(super) fn resume_point(
+    conn: &mut Connection,
+    scope: Option<&str>,
+) -> Result<Option<ResumePoint>, HistoryError> {
     // One read transaction: the revision and the open terms are one snapshot.
     let tx = conn.transaction()?;
-    let Some(revision) = read_resume(&tx)? else {
+    let Some(revision) = read_state(&tx, &scoped(RESUME_KEY, scope))? else {
         return Ok(None);
     };
-    let open_terms = open_terms(&tx)?;
-    let cluster_id = read_state(&tx, CLUSTER_KEY)?.map(|c| c as u64);
+    let mut open_terms = open_terms(&tx)?;
+    if let Some(cluster) = scope {
+        // The cluster's own, by the names its watcher gives them.
+        let own = crate::events::qualify(cluster, "");
+        open_terms.retain_mut(|t| match t.election.strip_prefix(&own) {
+            Some(name) => {
+                t.election = name.to_owned();
+                true
+            }
+            None => false,
+        });
+    }
+    let cluster_id = read_state(&tx, &scoped(CLUSTER_KEY, scope))?.map(|c| c as u64);
     // The newest arrival stored: what came after `revision` came after it
     // (committed with the resume revision, so never later than it).
-    let live_at_ms: Option<i64> =
-        tx.query_row("SELECT max(at_ms) FROM events", [], |row| row.get(0))?;
+    let live_at_ms = newest_arrival(&tx, scope)?;
     tx.finish()?;
     Ok(Some(ResumePoint {
         revision,
@@ -125,16 +138,27 @@ pub(super) fn resume_point(conn: &mut Connection) -> Result<Option<ResumePoint>,
     }))
 }
 
-/// See `Reader::watched_until`.
-pub(super) fn watched_until(conn: &mut Connection) -> Result<Option<i64>, HistoryError> {
-    let heartbeat = read_state(conn, WATCHED_KEY)?;
-    let arrival: Option<i64> =
-        conn.query_row("SELECT max(at_ms) FROM events", [], |row| row.get(0))?;
-    Ok(heartbeat.max(arrival))
+/// The newest arrival stored (of the cluster `scope` names: its names are
+/// `CLUSTER/...`, the range `[CLUSTER/, CLUSTER0)`).
+fn newest_arrival(conn: &Connection, scope: Option<&str>) -> Result<Option<i64>, HistoryError> {
+    Ok(match scope {
+        None => conn.query_row("SELECT max(at_ms) FROM events", [], |row| row.get(0))?,
+        Some(cluster) => conn.query_row(
+            "SELECT max(at_ms) FROM events WHERE election >= ?1 AND election < ?2",
+            params![format!("{cluster}/"), format!("{cluster}0")],
+            |row| row.get(0),
+        )?,
+    })
 }
 
-pub(super) fn read_resume(conn: &Connection) -> Result<Option<i64>, HistoryError> {
-    read_state(conn, RESUME_KEY)
+/// See `Reader::watched_until`.
+pub(super) fn watched_until(
+    conn: &mut Connection,
+    scope: Option<&str>,
+) -> Result<Option<i64>, HistoryError> {
+    let heartbeat = read_state(conn, &scoped(WATCHED_KEY, scope))?;
+    let arrival = newest_arrival(conn, scope)?;
+    Ok(heartbeat.max(arrival))
 }
 
 pub(super) fn read_state(conn: &Connection, key: &str) -> Result<Option<i64>, HistoryError> {
@@ -250,10 +274,11 @@ pub(super) fn events(
         Some(e) => {
             stmt = conn.prepare_cached(
                 "SELECT id, json FROM events
-                 WHERE (election = ?1 OR election = '') AND at_ms BETWEEN ?2 AND ?3
+                 WHERE election IN (?1, '', ?5) AND at_ms BETWEEN ?2 AND ?3
                  ORDER BY id LIMIT ?4",
             )?;
-            stmt.query_map(params![e, q.from(), q.to(), q.sql_limit()], id_json)?
+            let fleet = crate::events::fleet_name_of(e);
+            stmt.query_map(params![e, q.from(), q.to(), q.sql_limit(), fleet], id_json)?
         }
         None => {
             stmt = conn.prepare_cached(
@@ -293,10 +318,15 @@ pub(super) fn acting(
         "SELECT id, json FROM events
          WHERE (election = ?1 AND at_ms BETWEEN ?2 AND ?6 AND type = 'acting'
                 AND token BETWEEN ?3 AND ?4)
-            OR (election = '' AND at_ms BETWEEN ?2 AND ?6 AND type IN ('gap', 'reset', 'unobserved'))
+            OR (election IN ('', ?7) AND at_ms BETWEEN ?2 AND ?6
+                AND type IN ('gap', 'reset', 'unobserved'))
          ORDER BY id LIMIT ?5",
     )?;
-    let rows = stmt.query_map(params![election, from_ms, lo, hi, limit, to_ms], id_json)?;
+    let fleet = crate::events::fleet_name_of(election);
+    let rows = stmt.query_map(
+        params![election, from_ms, lo, hi, limit, to_ms, fleet],
+        id_json,
+    )?;
     event_rows(rows)
 }
 

@@ -104,7 +104,30 @@ impl Reader {
     /// The stored resume revision and the terms open at it; `None` when
     /// nothing was ever committed.
     pub fn resume_point(&self) -> Result<Option<ResumePoint>> {
-        self.run(query::resume_point, pg::resume_point)
+        self.resume_point_of(None)
+    }
+
+    /// [`Reader::resume_point`] of one cluster of several (issue 25): its
+    /// own revision and cluster id, and its open terms by the names its
+    /// watcher gives them (`CLUSTER/` taken off).
+    pub fn resume_point_of(&self, scope: Option<&str>) -> Result<Option<ResumePoint>> {
+        self.scoped(scope)?;
+        self.run(|c| query::resume_point(c, scope), pg::resume_point)
+    }
+
+    /// Several clusters share a SQLite history only (ARCHITECTURE.md,
+    /// "Several clusters").
+    fn scoped(&self, scope: Option<&str>) -> Result<()> {
+        match (&self.backend, scope) {
+            (ReadBackend::Postgres(_), Some(c)) => Err(HistoryError::Schema {
+                path: self.path().to_owned(),
+                reason: format!(
+                    "cluster {c:?}: a shared PostgreSQL history records one etcd cluster; \
+                     give several --cluster a SQLite history (--db FILE)"
+                ),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Terms of `election` overlapping `[from, to]` (an open term overlaps
@@ -210,7 +233,13 @@ impl Reader {
     /// newest event's arrival if later; `None`: never. What came after it,
     /// until a watcher is live again, was not watched (issue 20.7).
     pub fn watched_until(&self) -> Result<Option<i64>> {
-        self.run(query::watched_until, pg::watched_until)
+        self.watched_until_of(None)
+    }
+
+    /// [`Reader::watched_until`] of one cluster of several (issue 25).
+    pub fn watched_until_of(&self, scope: Option<&str>) -> Result<Option<i64>> {
+        self.scoped(scope)?;
+        self.run(|c| query::watched_until(c, scope), pg::watched_until)
     }
 
     /// What the shared history says of its recording; `None` on SQLite.
@@ -339,6 +368,15 @@ impl Reader {
     /// What the recorded cluster events leave: the last leader, the members
     /// and alarms in force.
     pub fn cluster_baseline(&self) -> Result<ClusterBaseline, HistoryError> {
-        self.run(|c| cluster::baseline(c), pg::cluster_baseline)
+        self.cluster_baseline_of(None)
+    }
+
+    /// [`Reader::cluster_baseline`] of one cluster of several (issue 25).
+    pub fn cluster_baseline_of(
+        &self,
+        scope: Option<&str>,
+    ) -> Result<ClusterBaseline, HistoryError> {
+        self.scoped(scope)?;
+        self.run(|c| cluster::baseline(c, scope), pg::cluster_baseline)
     }
 }

@@ -78,6 +78,16 @@ impl WriteTx for SqliteTx<'_> {
     fn cluster_event(&mut self, event: &ClusterEvent) -> Result<(), HistoryError> {
         insert_cluster_event(self.tx, event)
     }
+    fn carry_open_terms(&mut self, from: i64, to: i64, except: &str) -> Result<(), HistoryError> {
+        self.tx
+            .prepare_cached(
+                "UPDATE terms SET epoch = ?2
+                 WHERE epoch = ?1 AND ended_at_ms IS NULL
+                   AND substr(election, 1, length(?3)) <> ?3",
+            )?
+            .execute(params![from, to, except])?;
+        Ok(())
+    }
     fn finish(&mut self) -> Result<(), HistoryError> {
         super::summary::write(self.tx, &mut self.deltas)
     }
@@ -100,7 +110,7 @@ fn insert_cluster_event(tx: &Transaction<'_>, e: &ClusterEvent) -> Result<(), Hi
     })?;
     tx.execute(
         "INSERT OR IGNORE INTO cluster_events (at_ms, type, dedupe, json) VALUES (?1, ?2, ?3, ?4)",
-        params![e.at_ms, e.kind.name(), e.kind.dedupe_key_at(e.at_ms), json],
+        params![e.at_ms, e.kind.name(), e.dedupe_key(), json],
     )?;
     Ok(())
 }

@@ -39,7 +39,7 @@ impl Deltas {
     /// An event of `election` stored (fleet-wide events, with an empty
     /// name, belong to no election).
     pub fn event(&mut self, election: &str, at_ms: i64) {
-        if election.is_empty() {
+        if crate::events::is_fleet_name(election) {
             return;
         }
         let d = self.of(election);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::meta::{CLUSTER_KEY, EPOCH_KEY, RESUME_KEY, WATCHED_KEY};
+use super::meta::{scoped, Scope, CLUSTER_KEY, EPOCH_KEY, RESUME_KEY, WATCHED_KEY};
 use super::HistoryError;
 use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, Batch, Event, EventKind};
@@ -26,17 +26,18 @@ const RETRY_DELAYS: [Duration; 3] = [
 ];
 
 pub(super) enum Msg {
-    Batch(Batch),
+    /// A batch of the cluster `Scope` names (its names already qualified).
+    Batch(Scope, Batch),
     /// Answered with the committed resume revision once everything queued
     /// before it is committed.
     Flush(oneshot::Sender<i64>),
     /// The etcd cluster id the watcher reads from (after the batch it
     /// loaded): stored so a restart can tell a replaced cluster.
-    Cluster(u64),
+    Cluster(Scope, u64),
     /// One of etcd's own events (issue 14): stored in order, once.
     ClusterEvent(crate::events::cluster::ClusterEvent),
     /// The watcher was live (caught up with etcd) at this moment, unix ms.
-    Watched(i64),
+    Watched(Scope, i64),
 }
 
 /// Why the writer stopped, for the callers that find the queue closed.
@@ -56,6 +57,11 @@ pub(super) trait WriteTx {
     fn raise_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError>;
     /// Stores one event (its row, and what it means for terms and refusals).
     fn apply(&mut self, event: &Event, epoch: i64) -> Result<(), HistoryError>;
+    /// A reset of one cluster started timeline `to` (issue 25): the open
+    /// terms of timeline `from` whose election is not under `except` (the
+    /// cluster that reset) belong to clusters that did not, and go on in
+    /// timeline `to`.
+    fn carry_open_terms(&mut self, from: i64, to: i64, except: &str) -> Result<(), HistoryError>;
     fn cluster_event(&mut self, event: &ClusterEvent) -> Result<(), HistoryError>;
     /// Writes what [`WriteTx::apply`] left pending (the `elections` table's
     /// deltas; PostgreSQL: every row), before the commit.
@@ -108,7 +114,7 @@ impl<C: WriteConn> Writer<C> {
             let (mut batches, mut events) = (0, 0);
             while batches < MAX_GROUP_BATCHES && events < MAX_GROUP_EVENTS {
                 let Ok(msg) = rx.try_recv() else { break };
-                if let Msg::Batch(b) = &msg {
+                if let Msg::Batch(_, b) = &msg {
                     batches += 1;
                     events += b.events.len();
                 }
@@ -192,33 +198,112 @@ impl<C: WriteConn> Writer<C> {
     }
 }
 
-/// Applies every batch of `group` newer than the stored resume revision
-/// and stores the new resume revision, inside one transaction. Returns the
-/// committed resume revision (0 if none).
+/// Where one cluster's history stands inside a commit.
+struct Standing {
+    scope: Scope,
+    /// The resume revision stored before this commit.
+    stored: Option<i64>,
+    resume: Option<i64>,
+    watched: Option<i64>,
+}
+
+/// The standing of `scope` in `all`, read from the transaction the first
+/// time (with the epoch, in the same read).
+fn standing<'a>(
+    tx: &mut dyn WriteTx,
+    all: &'a mut Vec<Standing>,
+    scope: &Scope,
+    epoch: &mut Option<i64>,
+) -> Result<&'a mut Standing, HistoryError> {
+    if let Some(i) = all.iter().position(|s| &s.scope == scope) {
+        return Ok(&mut all[i]);
+    }
+    let key = scoped(RESUME_KEY, scope.as_deref());
+    let states = tx.read_states(&[&key, EPOCH_KEY])?;
+    let stored = states.first().copied().flatten();
+    if epoch.is_none() {
+        *epoch = Some(states.get(1).copied().flatten().unwrap_or(0));
+    }
+    all.push(Standing {
+        scope: scope.clone(),
+        stored,
+        resume: stored,
+        watched: None,
+    });
+    let last = all.len() - 1;
+    Ok(&mut all[last])
+}
+
+/// Applies `batch` of the cluster `s` stands for unless it is at or below
+/// where that cluster's history stands; a reset in it starts timeline
+/// `epoch + 1` (and carries the other clusters' open terms into it).
+fn apply_batch(
+    tx: &mut dyn WriteTx,
+    s: &mut Standing,
+    epoch: &mut i64,
+    batch: &Batch,
+) -> Result<(), HistoryError> {
+    // A batch is committed as it arrives: the watcher was live then.
+    s.watched = s.watched.max(Some(now_ms()));
+    // A reset starts a new timeline, whose revisions may be at or
+    // below the stored one: it is taken when it resets from where
+    // history stands (never twice).
+    let reset = batch.events.iter().find_map(|e| match &e.kind {
+        EventKind::Reset { from_revision, .. } => Some(*from_revision),
+        _ => None,
+    });
+    let takes_reset = reset.is_some_and(|from| s.resume.is_none_or(|r| r == from));
+    if !takes_reset && s.resume.is_some_and(|r| batch.revision <= r) {
+        tracing::debug!(
+            revision = batch.revision,
+            "history: batch at or below the resume revision ignored"
+        );
+        return Ok(());
+    }
+    s.resume = Some(batch.revision);
+    let scope = s.scope.as_deref();
+    for event in &batch.events {
+        if let EventKind::Reset { cluster_id, .. } = &event.kind {
+            *epoch += 1;
+            tx.set_state(EPOCH_KEY, *epoch)?;
+            tx.set_state(&scoped(CLUSTER_KEY, scope), *cluster_id as i64)?;
+            if let Some(name) = scope {
+                tx.carry_open_terms(*epoch - 1, *epoch, &crate::events::qualify(name, ""))?;
+            }
+            tracing::warn!(
+                epoch = *epoch,
+                cluster = scope.unwrap_or(""),
+                revision = batch.revision,
+                "history: etcd timeline reset; a new epoch starts"
+            );
+        }
+        tx.apply(event, *epoch)?;
+    }
+    Ok(())
+}
+
+/// Applies every batch of `group` newer than its cluster's stored resume
+/// revision and stores the new resume revisions, inside one transaction.
+/// Returns the committed resume revision of the first cluster the group
+/// names (the one cluster's, without `--cluster`; 0 if none).
 fn commit_in(tx: &mut dyn WriteTx, group: &[Msg]) -> Result<i64, HistoryError> {
     // Read inside the transaction, not cached: when another writer shares
     // the database (a replica that wrote before this one), a batch it
     // already stored is recognised and skipped.
-    let states = tx.read_states(&[RESUME_KEY, EPOCH_KEY])?;
-    let stored = states.first().copied().flatten();
-    let mut epoch = states.get(1).copied().flatten().unwrap_or(0);
-    let mut resume = stored;
-    // A batch is committed as it arrives: the watcher was live then.
-    let mut watched = group
-        .iter()
-        .any(|m| matches!(m, Msg::Batch(_)))
-        .then(now_ms);
+    let mut all: Vec<Standing> = Vec::new();
+    let mut epoch: Option<i64> = None;
     for msg in group {
-        let batch = match msg {
-            Msg::Batch(batch) => batch,
-            Msg::Watched(at) => {
-                watched = watched.max(Some(*at));
+        let (scope, batch) = match msg {
+            Msg::Batch(scope, batch) => (scope, batch),
+            Msg::Watched(scope, at) => {
+                let s = standing(tx, &mut all, scope, &mut epoch)?;
+                s.watched = s.watched.max(Some(*at));
                 continue;
             }
-            Msg::Cluster(id) => {
-                let id = *id as i64;
-                if tx.read_state(CLUSTER_KEY)? != Some(id) {
-                    tx.set_state(CLUSTER_KEY, id)?;
+            Msg::Cluster(scope, id) => {
+                let (key, id) = (scoped(CLUSTER_KEY, scope.as_deref()), *id as i64);
+                if tx.read_state(&key)? != Some(id) {
+                    tx.set_state(&key, id)?;
                 }
                 continue;
             }
@@ -228,45 +313,25 @@ fn commit_in(tx: &mut dyn WriteTx, group: &[Msg]) -> Result<i64, HistoryError> {
                 continue;
             }
         };
-        // A reset starts a new timeline, whose revisions may be at or
-        // below the stored one: it is taken when it resets from where
-        // history stands (never twice).
-        let reset = batch.events.iter().find_map(|e| match &e.kind {
-            EventKind::Reset { from_revision, .. } => Some(*from_revision),
-            _ => None,
-        });
-        let takes_reset = reset.is_some_and(|from| resume.is_none_or(|r| r == from));
-        if !takes_reset && resume.is_some_and(|r| batch.revision <= r) {
-            tracing::debug!(
-                revision = batch.revision,
-                "history: batch at or below the resume revision ignored"
-            );
-            continue;
-        }
-        for event in &batch.events {
-            if let EventKind::Reset { cluster_id, .. } = &event.kind {
-                epoch += 1;
-                tx.set_state(EPOCH_KEY, epoch)?;
-                tx.set_state(CLUSTER_KEY, *cluster_id as i64)?;
-                tracing::warn!(
-                    epoch,
-                    revision = batch.revision,
-                    "history: etcd timeline reset; a new epoch starts"
-                );
-            }
-            tx.apply(event, epoch)?;
-        }
-        resume = Some(batch.revision);
+        let s = standing(tx, &mut all, scope, &mut epoch)?;
+        let mut e = epoch.unwrap_or(0);
+        apply_batch(tx, s, &mut e, batch)?;
+        epoch = Some(e);
     }
     tx.finish()?;
-    if let (Some(r), true) = (resume, resume != stored) {
-        tx.set_state(RESUME_KEY, r)?;
+    for s in &all {
+        if let (Some(r), true) = (s.resume, s.resume != s.stored) {
+            tx.set_state(&scoped(RESUME_KEY, s.scope.as_deref()), r)?;
+        }
+        if let Some(at) = s.watched {
+            // Never backwards (a clock step back, or a standby's old news).
+            tx.raise_state(&scoped(WATCHED_KEY, s.scope.as_deref()), at)?;
+        }
     }
-    if let Some(at) = watched {
-        // Never backwards (a clock step back, or a standby's old news).
-        tx.raise_state(WATCHED_KEY, at)?;
+    match all.first() {
+        Some(s) => Ok(s.resume.unwrap_or(0)),
+        None => Ok(tx.read_state(RESUME_KEY)?.unwrap_or(0)),
     }
-    Ok(resume.unwrap_or(0))
 }
 
 /// What an event's row in `events` holds besides its revision, time and

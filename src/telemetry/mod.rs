@@ -8,7 +8,7 @@ pub mod traces;
 pub mod writer;
 
 pub use metrics::{
-    cap_label, Metrics, MetricsOptions, CONTENT_TYPE, DETAIL_METRIC_NAMES,
+    cap_label, merge_clusters, Metrics, MetricsOptions, CONTENT_TYPE, DETAIL_METRIC_NAMES,
     MAX_ELECTION_LABEL_BYTES, MAX_HOLDER_LABEL_BYTES, METRIC_NAMES, TERM_DURATION_BUCKETS,
 };
 pub use traces::{

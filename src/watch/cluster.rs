@@ -109,6 +109,7 @@ impl Poller {
         let ev = |kind| ClusterEvent {
             at_ms: now,
             not_before_ms: nb,
+            cluster: None,
             kind,
         };
         let Some(members) = list else {

@@ -55,7 +55,12 @@ async fn events(
                     Ok(event) => {
                         if filter
                             .as_deref()
-                            .is_some_and(|f| event.election != f && !event.election.is_empty())
+                            .is_some_and(|f| {
+                                // Its own, and the fleet-wide ones of its cluster.
+                                event.election != f
+                                    && !event.election.is_empty()
+                                    && event.election != crate::events::fleet_name_of(f)
+                            })
                         {
                             continue;
                         }

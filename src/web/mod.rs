@@ -7,6 +7,7 @@
 //! use the election core. They never talk to the watcher.
 
 pub mod api;
+mod clusters;
 pub mod incident;
 pub mod live;
 pub mod pages;
@@ -212,10 +213,16 @@ impl Readiness {
     /// heartbeat, or the newest arrival; the previous run's, after a
     /// restart). Reads the history when not ready: blocking.
     pub fn unwatched_since(&self, history: &Reader) -> Option<i64> {
+        self.unwatched_since_in(history, None)
+    }
+
+    /// [`Readiness::unwatched_since`] of the cluster `scope` names (its
+    /// own watched-until in the history).
+    pub fn unwatched_since_in(&self, history: &Reader, scope: Option<&str>) -> Option<i64> {
         if self.is_ready() {
             return None;
         }
-        let recorded = history.watched_until().ok().flatten();
+        let recorded = history.watched_until_of(scope).ok().flatten();
         let here = Some(self.live_at_ms.load(Ordering::Relaxed)).filter(|&t| t > 0);
         Some(recorded.max(here).unwrap_or(0))
     }
@@ -287,7 +294,14 @@ pub struct AppState {
     pub api_rate: api::RateLimiter,
     /// What the watcher reads (the pages read Patroni's members live).
     pub sources: crate::layout::Sources,
+    /// Several clusters (issue 25, `serve --cluster`), each with its own
+    /// client, readiness, metrics and sources; the fields above are then
+    /// the first cluster's (`client`, `sources`) or serve-wide (`metrics`:
+    /// the history writer's). Empty: the one cluster of the fields above.
+    pub clusters: Vec<ClusterView>,
 }
+
+pub use clusters::{within_cluster, ClusterView, Target};
 
 pub fn router(state: Arc<AppState>) -> Router {
     let body_limit = state.limits.max_body_bytes;
@@ -305,44 +319,48 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 async fn readyz(State(s): State<Arc<AppState>>) -> impl IntoResponse {
+    let (ready, text) = if s.clusters.is_empty() {
+        readiness_verdict(&s.readiness)
+    } else {
+        clusters::readyz(&s)
+    };
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, text)
+}
+
+/// Whether one watcher is ready, and the text `/readyz` gives for it.
+fn readiness_verdict(r: &Readiness) -> (bool, String) {
     // The cap is not a reason to refuse traffic, but it is said here too,
     // on a line of its own after the first.
-    let cap = s
-        .readiness
+    let cap = r
         .cap_reached()
         .map(|c| format!("{}\n", c.sentence()))
         .unwrap_or_default();
-    if let Some(problem) = s.readiness.floor_problem() {
+    if let Some(problem) = r.floor_problem() {
+        (false, format!("not ready: {problem}\n{cap}"))
+    } else if r.is_ready() {
         (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {problem}\n{cap}"),
+            true,
+            format!("ready: watching at revision {}\n{cap}", r.revision()),
         )
-    } else if s.readiness.is_ready() {
+    } else if let Some(why) = r.not_recording().filter(|_| r.watching()) {
+        (false, why)
+    } else if r.stuck() {
         (
-            StatusCode::OK,
-            format!(
-                "ready: watching at revision {}\n{cap}",
-                s.readiness.revision()
-            ),
-        )
-    } else if let Some(why) = s
-        .readiness
-        .not_recording()
-        .filter(|_| s.readiness.watching())
-    {
-        (StatusCode::SERVICE_UNAVAILABLE, why)
-    } else if s.readiness.stuck() {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
+            false,
             format!(
                 "not ready: the watch keeps failing after revision {} and nothing is \
                  recorded; see tenure's log\n",
-                s.readiness.revision()
+                r.revision()
             ),
         )
     } else {
         (
-            StatusCode::SERVICE_UNAVAILABLE,
+            false,
             "not ready: etcd unreachable or the watcher has not loaded its snapshot yet\n"
                 .to_owned(),
         )

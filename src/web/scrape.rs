@@ -45,6 +45,13 @@ impl ScrapeScope {
                     }
                 },
                 "match" => scope = ScrapeScope::Matching(v.chars().take(256).collect()),
+                // One cluster's elections (issue 25).
+                "cluster" => {
+                    scope = ScrapeScope::Matching(crate::events::qualify(
+                        &v.chars().take(64).collect::<String>(),
+                        "*",
+                    ))
+                }
                 _ => {}
             }
         }
@@ -63,11 +70,23 @@ pub(super) async fn metrics(State(s): State<Arc<AppState>>, RawQuery(raw): RawQu
         Ok(scope) => scope,
         Err(message) => return (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
     };
-    let metrics = s.metrics.clone();
-    let text = tokio::task::spawn_blocking(move || match &scope {
-        ScrapeScope::All => metrics.render(),
-        ScrapeScope::Fleet => metrics.render_matching(&|_| false),
-        ScrapeScope::Matching(glob) => metrics.render_matching(&|name| glob_match(glob, name)),
+    let text = tokio::task::spawn_blocking(move || {
+        if !s.clusters.is_empty() {
+            // Several clusters: each its own, labelled (issue 25).
+            return match &scope {
+                ScrapeScope::All => super::clusters::render_metrics(&s, None),
+                ScrapeScope::Fleet => super::clusters::render_metrics(&s, Some(&|_| false)),
+                ScrapeScope::Matching(glob) => {
+                    super::clusters::render_metrics(&s, Some(&|name| glob_match(glob, name)))
+                }
+            };
+        }
+        let metrics = &s.metrics;
+        match &scope {
+            ScrapeScope::All => metrics.render(),
+            ScrapeScope::Fleet => metrics.render_matching(&|_| false),
+            ScrapeScope::Matching(glob) => metrics.render_matching(&|name| glob_match(glob, name)),
+        }
     })
     .await;
     match text {

@@ -80,6 +80,7 @@ pub async fn serve(store: &Store) -> (String, tokio::task::JoinHandle<()>) {
         api_rate: web::api::RateLimiter::new(limits.campaigns_per_second),
         limits,
         sources: tenure::layout::Sources::tenure(""),
+        clusters: Vec::new(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

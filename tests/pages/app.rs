@@ -73,6 +73,7 @@ pub fn app_state(store: &Store, client: Client, readiness: Arc<Readiness>) -> Ar
         api_rate: web::api::RateLimiter::new(limits.campaigns_per_second),
         limits,
         sources: tenure::layout::Sources::tenure(""),
+        clusters: Vec::new(),
     })
 }
 

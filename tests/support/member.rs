@@ -108,6 +108,8 @@ pub struct EtcdFlags {
     /// Clients connect with https:// (the args carry `--cert-file` etc.).
     pub https: bool,
     pub args: Vec<OsString>,
+    /// Another etcd binary than [`etcd_bin`]'s (a test of two versions).
+    pub bin: Option<PathBuf>,
 }
 
 // ---------------------------------------------------------------------------
@@ -305,7 +307,8 @@ impl Member {
     /// Spawns the process (must not be running) and returns the readiness receiver.
     pub(super) fn spawn(&mut self) -> Result<watch::Receiver<Phase>, String> {
         assert!(self.child.is_none(), "{} is already running", self.name);
-        let mut cmd = Command::new(etcd_bin());
+        let bin = self.flags.bin.clone().unwrap_or_else(etcd_bin);
+        let mut cmd = Command::new(&bin);
         cmd.args(self.args())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -326,7 +329,7 @@ impl Member {
         }
         let mut child = cmd
             .spawn()
-            .map_err(|e| format!("spawn {} for {}: {e}", etcd_bin().display(), self.name))?;
+            .map_err(|e| format!("spawn {} for {}: {e}", bin.display(), self.name))?;
         self.spawns += 1;
         push_log(
             &self.logs,

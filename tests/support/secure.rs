@@ -136,7 +136,11 @@ impl Pki {
             args.push(v.into());
         }
         args.push("--client-cert-auth".into());
-        EtcdFlags { https: true, args }
+        EtcdFlags {
+            https: true,
+            args,
+            bin: None,
+        }
     }
 
     /// `--cacert ca.crt --cert client.crt --key client.key`, for etcdctl and tenure.
@@ -166,6 +170,7 @@ pub fn jwt_tokens(pki: &Pki, ttl_seconds: u32) -> EtcdFlags {
     EtcdFlags {
         https: false,
         args: vec!["--auth-token".into(), spec.into()],
+        bin: None,
     }
 }
 

@@ -194,9 +194,18 @@ pub(in crate::history) fn acting(
         "SELECT id, json FROM events
          WHERE (election = $1 AND at_ms BETWEEN $2 AND $6 AND type = 'acting'
                 AND token BETWEEN $3 AND $4)
-            OR (election = '' AND at_ms BETWEEN $2 AND $6 AND type IN ('gap', 'reset', 'unobserved'))
+            OR (election IN ('', $7) AND at_ms BETWEEN $2 AND $6
+                AND type IN ('gap', 'reset', 'unobserved'))
          ORDER BY id LIMIT $5",
-        &[&election, &from_ms, &lo, &hi, &limit, &to_ms],
+        &[
+            &election,
+            &from_ms,
+            &lo,
+            &hi,
+            &limit,
+            &to_ms,
+            &crate::events::fleet_name_of(election),
+        ],
     )?;
     event_rows(&rows)
 }
@@ -223,9 +232,15 @@ pub(in crate::history) fn events(
     let rows = match election {
         Some(e) => client.query(
             "SELECT id, json FROM events
-             WHERE (election = $1 OR election = '') AND at_ms BETWEEN $2 AND $3
+             WHERE election IN ($1, '', $5) AND at_ms BETWEEN $2 AND $3
              ORDER BY id LIMIT $4",
-            &[&e, &from(q), &to(q), &limit(q)],
+            &[
+                &e,
+                &from(q),
+                &to(q),
+                &limit(q),
+                &crate::events::fleet_name_of(e),
+            ],
         )?,
         None => client.query(
             "SELECT id, json FROM events WHERE at_ms BETWEEN $1 AND $2 ORDER BY id LIMIT $3",

@@ -341,6 +341,18 @@ impl WriteTx for PgTx<'_, '_> {
             .finish(self.tx, &self.stmts.rows, &mut self.deltas)
     }
 
+    fn carry_open_terms(&mut self, from: i64, to: i64, except: &str) -> Result<(), HistoryError> {
+        // The rows buffered so far first: they are terms of this commit.
+        self.pending
+            .finish(self.tx, &self.stmts.rows, &mut self.deltas)?;
+        self.tx.execute(
+            "UPDATE terms SET epoch = $2
+             WHERE epoch = $1 AND ended_at_ms IS NULL AND left(election, length($3)) <> $3",
+            &[&from, &to, &except],
+        )?;
+        Ok(())
+    }
+
     fn cluster_event(&mut self, e: &ClusterEvent) -> Result<(), HistoryError> {
         let json = serde_json::to_string(e).map_err(|source| HistoryError::Json {
             what: "a cluster event".into(),
@@ -348,12 +360,7 @@ impl WriteTx for PgTx<'_, '_> {
         })?;
         self.tx.execute(
             &self.stmts.cluster_event,
-            &[
-                &e.at_ms,
-                &e.kind.name(),
-                &e.kind.dedupe_key_at(e.at_ms),
-                &json,
-            ],
+            &[&e.at_ms, &e.kind.name(), &e.dedupe_key(), &json],
         )?;
         Ok(())
     }

@@ -56,6 +56,11 @@ pub(super) fn write_all(
     }
 }
 
+/// `v` as a label value, escaped.
+pub(super) fn push_label_value(out: &mut String, v: &str) {
+    push_escaped(out, v, true);
+}
+
 /// The text format's escaping: `\` → `\\`, newline → `\n`, and in label
 /// values `"` → `\"`.
 fn push_escaped(out: &mut String, v: &str, quotes: bool) {

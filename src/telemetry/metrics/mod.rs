@@ -69,6 +69,7 @@
 //! newlines); nothing here panics on any string.
 
 mod acting;
+mod clusters;
 mod election;
 mod exposition;
 pub mod families;
@@ -83,6 +84,7 @@ use prometheus::Registry;
 use crate::events::{Event, EventKind, OpenTerm, Update, WatchStatus};
 
 use super::TelemetryError;
+pub use clusters::merge as merge_clusters;
 use election::Election;
 pub use families::{DETAIL_METRIC_NAMES, METRIC_NAMES, TERM_DURATION_BUCKETS};
 use registry::Process;

@@ -20,6 +20,8 @@ use crate::web::{AppState, Auth};
 /// `invalid_name`).
 pub(super) struct Mutation<T> {
     pub(super) name: ElectionName,
+    /// The client of the election's cluster (issue 25).
+    pub(super) client: crate::election::Client,
     pub(super) body: T,
 }
 
@@ -34,8 +36,12 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for Mutation<T> {
             .await
             .map_err(IntoResponse::into_response)?;
         authorize(state, &headers).map_err(IntoResponse::into_response)?;
-        let name = election_name(&raw).map_err(IntoResponse::into_response)?;
-        Ok(Mutation { name, body })
+        let target = state
+            .target(&raw)
+            .map_err(|e| ApiError::from(e).into_response())?;
+        let name = election_name(target.name.as_str()).map_err(IntoResponse::into_response)?;
+        let client = state.client_of(&target).clone();
+        Ok(Mutation { name, client, body })
     }
 }
 

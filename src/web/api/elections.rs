@@ -183,8 +183,8 @@ async fn detail(
 ) -> Result<Json<ElectionView>, ApiError> {
     // Another system's election is not read live (its layout is the
     // watcher's): what the watcher recorded is all there is.
-    let live = match name.own() {
-        Some(own) => Some(s.client.leader(own).await),
+    let live = match name.name.own() {
+        Some(own) => Some(s.client_of(&name).leader(own).await),
         None => None,
     };
     let reader = s.history.clone();
@@ -224,7 +224,7 @@ async fn detail(
         Some(Err(e)) if e.is_unavailable() => (None, None, false, None),
         Some(Err(e)) => return Err(e.into()),
     };
-    let read_live = name.own().is_some();
+    let read_live = name.name.own().is_some();
     if (reachable || !read_live) && leader.is_none() && !known {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,

@@ -61,17 +61,22 @@ pub(super) async fn raw_name(parts: &mut Parts) -> Result<String, Response> {
     Ok(raw)
 }
 
-/// The route's `{name}`, validated. Handlers that also take a query
+/// The route's `{name}`, validated: with several clusters, `CLUSTER/NAME`
+/// of a configured cluster (issue 25). Handlers that also take a query
 /// extract this after it, so a bad query is reported before a bad name,
 /// as when they validated the name themselves.
-pub(super) struct ElectionPath(pub(super) crate::layout::path::WatchedName);
+pub(super) struct ElectionPath(pub(super) crate::web::Target);
 
-impl<S: Send + Sync> FromRequestParts<S> for ElectionPath {
+impl FromRequestParts<std::sync::Arc<crate::web::AppState>> for ElectionPath {
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &std::sync::Arc<crate::web::AppState>,
+    ) -> Result<Self, Self::Rejection> {
         let raw = raw_name(parts).await?;
-        crate::layout::path::WatchedName::parse(&raw)
+        state
+            .target(&raw)
             .map_err(ApiError::from)
             .map(ElectionPath)
             .map_err(IntoResponse::into_response)

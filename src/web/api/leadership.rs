@@ -38,7 +38,7 @@ struct CampaignBody {
 
 async fn campaign(
     State(s): State<Arc<AppState>>,
-    Mutation { name, body }: Mutation<CampaignBody>,
+    Mutation { name, client, body }: Mutation<CampaignBody>,
 ) -> Result<Json<Value>, ApiError> {
     if let Err(retry) = s.api_rate.take() {
         let mut e = ApiError::new(
@@ -80,8 +80,7 @@ async fn campaign(
             ))
         }
     };
-    match s
-        .client
+    match client
         .acquire_detached_in(
             &name,
             &body.candidate,
@@ -122,10 +121,10 @@ struct RenewBody {
 }
 
 async fn renew(
-    State(s): State<Arc<AppState>>,
-    Mutation { name, body }: Mutation<RenewBody>,
+    State(_): State<Arc<AppState>>,
+    Mutation { name, client, body }: Mutation<RenewBody>,
 ) -> Result<Json<Value>, ApiError> {
-    match s.client.renew(&name, body.token, body.lease_id).await {
+    match client.renew(&name, body.token, body.lease_id).await {
         Ok(ttl) => Ok(Json(
             json!({ "token": body.token, "lease_id": body.lease_id, "ttl_remaining_seconds": ttl }),
         )),
@@ -149,10 +148,10 @@ struct ResignBody {
 }
 
 async fn resign(
-    State(s): State<Arc<AppState>>,
-    Mutation { name, body }: Mutation<ResignBody>,
+    State(_): State<Arc<AppState>>,
+    Mutation { name, client, body }: Mutation<ResignBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let l = s.client.resign(&name, body.token).await?;
+    let l = client.resign(&name, body.token).await?;
     Ok(Json(
         json!({ "resigned": true, "name": l.name, "holder": l.holder, "token": l.token }),
     ))
@@ -166,10 +165,10 @@ struct FenceBody {
 }
 
 async fn fence(
-    State(s): State<Arc<AppState>>,
-    Mutation { name, body }: Mutation<FenceBody>,
+    State(_): State<Arc<AppState>>,
+    Mutation { name, client, body }: Mutation<FenceBody>,
 ) -> Result<Response, ApiError> {
-    let d = s.client.fence(&name, &body.resource, body.token).await?;
+    let d = client.fence(&name, &body.resource, body.token).await?;
     let status = if d.accepted {
         StatusCode::OK
     } else {

@@ -102,7 +102,7 @@ pub fn layout(w: &Window, now: i64, width: f64) -> Drawing {
             now_ms: now,
             // Not every term was read: what looks leaderless may not be.
             known_since_ms: lane.known_since_ms.filter(|_| !lane.truncated),
-            unwatched_since_ms: w.unwatched_since,
+            unwatched_since_ms: lane.unwatched_since,
             width,
         });
         let bars = t
@@ -170,8 +170,7 @@ pub fn layout(w: &Window, now: i64, width: f64) -> Drawing {
         .map(|e| mark(e.at_ms, e.kind.name(), cluster_title(e)))
         .collect();
     let gaps = w
-        .gaps
-        .iter()
+        .all_gaps()
         .map(|g| {
             mark(
                 g.at_ms,

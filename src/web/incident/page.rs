@@ -67,6 +67,7 @@ struct PageParams {
 
 fn page_params(raw: Option<&str>) -> PageParams {
     let mut p = PageParams::default();
+    let mut cluster: Option<String> = None;
     for pair in raw.unwrap_or("").split('&') {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         let v = decode_component(v).trim().to_owned();
@@ -77,11 +78,13 @@ fn page_params(raw: Option<&str>) -> PageParams {
             "from" => p.from = Some(v),
             "to" => p.to = Some(v),
             "match" => p.glob = Some(v),
+            "cluster" => cluster = Some(v),
             "page" => p.page = Some(v),
             "per_page" => p.per_page = Some(v),
             _ => {}
         }
     }
+    p.glob = crate::web::within_cluster(cluster.as_deref(), p.glob.take());
     p
 }
 
@@ -122,10 +125,10 @@ async fn load_window(
 ) -> Result<Window, Response> {
     let reader = s.history.clone();
     let sel = sel.clone();
-    let readiness = s.readiness.clone();
+    let state = s.clone();
     let loaded = tokio::task::spawn_blocking(move || {
         let mut w = load(&reader, &sel, skip, per_page)?;
-        w.unwatched_since = readiness.unwatched_since(&reader);
+        w.set_unwatched(|e| state.unwatched_since_of(e), state.unwatched_since_any());
         Ok::<_, crate::history::HistoryError>(w)
     })
     .await;

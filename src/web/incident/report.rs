@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
-use super::window::{load, select, SelectError, Window};
+use super::window::{load, select, Lane, SelectError, Window};
 use super::{bad_request, MAX_REPORT_ELECTIONS};
 use crate::events::acting::ActingView;
 use crate::events::cluster::ClusterEvent;
@@ -25,6 +25,8 @@ pub(super) struct ReportQuery {
     to: Option<String>,
     #[serde(rename = "match")]
     glob: Option<String>,
+    /// The elections of one cluster (issue 25): `match` within it.
+    cluster: Option<String>,
     format: Option<String>,
 }
 
@@ -149,8 +151,9 @@ fn stretches_of(mut spans: Vec<(i64, i64)>, lo: i64, hi: i64) -> Vec<(i64, i64)>
 /// An unknown lower bound is taken as `lo` (nothing before is counted).
 /// Time not watched (no watcher live since `w.unwatched_since`) is led in
 /// the least and leaderless in the most.
-fn leaderless_bounds(w: &Window, terms: &[TermRow], lo: i64, hi: i64, now: i64) -> (i64, i64) {
-    let earliest = |rev: i64, at: i64| match w.replayed_since(rev, at) {
+fn leaderless_bounds(w: &Window, lane: &Lane, lo: i64, hi: i64, now: i64) -> (i64, i64) {
+    let (terms, election) = (&lane.terms, lane.activity.election.as_str());
+    let earliest = |rev: i64, at: i64| match w.replayed_since_in(election, rev, at) {
         Some(since) => since.unwrap_or(lo).min(at),
         None => at,
     };
@@ -174,7 +177,7 @@ fn leaderless_bounds(w: &Window, terms: &[TermRow], lo: i64, hi: i64, now: i64) 
             (t.started_at_ms, end)
         })
         .collect();
-    crate::web::replays::leaderless_range(&least, &most, lo, hi, w.unwatched_since)
+    crate::web::replays::leaderless_range(&least, &most, lo, hi, lane.unwatched_since)
 }
 
 pub fn build_report(w: &Window, now: i64) -> Report {
@@ -188,9 +191,10 @@ pub fn build_report(w: &Window, now: i64) -> Report {
             let hi = w.sel.to_ms.min(now);
             let stretches = leaderless_stretches(&lane.terms, lo, hi, now);
             let known = lane.known_since_ms.is_some() && !lane.truncated;
-            let (least, most) = leaderless_bounds(w, &lane.terms, lo, hi, now);
+            let (least, most) = leaderless_bounds(w, lane, lo, hi, now);
+            let election = lane.activity.election.as_str();
             let replayed = |rev: Option<i64>, at: Option<i64>| match (rev, at) {
-                (Some(rev), Some(at)) => w.replayed_since(rev, at),
+                (Some(rev), Some(at)) => w.replayed_since_in(election, rev, at),
                 _ => None,
             };
             let replayed_boundaries = lane
@@ -545,13 +549,14 @@ pub(super) async fn report(
             "format is md or json",
         ));
     }
-    let sel = select(q.from.as_deref(), q.to.as_deref(), q.glob.as_deref(), now)
+    let glob = crate::web::within_cluster(q.cluster.as_deref(), q.glob.clone());
+    let sel = select(q.from.as_deref(), q.to.as_deref(), glob.as_deref(), now)
         .map_err(|SelectError::Bad(m)| bad_request(m))?;
     let reader = s.history.clone();
-    let readiness = s.readiness.clone();
+    let state = s.clone();
     let w = tokio::task::spawn_blocking(move || {
         let mut w = load(&reader, &sel, 0, MAX_REPORT_ELECTIONS)?;
-        w.unwatched_since = readiness.unwatched_since(&reader);
+        w.set_unwatched(|e| state.unwatched_since_of(e), state.unwatched_since_any());
         Ok::<_, crate::history::HistoryError>(w)
     })
     .await
@@ -607,6 +612,7 @@ mod tests {
             replays: Vec::new(),
             cluster: Vec::new(),
             unwatched_since: None,
+            clusters: Default::default(),
         }
     }
 
@@ -627,6 +633,7 @@ mod tests {
             refusals: Vec::new(),
             known_since_ms: Some(10_000),
             truncated: false,
+            unwatched_since: None,
         };
         let mut w = window(vec![lane.clone()]);
         let seen_live = build_report(&w, 200_000);
@@ -690,6 +697,7 @@ mod tests {
             refusals: Vec::new(),
             known_since_ms: known,
             truncated,
+            unwatched_since: None,
         };
         let terms = vec![term(1, 10_000, Some(20_000)), term(2, 25_000, None)];
         let full = build_report(

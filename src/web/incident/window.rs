@@ -3,7 +3,7 @@
 
 use super::MAX_WINDOW_MS;
 use crate::events::cluster::ClusterEvent;
-use crate::events::EventKind;
+use crate::events::{Event, EventKind};
 use crate::history::window::Activity;
 use crate::history::{
     self, format_duration_ms, format_ms, parse_time, HistoryError, Query, Reader, RefusalRow,
@@ -82,6 +82,9 @@ pub struct Lane {
     /// The row budget ran out: `terms` or `refusals` are not all of the
     /// window's (leaderless time is then unknown).
     pub truncated: bool,
+    /// Nothing of its cluster was watched since then (`None`: watched
+    /// now); see [`Window::set_unwatched`].
+    pub unwatched_since: Option<i64>,
 }
 
 /// Everything one view of the window needs.
@@ -96,8 +99,20 @@ pub struct Window {
     pub replays: Vec<ReplayMark>,
     pub cluster: Vec<ClusterEvent>,
     /// No watcher has been live since then (`None`: one is live now): time
-    /// after it was not watched (see `replays::not_watched`).
+    /// after it was not watched (see `replays::not_watched`). With several
+    /// clusters: the earliest of theirs; each lane has its own.
     pub unwatched_since: Option<i64>,
+    /// Several clusters (issue 25): the gaps and replays of each, by its
+    /// fleet-wide name (`CLUSTER/`), where it has any. Revisions are a
+    /// cluster's own: a lane reads its own cluster's.
+    pub clusters: std::collections::BTreeMap<String, FleetMarks>,
+}
+
+/// One cluster's fleet-wide marks.
+#[derive(Debug, Clone, Default)]
+pub struct FleetMarks {
+    pub gaps: Vec<GapMark>,
+    pub replays: Vec<ReplayMark>,
 }
 
 impl Window {
@@ -106,6 +121,36 @@ impl Window {
     /// earliest moment (`Some(None)`: unknown).
     pub fn replayed_since(&self, revision: i64, at_ms: i64) -> Option<Option<i64>> {
         replays::replayed_since(&self.replays, revision, at_ms)
+    }
+
+    /// [`Window::replayed_since`] of a boundary of `election`, by the
+    /// marks of its cluster.
+    pub fn replayed_since_in(
+        &self,
+        election: &str,
+        revision: i64,
+        at_ms: i64,
+    ) -> Option<Option<i64>> {
+        match self.clusters.get(crate::events::fleet_name_of(election)) {
+            Some(m) => replays::replayed_since(&m.replays, revision, at_ms),
+            None => self.replayed_since(revision, at_ms),
+        }
+    }
+
+    /// Every gap, of every cluster.
+    pub fn all_gaps(&self) -> impl Iterator<Item = &GapMark> {
+        self.gaps
+            .iter()
+            .chain(self.clusters.values().flat_map(|m| &m.gaps))
+    }
+
+    /// Since when each lane's election (and the window) was not watched:
+    /// `of(election)` for each lane, the earliest for the window.
+    pub fn set_unwatched(&mut self, of: impl Fn(&str) -> Option<i64>, any: Option<i64>) {
+        for lane in &mut self.lanes {
+            lane.unwatched_since = of(&lane.activity.election);
+        }
+        self.unwatched_since = any;
     }
 }
 
@@ -181,11 +226,47 @@ pub fn load(
             refusals,
             truncated,
             activity: a,
+            unwatched_since: None,
         });
     }
     let fleet = reader.events(Some(""), &q)?;
-    let replays = replays::marks(&fleet);
-    let gaps = fleet
+    let own: Vec<Event> = fleet
+        .into_iter()
+        .filter(|e| e.election.is_empty())
+        .collect();
+    let FleetMarks { gaps, replays } = fleet_marks(&own);
+    // Several clusters: each lane's cluster's own marks.
+    let mut clusters = std::collections::BTreeMap::new();
+    for lane in &lanes {
+        let name = crate::events::fleet_name_of(&lane.activity.election);
+        if name.is_empty() || clusters.contains_key(name) {
+            continue;
+        }
+        let events: Vec<Event> = reader
+            .events(Some(name), &q)?
+            .into_iter()
+            .filter(|e| e.election == name)
+            .collect();
+        if !events.is_empty() {
+            clusters.insert(name.to_owned(), fleet_marks(&events));
+        }
+    }
+    let cluster = reader.cluster_events(&q)?;
+    Ok(Window {
+        sel: sel.clone(),
+        total,
+        lanes,
+        gaps,
+        replays,
+        cluster,
+        unwatched_since: None,
+        clusters,
+    })
+}
+
+/// The gaps and replays fleet-wide `events` record.
+fn fleet_marks(events: &[Event]) -> FleetMarks {
+    let gaps = events
         .iter()
         .filter_map(|e| match e.kind {
             EventKind::Gap {
@@ -199,16 +280,10 @@ pub fn load(
             _ => None,
         })
         .collect();
-    let cluster = reader.cluster_events(&q)?;
-    Ok(Window {
-        sel: sel.clone(),
-        total,
-        lanes,
+    FleetMarks {
         gaps,
-        replays,
-        cluster,
-        unwatched_since: None,
-    })
+        replays: replays::marks(events),
+    }
 }
 
 #[cfg(test)]

@@ -31,11 +31,11 @@ pub use super::election_input::{MAX_ROWS, STALE_PAD};
 use super::render;
 use crate::events::{now_ms, Event, EventKind};
 use crate::history::{self, format_ms, parse_time, Query, Reader};
-use crate::layout::path::WatchedName;
 use crate::web::replays;
 use crate::web::shared::error_page;
 use crate::web::timeline::GapMark;
 use crate::web::AppState;
+use crate::web::Target;
 
 /// How long a page waits for etcd's view of the current leader.
 pub const ETCD_WAIT: Duration = Duration::from_millis(1500);
@@ -131,7 +131,11 @@ fn load_history(
         gaps,
         replays,
         refusals: reader.refusals(Some(name), &q)?,
-        cluster: reader.cluster_events(&q)?,
+        cluster: reader
+            .cluster_events(&q)?
+            .into_iter()
+            .filter(|e| concerns(e, name))
+            .collect(),
         summary,
         window,
         unwatched_since: None,
@@ -175,7 +179,7 @@ pub(super) async fn election_page(
     Path(raw): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let name = match WatchedName::parse(&raw) {
+    let name = match s.target(&raw) {
         Ok(n) => n,
         Err(e) => {
             return error_page(
@@ -202,18 +206,27 @@ pub(super) async fn election_page(
     }
 }
 
+/// Whether etcd's event `e` concerns the election `name`: serve's own and
+/// the one cluster's do; with several clusters (issue 25), only its own
+/// cluster's.
+fn concerns(e: &crate::events::cluster::ClusterEvent, name: &str) -> bool {
+    e.cluster
+        .as_deref()
+        .is_none_or(|c| name.split_once('/').is_some_and(|(first, _)| first == c))
+}
+
 /// etcd's leader of `name`, bounded by [`ETCD_WAIT`]; or why the page shows
 /// only what the history knows. Another system's election is not read
 /// live: its layout is the watcher's, and what the watcher recorded is
 /// shown.
-async fn ask_etcd(s: &AppState, name: &WatchedName) -> EtcdAnswer {
-    let Some(own) = name.own() else {
+async fn ask_etcd(s: &AppState, name: &Target) -> EtcdAnswer {
+    let Some(own) = name.name.own() else {
         return EtcdAnswer::missing(
             "Another system's election, as tenure's watcher recorded it (not read live)."
                 .to_owned(),
         );
     };
-    match tokio::time::timeout(ETCD_WAIT, s.client.leader(own)).await {
+    match tokio::time::timeout(ETCD_WAIT, s.client_of(name).leader(own)).await {
         Ok(Ok(leader)) => EtcdAnswer { leader, note: None },
         Ok(Err(e)) if e.is_unavailable() => {
             EtcdAnswer::missing("etcd unreachable: showing what the history knows.".to_owned())
@@ -228,7 +241,7 @@ async fn ask_etcd(s: &AppState, name: &WatchedName) -> EtcdAnswer {
 
 async fn timeline_page(
     s: &Arc<AppState>,
-    name: &WatchedName,
+    name: &Target,
     params: &Params,
     now: i64,
 ) -> Result<Response, PageError> {
@@ -261,10 +274,10 @@ async fn timeline_page(
 
     let reader = s.history.clone();
     let n = name.to_string();
-    let readiness = s.readiness.clone();
+    let state = s.clone();
     let history = tokio::task::spawn_blocking(move || {
         let mut h = load_history(&reader, &n, from, to, limit, now)?;
-        h.unwatched_since = readiness.unwatched_since(&reader);
+        h.unwatched_since = state.unwatched_since_of(&n);
         Ok::<_, history::HistoryError>(h)
     });
     let (history, etcd) = tokio::join!(history, ask_etcd(s, name));
@@ -274,7 +287,7 @@ async fn timeline_page(
         Err(e) => return Err(PageError::History(e.to_string())),
     };
     if h.summary.is_none() && etcd.leader.is_none() {
-        let msg = if name.own().is_none() {
+        let msg = if name.name.own().is_none() {
             format!("tenure has no history of {name}: is its prefix given with --source?")
         } else if etcd.answered() {
             format!("Nobody leads {name} and tenure has no history of it.")

@@ -6,7 +6,6 @@ use crate::election::LeaderStatus;
 use crate::events::cluster::ClusterEvent;
 use crate::events::Event;
 use crate::history::{ElectionSummary, RefusalRow, TermRow};
-use crate::layout::path::WatchedName;
 use crate::web::replays::ReplayMark;
 use crate::web::timeline::GapMark;
 use crate::web::AppState;
@@ -100,7 +99,7 @@ impl EtcdAnswer {
 /// Everything the timeline page is built from.
 pub(super) struct PageInput<'a> {
     pub(super) state: &'a AppState,
-    pub(super) name: &'a WatchedName,
+    pub(super) name: &'a crate::web::Target,
     pub(super) params: &'a Params,
     /// Rows per table.
     pub(super) limit: usize,

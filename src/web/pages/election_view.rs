@@ -13,7 +13,6 @@ use super::urls::{election_href, encode_component};
 use super::{ago, Head};
 use crate::events::{EndCause, Event, EventKind, OpenTerm};
 use crate::history::{self, format_duration_ms, format_ms, short_time, TermRow};
-use crate::layout::path::WatchedName;
 use crate::web::replays::{duration_text, Moment, ReplayMark};
 use crate::web::shared::marks;
 use crate::web::timeline::{self, Input, Timeline};
@@ -319,7 +318,7 @@ struct RangeLinks {
 }
 
 impl RangeLinks {
-    fn new(name: &WatchedName, href: &str, params: &Params, w: &Window, now: i64) -> Self {
+    fn new(name: &crate::web::Target, href: &str, params: &Params, w: &Window, now: i64) -> Self {
         let span = w.to_ms - w.from_ms;
         let with = |from: &str, to: Option<&str>| -> String {
             let mut q = format!("{href}?from={}", encode_component(from));

@@ -35,20 +35,24 @@ pub(super) struct MemberRow {
 /// how long etcd may take.
 pub(super) async fn patroni_members(
     s: &AppState,
-    name: &WatchedName,
+    target: &crate::web::Target,
     leader: Option<&str>,
     wait: std::time::Duration,
 ) -> Option<MembersView> {
-    let WatchedName::Path(path) = name else {
+    let WatchedName::Path(path) = &target.name else {
         return None;
     };
     let source = s
-        .sources
+        .sources_of(target)
         .iter()
         .find(|src| src.layout().name() == patroni::NAME && src.may_name(path))?;
     let prefix = patroni::members_prefix(source.key_path(path));
     let opts = GetOptions::new().with_prefix().with_limit(MAX_MEMBERS);
-    let read = tokio::time::timeout(wait, s.client.etcd().get(prefix.clone(), Some(opts))).await;
+    let read = tokio::time::timeout(
+        wait,
+        s.client_of(target).etcd().get(prefix.clone(), Some(opts)),
+    )
+    .await;
     let resp = match read {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return Some(unread(format!("etcd: {e}"))),

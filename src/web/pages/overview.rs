@@ -92,9 +92,11 @@ impl OverviewParams {
             per_page: OVERVIEW_PAGE,
             ..Default::default()
         };
+        let mut cluster = None;
         for (k, v) in query_pairs(raw) {
             match k {
                 "match" => p.glob = Some(v.chars().take(256).collect()),
+                "cluster" => cluster = Some(v.chars().take(64).collect::<String>()),
                 "sort" => p.sort = Some(v),
                 "order" => p.order = Some(v),
                 "page" => p.page = v.parse().ok().filter(|&n| n > 0).unwrap_or(1),
@@ -109,6 +111,7 @@ impl OverviewParams {
                 _ => {}
             }
         }
+        p.glob = crate::web::within_cluster(cluster.as_deref(), p.glob.take());
         p
     }
 

@@ -44,5 +44,8 @@ pub fn cluster_title(e: &ClusterEvent) -> String {
         Some(nb) => format!("between {} and {}", short_time(nb), short_time(e.at_ms)),
         None => format!("seen {} (when it happened: unknown)", short_time(e.at_ms)),
     };
-    format!("{}\n{when}", e.kind.describe())
+    match &e.cluster {
+        Some(c) => format!("cluster {c}: {}\n{when}", e.kind.describe()),
+        None => format!("{}\n{when}", e.kind.describe()),
+    }
 }

@@ -37,7 +37,9 @@ impl Head {
             title,
             css: assets::css_href(),
             js: assets::js_href(),
-            etcd_up: state.readiness.etcd_up(),
+            // Several clusters: up when every one is (issue 25).
+            etcd_up: state.readiness.etcd_up()
+                && state.clusters.iter().all(|c| c.readiness.etcd_up()),
             revision: state.readiness.revision(),
             rendered_at: short_time(now)[..19].to_owned(),
             now_ms: now,

@@ -1,0 +1,314 @@
+//! Which etcd clusters `tenure serve` watches (issue 25): `--cluster
+//! NAME=ENDPOINTS` (repeatable; TLS, user, prefix and sources from the
+//! other flags, the same for all), or the `[[cluster]]` tables of `--config
+//! FILE`, each with its own, named as the flags are. Without either: the
+//! one cluster of `--endpoints`, unnamed, as before.
+//!
+//! A cluster's name becomes the first segment of its elections' names
+//! (`NAME/jobs`) and a suffix of its history state's keys (`@NAME`): it is
+//! one URL-safe segment, and never holds `/` or `@`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Deserialize;
+
+use super::{access_config, access_of, Access, Global};
+use crate::election::Client;
+use crate::layout::Source;
+
+/// Longest cluster name, in bytes.
+const MAX_NAME: usize = 64;
+
+/// `--cluster NAME=ENDPOINTS`, as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterFlag {
+    pub name: String,
+    pub endpoints: Vec<String>,
+}
+
+impl ClusterFlag {
+    /// Parses `NAME=URL[,URL...]`.
+    pub fn parse(s: &str) -> Result<ClusterFlag, String> {
+        let Some((name, endpoints)) = s.split_once('=') else {
+            return Err(format!(
+                "{s:?}: give NAME=ENDPOINTS, e.g. prod=https://10.0.0.1:2379,https://10.0.0.2:2379"
+            ));
+        };
+        check_name(name)?;
+        let endpoints = endpoints_of(endpoints.split(','))?;
+        Ok(ClusterFlag {
+            name: name.to_owned(),
+            endpoints,
+        })
+    }
+}
+
+fn endpoints_of<'a>(given: impl Iterator<Item = &'a str>) -> Result<Vec<String>, String> {
+    let endpoints: Vec<String> = given
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if endpoints.is_empty() {
+        return Err("no endpoints: give at least one URL, e.g. http://127.0.0.1:2379".into());
+    }
+    Ok(endpoints)
+}
+
+/// A cluster's name: letters, digits, `-`, `_` and `.`, at most 64 bytes.
+fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && name != "."
+        && name != "..";
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "cluster name {name:?}: use 1 to {MAX_NAME} letters, digits, '-', '_' or '.' \
+             (it is the first segment of its elections' names and URLs)"
+        ))
+    }
+}
+
+/// One `[[cluster]]` table of `--config FILE`: the flags' names.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct Table {
+    name: String,
+    endpoints: Endpoints,
+    #[serde(default)]
+    prefix: String,
+    /// Seconds, as `--timeout`.
+    timeout: Option<f64>,
+    cacert: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    user: Option<String>,
+    password_file: Option<PathBuf>,
+    #[serde(default)]
+    source: Vec<String>,
+    #[serde(default)]
+    sources_only: bool,
+}
+
+/// `endpoints = "a,b"` or `endpoints = ["a", "b"]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum Endpoints {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    cluster: Vec<Table>,
+}
+
+/// One cluster to watch, connected.
+#[derive(Clone)]
+pub struct Watched {
+    /// `None`: the one cluster of a serve without `--cluster`.
+    pub name: Option<Arc<str>>,
+    pub client: Client,
+    pub sources: Vec<Source>,
+    pub sources_only: bool,
+}
+
+/// What the clusters' specifications say, before connecting.
+#[derive(Debug)]
+struct Spec {
+    name: String,
+    endpoints: Vec<String>,
+    prefix: String,
+    timeout: Duration,
+    access: Access,
+    sources: Vec<Source>,
+    sources_only: bool,
+}
+
+/// The clusters of `--cluster` and `--config` (`None`: neither given).
+/// Both at once are refused: one list, in one place.
+pub async fn connect(
+    global: &Global,
+    flags: &[ClusterFlag],
+    config: Option<&Path>,
+    sources: &[Source],
+    sources_only: bool,
+) -> anyhow::Result<Option<Vec<Watched>>> {
+    let specs = match (flags.is_empty(), config) {
+        (true, None) => return Ok(None),
+        (false, Some(_)) => anyhow::bail!(
+            "--cluster and --config both name clusters: give them all in one place \
+             (the file's [[cluster]] tables take the same settings as the flags)"
+        ),
+        (false, None) => flags
+            .iter()
+            .map(|f| Spec {
+                name: f.name.clone(),
+                endpoints: f.endpoints.clone(),
+                prefix: global.prefix.clone(),
+                timeout: global.timeout,
+                access: access_of(global),
+                sources: sources.to_vec(),
+                sources_only,
+            })
+            .collect::<Vec<_>>(),
+        (true, Some(path)) => read_file(path, global.timeout)?,
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for s in &specs {
+        anyhow::ensure!(
+            seen.insert(s.name.as_str()),
+            "cluster {:?} is named twice: each cluster needs its own name",
+            s.name
+        );
+    }
+    let mut out = Vec::with_capacity(specs.len());
+    for s in specs {
+        let name = s.name.clone();
+        let config = access_config(s.access, &format!("cluster {name:?}'s user"))?;
+        let at = s.endpoints.join(",");
+        let client = Client::connect_with(&s.endpoints, &s.prefix, config)
+            .await
+            .with_context(|| format!("cluster {name:?}: connecting to etcd at {at}"))?
+            .with_op_timeout(s.timeout);
+        out.push(Watched {
+            name: Some(Arc::from(name)),
+            client,
+            sources: s.sources,
+            sources_only: s.sources_only,
+        });
+    }
+    Ok(Some(out))
+}
+
+/// The `[[cluster]]` tables of `path`; relative paths in them are taken
+/// from the file's folder.
+fn read_file(path: &Path, timeout: Duration) -> anyhow::Result<Vec<Spec>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the configuration {}", path.display()))?;
+    let file: File = toml::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "the configuration {} is not valid: {e}\nexpected [[cluster]] tables with \
+             name, endpoints and optionally prefix, timeout, cacert, cert, key, user, \
+             password-file, source, sources-only",
+            path.display()
+        )
+    })?;
+    anyhow::ensure!(
+        !file.cluster.is_empty(),
+        "the configuration {} names no cluster: add a [[cluster]] table with name and endpoints",
+        path.display()
+    );
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let here = |p: Option<PathBuf>| p.map(|p| dir.join(p));
+    file.cluster
+        .into_iter()
+        .map(|t| {
+            let what = format!("{}: cluster {:?}", path.display(), t.name);
+            check_name(&t.name).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let endpoints = match &t.endpoints {
+                Endpoints::One(s) => endpoints_of(s.split(',')),
+                Endpoints::Many(v) => endpoints_of(v.iter().map(String::as_str)),
+            }
+            .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+            let sources = t
+                .source
+                .iter()
+                .map(|s| Source::parse(s))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| anyhow::anyhow!("{what}: source: {e}"))?;
+            anyhow::ensure!(
+                !t.sources_only || !sources.is_empty(),
+                "{what}: sources-only needs at least one source"
+            );
+            let timeout = match t.timeout {
+                None => timeout,
+                Some(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Duration::from_secs_f64(s),
+                Some(s) => {
+                    anyhow::bail!("{what}: timeout {s}: give seconds, above 0 and at most 3600")
+                }
+            };
+            Ok(Spec {
+                name: t.name,
+                endpoints,
+                prefix: t.prefix,
+                timeout,
+                access: Access {
+                    cacert: here(t.cacert),
+                    cert: here(t.cert),
+                    key: here(t.key),
+                    user: t.user,
+                    password: None,
+                    password_file: here(t.password_file),
+                },
+                sources,
+                sources_only: t.sources_only,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flag_is_a_name_and_endpoints() {
+        let f = ClusterFlag::parse("prod=http://a:2379, http://b:2379").unwrap();
+        assert_eq!(f.name, "prod");
+        assert_eq!(f.endpoints, ["http://a:2379", "http://b:2379"]);
+        for bad in [
+            "prod",
+            "=http://a",
+            "a/b=http://a",
+            "a@b=http://a",
+            "p=",
+            ".=http://a",
+        ] {
+            assert!(ClusterFlag::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_file_takes_the_flags_names_and_refuses_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("clusters.toml");
+        std::fs::write(
+            &path,
+            "[[cluster]]\nname = \"a\"\nendpoints = [\"https://127.0.0.1:1\"]\ncacert = \"ca.pem\"\n\
+             source = [\"patroni:/service/\"]\nsources-only = true\n\n\
+             [[cluster]]\nname = \"b\"\nendpoints = \"http://127.0.0.1:2,http://127.0.0.1:3\"\n\
+             user = \"tenure\"\npassword-file = \"/pw\"\nprefix = \"p/\"\ntimeout = 2.5\n",
+        )
+        .unwrap();
+        let specs = read_file(&path, Duration::from_secs(5)).unwrap();
+        assert_eq!(specs.len(), 2);
+        assert_eq!(specs[0].access.cacert, Some(dir.path().join("ca.pem")));
+        assert!(specs[0].sources_only && specs[0].sources.len() == 1);
+        assert_eq!(specs[1].endpoints.len(), 2);
+        assert_eq!(specs[1].access.password_file, Some(PathBuf::from("/pw")));
+        assert_eq!(specs[1].timeout, Duration::from_millis(2500));
+        assert_eq!(specs[1].prefix, "p/");
+
+        std::fs::write(&path, "[[cluster]]\nname = \"a\"\nendpoint = \"x\"\n").unwrap();
+        let e = read_file(&path, Duration::from_secs(5))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("endpoint") && e.contains("[[cluster]]"), "{e}");
+        std::fs::write(&path, "").unwrap();
+        let e = read_file(&path, Duration::from_secs(5))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("names no cluster"), "{e}");
+    }
+}

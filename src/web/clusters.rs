@@ -1,0 +1,198 @@
+//! Several clusters in one server (issue 25): which cluster an election's
+//! name names (`CLUSTER/NAME`), whose client reads it live, whose
+//! readiness says since when it was not watched; `/readyz` per cluster and
+//! one `/metrics` of all. With one cluster (no `--cluster`) every name is
+//! the one cluster's and nothing here changes what the pages did.
+//!
+//! Deliberately absent: a cluster is never guessed. A name whose first
+//! segment names no configured cluster is refused (400), never read from
+//! another cluster's etcd.
+
+use std::sync::Arc;
+
+use super::{AppState, Readiness};
+use crate::election::{Client, Error};
+use crate::layout::path::WatchedName;
+use crate::layout::Sources;
+use crate::telemetry::Metrics;
+
+/// One watched cluster, as the server sees it.
+pub struct ClusterView {
+    pub name: Arc<str>,
+    pub client: Client,
+    pub readiness: Arc<Readiness>,
+    pub metrics: Arc<Metrics>,
+    pub sources: Sources,
+}
+
+/// An election named in a URL: its name within its cluster, and its name
+/// in the history (`CLUSTER/NAME`, or the same with one cluster).
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The name within its cluster (what its etcd holds).
+    pub name: WatchedName,
+    /// The name the history, the pages and the API give it.
+    pub full: String,
+    /// Its cluster's index in [`AppState::clusters`] (`None`: the one).
+    cluster: Option<usize>,
+}
+
+impl Target {
+    pub fn as_str(&self) -> &str {
+        &self.full
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.full)
+    }
+}
+
+impl AppState {
+    /// The election `raw` names: with several clusters, `CLUSTER/NAME` of a
+    /// configured cluster, `NAME` valid there.
+    pub fn target(&self, raw: &str) -> Result<Target, Error> {
+        if self.clusters.is_empty() {
+            return Ok(Target {
+                name: WatchedName::parse(raw)?,
+                full: raw.to_owned(),
+                cluster: None,
+            });
+        }
+        let found = raw.split_once('/').and_then(|(c, rest)| {
+            let i = self.clusters.iter().position(|v| &*v.name == c)?;
+            Some((i, rest))
+        });
+        let Some((i, rest)) = found else {
+            return Err(Error::InvalidName {
+                name: raw.chars().take(64).collect(),
+                reason: "this server watches several clusters: an election is CLUSTER/NAME, \
+                         CLUSTER one of those /readyz lists",
+            });
+        };
+        Ok(Target {
+            name: WatchedName::parse(rest)?,
+            full: raw.to_owned(),
+            cluster: Some(i),
+        })
+    }
+
+    fn view(&self, t: &Target) -> Option<&ClusterView> {
+        t.cluster.and_then(|i| self.clusters.get(i))
+    }
+
+    /// The client of `t`'s cluster.
+    pub fn client_of(&self, t: &Target) -> &Client {
+        self.view(t).map_or(&self.client, |v| &v.client)
+    }
+
+    /// The readiness of `t`'s cluster.
+    pub fn readiness_of(&self, t: &Target) -> &Arc<Readiness> {
+        self.view(t).map_or(&self.readiness, |v| &v.readiness)
+    }
+
+    /// What `t`'s cluster's watcher reads.
+    pub fn sources_of(&self, t: &Target) -> &Sources {
+        self.view(t).map_or(&self.sources, |v| &v.sources)
+    }
+
+    /// The history's name of the cluster of `election` (`Some("")` for
+    /// the one cluster; `None` when the name is not a configured cluster's).
+    fn cluster_scope(&self, election: &str) -> Option<Option<&str>> {
+        if self.clusters.is_empty() {
+            return Some(None);
+        }
+        let (c, _) = election.split_once('/')?;
+        self.clusters
+            .iter()
+            .find(|v| &*v.name == c)
+            .map(|v| Some(&*v.name))
+    }
+
+    /// Since when nothing of `election`'s cluster has been watched (`None`:
+    /// watched now); see [`Readiness::unwatched_since`]. Blocking.
+    pub fn unwatched_since_of(&self, election: &str) -> Option<i64> {
+        match self.cluster_scope(election) {
+            Some(None) => self.readiness.unwatched_since(&self.history),
+            Some(Some(c)) => self
+                .clusters
+                .iter()
+                .find(|v| &*v.name == c)
+                .and_then(|v| v.readiness.unwatched_since_in(&self.history, Some(c))),
+            // Not a configured cluster's: not watched by this server.
+            None => Some(0),
+        }
+    }
+
+    /// Since when the clusters' watchers were not all live: the earliest of
+    /// the clusters that are not (`None`: all are). Blocking.
+    pub fn unwatched_since_any(&self) -> Option<i64> {
+        if self.clusters.is_empty() {
+            return self.readiness.unwatched_since(&self.history);
+        }
+        self.clusters
+            .iter()
+            .filter_map(|v| v.readiness.unwatched_since_in(&self.history, Some(&v.name)))
+            .min()
+    }
+}
+
+/// `/readyz` of several clusters: one line each, ready only when every
+/// cluster is (a down cluster is named; the others keep recording).
+pub(super) fn readyz(s: &AppState) -> (bool, String) {
+    let mut ready = true;
+    let mut lines = String::new();
+    for v in &s.clusters {
+        let (ok, text) = super::readiness_verdict(&v.readiness);
+        ready &= ok;
+        for (i, line) in text.lines().enumerate() {
+            if i == 0 {
+                lines.push_str(&format!("cluster {}: {line}\n", v.name));
+            } else {
+                lines.push_str(&format!("  {line}\n"));
+            }
+        }
+    }
+    let head = if ready {
+        format!("ready: {} clusters watched\n", s.clusters.len())
+    } else {
+        let down: Vec<&str> = s
+            .clusters
+            .iter()
+            .filter(|v| !super::readiness_verdict(&v.readiness).0)
+            .map(|v| &*v.name)
+            .collect();
+        format!("not ready: cluster {} not watched\n", down.join(", "))
+    };
+    (ready, format!("{head}{lines}"))
+}
+
+/// One exposition of every cluster's metrics (`cluster` label), with the
+/// serve-wide families; `keep` selects elections by their full name.
+pub(super) fn render_metrics(s: &AppState, keep: Option<&dyn Fn(&str) -> bool>) -> String {
+    let parts: Vec<(&str, String)> = s
+        .clusters
+        .iter()
+        .map(|v| {
+            let text = match keep {
+                None => v.metrics.render(),
+                Some(k) => v
+                    .metrics
+                    .render_matching(&|n| k(&crate::events::qualify(&v.name, n))),
+            };
+            (&*v.name, text)
+        })
+        .collect();
+    let serve = s.metrics.render_matching(&|_| false);
+    crate::telemetry::merge_clusters(&parts, &serve)
+}
+
+/// `cluster=NAME` of a page's or the report's query (issue 25): the
+/// elections of that cluster, matching `glob` within it when given.
+pub fn within_cluster(cluster: Option<&str>, glob: Option<String>) -> Option<String> {
+    match cluster {
+        None => glob,
+        Some(c) => Some(crate::events::qualify(c, glob.as_deref().unwrap_or("*"))),
+    }
+}

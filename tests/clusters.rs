@@ -1,0 +1,428 @@
+//! One `tenure serve` over two real etcd clusters (issue 25): etcd 3.4
+//! under mutual TLS and etcd 3.5 under authentication, each with its own
+//! elections (the same name in both), watched through `--config`. What
+//! each cluster's history must hold is the test's own record: the tokens
+//! and holders etcd answered to the test's campaigns, and etcd's own
+//! revisions, never what serve computed. One cluster is compacted while
+//! serve is down (its gap is its own), serve restarts (each resumes at its
+//! own revision), one cluster is killed (`/readyz` names it, its lanes
+//! are not watched, the other keeps recording), and one report spans both.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::secure::{api, enable_auth, etcdctl, Pki};
+use support::{Etcd, EtcdFlags, Serve};
+use tenure::election::{
+    CampaignOptions, Campaigned, Client, ConnectConfig, Credentials, ElectionName, Leadership,
+    TlsFiles, Ttl,
+};
+
+/// etcd 3.5's server (setup.sh fetches it; TENURE_ETCD35_DIR overrides).
+fn etcd35_bin() -> PathBuf {
+    let dir = std::env::var_os("TENURE_ETCD35_DIR")
+        .map_or_else(|| PathBuf::from("/opt/tenure-etcd-3.5.30"), PathBuf::from);
+    let bin = dir.join("bin/etcd");
+    assert!(
+        bin.exists(),
+        "{} is missing: run scripts/setup.sh --test",
+        bin.display()
+    );
+    bin
+}
+
+struct Clusters {
+    _pki: Pki,
+    a: Etcd,
+    b: Etcd,
+    /// The test's own clients: A with its certificate, B as root.
+    ca: Client,
+    cb: Client,
+    tls: Vec<String>,
+    root: Vec<String>,
+    config: PathBuf,
+}
+
+async fn two_clusters(dir: &Path) -> Clusters {
+    let pki = Pki::generate();
+    let a = Etcd::start_with(pki.etcd_flags("server")).await;
+    let b = Etcd::start_with(EtcdFlags {
+        bin: Some(etcd35_bin()),
+        ..EtcdFlags::default()
+    })
+    .await;
+    // B: authentication, serve's user may only read.
+    enable_auth(
+        &b.endpoint(),
+        &[],
+        &[("watcher", "watch-pw", "reader", "read")],
+    );
+    let ca = Client::connect_with(
+        &[a.endpoint()],
+        "",
+        ConnectConfig {
+            tls: TlsFiles {
+                ca: Some(pki.path("ca.crt")),
+                cert: Some(pki.path("client.crt")),
+                key: Some(pki.path("client.key")),
+            },
+            credentials: None,
+        },
+    )
+    .await
+    .expect("connect to A over mTLS");
+    let cb = Client::connect_with(
+        &[b.endpoint()],
+        "",
+        ConnectConfig {
+            tls: TlsFiles::default(),
+            credentials: Some(Credentials::new("root", "root-pw")),
+        },
+    )
+    .await
+    .expect("connect to B as root");
+    let password = dir.join("watcher.pw");
+    std::fs::write(&password, "watch-pw\n").unwrap();
+    let config = dir.join("clusters.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[cluster]]\nname = \"a\"\nendpoints = [\"{}\"]\ncacert = \"{}\"\ncert = \"{}\"\n\
+             key = \"{}\"\n\n[[cluster]]\nname = \"b\"\nendpoints = \"{}\"\nuser = \"watcher\"\n\
+             password-file = \"watcher.pw\"\n",
+            a.endpoint(),
+            pki.arg("ca.crt"),
+            pki.arg("client.crt"),
+            pki.arg("client.key"),
+            b.endpoint()
+        ),
+    )
+    .unwrap();
+    let tls = pki.client_args();
+    Clusters {
+        _pki: pki,
+        a,
+        b,
+        ca,
+        cb,
+        tls,
+        root: vec!["--user".into(), "root:root-pw".into()],
+        config,
+    }
+}
+
+async fn lead(c: &Client, name: &str, id: &str) -> Leadership {
+    let opts = CampaignOptions::new(Ttl::from_secs(30).unwrap());
+    match c
+        .campaign(&ElectionName::new(name).unwrap(), id, &opts)
+        .await
+        .expect("campaign")
+    {
+        Campaigned::Leader(l) => l,
+        Campaigned::Held(h) => panic!("{id} expected to lead {name}, held by {h:?}"),
+    }
+}
+
+/// etcd's revision, as the test's own client reads it.
+async fn revision(c: &Client) -> i64 {
+    c.etcd()
+        .get("any", None)
+        .await
+        .expect("get")
+        .header()
+        .expect("header")
+        .revision()
+}
+
+async fn serve(dir: &Path, c: &Clusters) -> Serve {
+    let config = c.config.display().to_string();
+    Serve::start(
+        &["http://127.0.0.1:1".to_owned()],
+        &dir.join("history.db"),
+        &["--config", &config, "--no-auth", "--cluster-poll", "1s"],
+        &[],
+    )
+    .await
+}
+
+/// `(holder, token, end cause)` of every term serve's API gives `name`.
+async fn terms(s: &Serve, name: &str) -> Vec<(String, i64, Value)> {
+    let path = format!("/api/v1/elections/{}/terms", name.replace('/', "%2F"));
+    let (status, body) = api(s, "GET", &path, None).await;
+    assert_eq!(status, 200, "{path}: {body}");
+    body["terms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["holder"].as_str().unwrap().to_owned(),
+                t["token"].as_i64().unwrap(),
+                t["end_cause"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// Waits until serve's history of `name` holds exactly `want`.
+async fn history_is(s: &Serve, name: &str, want: &[(String, i64, Value)]) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = terms(s, name).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: history {got:?}, etcd's record {want:?}; {:?}",
+            s.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn term(holder: &str, token: i64, cause: Value) -> (String, i64, Value) {
+    (holder.to_owned(), token, cause)
+}
+
+async fn readyz(s: &Serve) -> (u16, String) {
+    let r = reqwest::get(s.url("/readyz")).await.expect("readyz");
+    (r.status().as_u16(), r.text().await.expect("body"))
+}
+
+async fn gaps(s: &Serve, name: &str) -> usize {
+    let path = format!("/api/v1/elections/{}/events", name.replace('/', "%2F"));
+    let (_, body) = api(s, "GET", &path, None).await;
+    body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "gap")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clusters_one_serve_each_history_its_own_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut c = two_clusters(dir.path()).await;
+    let s = serve(dir.path(), &c).await;
+    s.ready().await;
+    let (status, text) = readyz(&s).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("cluster a: ready") && text.contains("cluster b: ready"),
+        "{text}"
+    );
+
+    // The same name in both clusters, and one of each's own.
+    let a1 = lead(&c.ca, "jobs", "a-one").await;
+    let b1 = lead(&c.cb, "jobs", "b-one").await;
+    let (ta1, tb1) = (a1.token(), b1.token());
+    a1.resign().await.expect("resign");
+    let a2 = lead(&c.ca, "jobs", "a-two").await;
+    let bd = lead(&c.cb, "db", "b-db").await;
+    let (ta2, tbd) = (a2.token(), bd.token());
+    history_is(
+        &s,
+        "a/jobs",
+        &[
+            term("a-one", ta1, json!("resigned")),
+            term("a-two", ta2, Value::Null),
+        ],
+    )
+    .await;
+    history_is(&s, "b/jobs", &[term("b-one", tb1, Value::Null)]).await;
+    history_is(&s, "b/db", &[term("b-db", tbd, Value::Null)]).await;
+    // Each cluster's own names only.
+    assert!(terms(&s, "a/db").await.is_empty());
+
+    // The cluster label, per cluster.
+    let m = s.metrics().await;
+    for (series, want) in [
+        (
+            r#"tenure_election_has_leader{cluster="a",election="jobs"}"#,
+            1.0,
+        ),
+        (
+            r#"tenure_election_has_leader{cluster="b",election="db"}"#,
+            1.0,
+        ),
+        (r#"tenure_etcd_up{cluster="a"}"#, 1.0),
+        (r#"tenure_etcd_up{cluster="b"}"#, 1.0),
+    ] {
+        assert_eq!(
+            support::metric_value(&m, series),
+            Some(want),
+            "{series}\n{m}"
+        );
+    }
+    assert_eq!(
+        m.matches("# HELP tenure_etcd_up ").count(),
+        1,
+        "each family once"
+    );
+    let only_b = reqwest::get(s.url("/metrics?cluster=b"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(only_b.contains(r#"cluster="b",election="db""#), "{only_b}");
+    assert!(
+        !only_b.contains(r#"cluster="a",election="jobs""#),
+        "{only_b}"
+    );
+
+    // The mutating API reaches the election's own cluster.
+    let (status, body) = api(
+        &s,
+        "POST",
+        "/api/v1/elections/a%2Fhttp/campaign",
+        Some(json!({"candidate": "via-api", "ttl_seconds": 30})),
+    )
+    .await;
+    // A is TLS: the API campaigns with serve's certificate (may write).
+    assert_eq!(status, 200, "{body}");
+    let leader =
+        c.ca.leader(&ElectionName::new("http").unwrap())
+            .await
+            .expect("leader");
+    assert_eq!(
+        leader.map(|l| l.leader.token),
+        body["token"].as_i64(),
+        "in A's etcd"
+    );
+    let (status, body) = api(
+        &s,
+        "POST",
+        "/api/v1/elections/nope%2Fx/campaign",
+        Some(json!({"candidate": "x", "ttl_seconds": 30})),
+    )
+    .await;
+    assert_eq!(status, 400, "no such cluster: {body}");
+
+    // Serve stops; B is compacted while it is down; each resumes at its own.
+    let (rev_a, rev_b) = (revision(&c.ca).await, revision(&c.cb).await);
+    assert_eq!(s.stop().await, Some(0));
+    drop(bd);
+    etcdctl(&c.b.endpoint(), &c.root, &["put", "filler", "x"]);
+    let compact_at = revision(&c.cb).await;
+    etcdctl(
+        &c.b.endpoint(),
+        &c.root,
+        &["compact", &compact_at.to_string()],
+    );
+    let s = serve(dir.path(), &c).await;
+    let logs = s.log_text();
+    assert!(
+        logs.contains(&format!("resuming after revision {rev_a} (cluster a)")),
+        "A resumes at its own revision {rev_a}: {logs}"
+    );
+    assert!(
+        logs.contains(&format!("resuming after revision {rev_b} (cluster b)")),
+        "B resumes at its own revision {rev_b}: {logs}"
+    );
+    s.ready().await;
+    // B's gap is B's: its lanes have it, A's do not.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while gaps(&s, "b/jobs").await == 0 {
+        assert!(Instant::now() < deadline, "no gap in B: {:?}", s.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(gaps(&s, "a/jobs").await, 0, "A was not compacted");
+    let m = s.metrics().await;
+    assert_eq!(
+        support::metric_value(&m, r#"tenure_history_gaps_total{cluster="b"}"#),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        support::metric_value(&m, r#"tenure_history_gaps_total{cluster="a"}"#),
+        Some(0.0),
+        "{m}"
+    );
+    // b-db's term ended while serve was down, in the compacted range.
+    history_is(&s, "b/db", &[term("b-db", tbd, json!("unknown"))]).await;
+
+    // A dies: /readyz names it, its lanes go unknown, B keeps recording.
+    c.a.kill().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, text) = readyz(&s).await;
+        if status == 503 {
+            assert!(text.contains("cluster a"), "{text}");
+            assert!(text.contains("cluster b: ready"), "{text}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "readyz never named A: {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let b2 = lead(&c.cb, "db", "b-two").await;
+    history_is(
+        &s,
+        "b/db",
+        &[
+            term("b-db", tbd, json!("unknown")),
+            term("b-two", b2.token(), Value::Null),
+        ],
+    )
+    .await;
+    let page = reqwest::get(s.url("/elections/a/jobs"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("not watched since"),
+        "A's lane is not watched"
+    );
+    let page = reqwest::get(s.url("/elections/b/db"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!page.contains("not watched since"), "B's lane is watched");
+
+    // One report over both clusters, and one of B alone.
+    let from = "1h";
+    let (status, report) = api(
+        &s,
+        "GET",
+        &format!("/api/v1/report?from={from}&format=json"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{report}");
+    let names: Vec<&str> = report["elections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["election"].as_str().unwrap())
+        .collect();
+    for n in ["a/jobs", "b/jobs", "b/db"] {
+        assert!(names.contains(&n), "{n} in {names:?}");
+    }
+    let (_, report) = api(
+        &s,
+        "GET",
+        &format!("/api/v1/report?from={from}&format=json&cluster=b"),
+        None,
+    )
+    .await;
+    let names: Vec<&str> = report["elections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["election"].as_str().unwrap())
+        .collect();
+    assert!(names.iter().all(|n| n.starts_with("b/")), "{names:?}");
+    assert_eq!(s.stop().await, Some(0));
+    drop((a2, b1, b2));
+    let _ = &c.tls;
+}

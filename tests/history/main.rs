@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod acting;
+mod clusters;
 mod files;
 mod fixtures;
 mod load;

@@ -21,6 +21,8 @@ pub struct FloorKeeper {
     readiness: Arc<Readiness>,
     /// Off for `tenure dev`, whose etcd is new at every start.
     enabled: bool,
+    /// Which cluster, for the log (issue 25; empty with one).
+    label: String,
     tasks: JoinSet<()>,
 }
 
@@ -30,8 +32,15 @@ impl FloorKeeper {
             client,
             readiness,
             enabled,
+            label: String::new(),
             tasks: JoinSet::new(),
         }
+    }
+
+    /// Names the cluster in what it logs.
+    pub fn of_cluster(mut self, name: Option<&str>) -> Self {
+        self.label = name.map(|n| format!("cluster {n}: ")).unwrap_or_default();
+        self
     }
 
     /// Raises the floor for every reset of `batch`.
@@ -51,12 +60,17 @@ impl FloorKeeper {
         crate::task::spawn_in(
             &mut self.tasks,
             "token floor",
-            keep(self.client.clone(), self.readiness.clone(), to),
+            keep(
+                self.client.clone(),
+                self.readiness.clone(),
+                to,
+                self.label.clone(),
+            ),
         );
     }
 }
 
-async fn keep(client: Client, readiness: Arc<Readiness>, to: i64) {
+async fn keep(client: Client, readiness: Arc<Readiness>, to: i64, label: String) {
     let key = client.keys().floor_key();
     let mut wait = Duration::from_secs(1);
     let mut said = String::new();
@@ -66,6 +80,7 @@ async fn keep(client: Client, readiness: Arc<Readiness>, to: i64) {
                 readiness.set_floor_problem(None);
                 tracing::warn!(
                     floor,
+                    cluster = %label,
                     "etcd started over (restored from a snapshot, or replaced): tenure's token \
                      floor is {floor}; campaigns and fences refuse tokens at or below it \
                      (docs/operations.md, Restoring etcd)"
@@ -93,7 +108,7 @@ async fn keep(client: Client, readiness: Arc<Readiness>, to: i64) {
                      hands out again"
                 );
                 if problem != said {
-                    eprintln!("tenure: {problem}; retrying");
+                    eprintln!("tenure: {label}{problem}; retrying");
                     said.clone_from(&problem);
                 }
                 readiness.set_floor_problem(Some(problem));

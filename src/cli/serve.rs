@@ -302,7 +302,8 @@ pub async fn run_clusters(
             metrics.adopt(&r.open_terms);
         }
         announce(c.name.as_deref(), resume.as_ref(), &db);
-        let floors = FloorKeeper::new(c.client.clone(), readiness.clone(), args.raise_token_floor);
+        let floors = FloorKeeper::new(c.client.clone(), readiness.clone(), args.raise_token_floor)
+            .of_cluster(c.name.as_deref());
         members.push(Member {
             scope: c.name.clone(),
             metrics,
@@ -446,10 +447,18 @@ fn start_watchers(
     let (all, rx) = mpsc::channel::<(usize, Option<Update>)>(4096);
     for (i, ((c, cfg), resume)) in clusters.iter().zip(cfgs).zip(resumes).enumerate() {
         let (tx, mut own) = mpsc::channel::<Update>(1024);
+        // Its log lines name its cluster.
+        let span = tracing::warn_span!("cluster", name = c.name.as_deref().unwrap_or(""));
         let watcher = Watcher::new(c.client.clone(), cfg).run(resume, tx);
-        tasks.push(crate::task::spawn("watcher", async move {
-            let _ = watcher.await;
-        }));
+        tasks.push(crate::task::spawn(
+            "watcher",
+            tracing::Instrument::instrument(
+                async move {
+                    let _ = watcher.await;
+                },
+                span,
+            ),
+        ));
         let all = all.clone();
         tasks.push(crate::task::spawn("watcher forwarder", async move {
             while let Some(u) = own.recv().await {
@@ -686,6 +695,8 @@ async fn start_cluster_poller(
         ctx,
     );
     let name = member.scope.as_deref().map(str::to_owned);
+    let span = tracing::warn_span!("cluster", name = name.as_deref().unwrap_or(""));
+    let poll = tracing::Instrument::instrument(poll, span);
     Ok(Some(crate::task::spawn("cluster poller", async move {
         let forward = async {
             while let Some(mut e) = crx.recv().await {

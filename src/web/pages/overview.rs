@@ -210,7 +210,11 @@ pub(super) async fn overview(State(s): State<Arc<AppState>>, RawQuery(raw): RawQ
         matching: listing.matching,
         leaderless: listing.leaderless,
         refusing: listing.refusing,
-        cap: s.readiness.cap_reached().map(|c| c.sentence()),
+        cap: s
+            .readiness
+            .cap_reached()
+            .or_else(|| s.clusters.iter().find_map(|c| c.readiness.cap_reached()))
+            .map(|c| c.sentence()),
         rows: listing.rows,
         error,
         match_value: p.glob.clone().unwrap_or_default(),

@@ -23,6 +23,7 @@
 // and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
+mod clusters;
 mod common;
 mod detect;
 mod fence;
@@ -53,8 +54,9 @@ use serde::Serialize;
 use crate::stats::Row;
 use crate::support::procfs;
 
-const ALL: [&str; 10] = [
-    "takeover", "queue", "fence", "detect", "ingest", "pg", "render", "scale", "incident", "mass",
+const ALL: [&str; 11] = [
+    "takeover", "queue", "fence", "detect", "ingest", "clusters", "pg", "render", "scale",
+    "incident", "mass",
 ];
 
 #[derive(Debug, Parser)]
@@ -71,7 +73,7 @@ struct Args {
     #[arg(long)]
     runs: Option<usize>,
     /// Only these measurements (comma-separated): takeover, queue, fence,
-    /// detect, ingest, pg, render, scale, incident, mass.
+    /// detect, ingest, clusters, pg, render, scale, incident, mass.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Elections for the scale measurement (default 10,000 full, 1,000 smoke).
@@ -326,6 +328,7 @@ async fn run_all(args: &Args) -> Result<usize> {
             "fence" => fence::run(&cfg).await,
             "detect" => detect::run(&cfg).await,
             "ingest" => ingest::run(&cfg).await,
+            "clusters" => clusters::run(&cfg).await,
             "pg" => pg::run(&cfg).await,
             "render" => render::run(&cfg).await,
             "scale" => scale::run(&cfg).await,

@@ -296,6 +296,7 @@ async fn two_clusters_one_serve_each_history_its_own_log() {
         body["token"].as_i64(),
         "in A's etcd"
     );
+    assert_eq!(body["name"], "a/http", "named as the pages name it");
     let (status, body) = api(
         &s,
         "POST",
@@ -334,6 +335,17 @@ async fn two_clusters_one_serve_each_history_its_own_log() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(gaps(&s, "a/jobs").await, 0, "A was not compacted");
+    // The election pages draw B's gap on B's elections only.
+    let page = |path: &'static str| {
+        let url = s.url(path);
+        async move { reqwest::get(url).await.unwrap().text().await.unwrap() }
+    };
+    assert!(page("/elections/b/jobs")
+        .await
+        .contains("etcd compacted revisions"));
+    assert!(!page("/elections/a/jobs")
+        .await
+        .contains("etcd compacted revisions"));
     let m = s.metrics().await;
     assert_eq!(
         support::metric_value(&m, r#"tenure_history_gaps_total{cluster="b"}"#),
@@ -362,6 +374,7 @@ async fn two_clusters_one_serve_each_history_its_own_log() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let b2 = lead(&c.cb, "db", "b-two").await;
+    let b2_token = b2.token();
     history_is(
         &s,
         "b/db",
@@ -424,5 +437,52 @@ async fn two_clusters_one_serve_each_history_its_own_log() {
     assert!(names.iter().all(|n| n.starts_with("b/")), "{names:?}");
     assert_eq!(s.stop().await, Some(0));
     drop((a2, b1, b2));
+
+    // This history records clusters a and b: one cluster without
+    // --cluster is refused on it, with the reason, and it is left intact.
+    let out = refused(
+        &dir.path().join("history.db"),
+        &["--endpoints", &c.b.endpoint(), "--user", "watcher:watch-pw"],
+    )
+    .await;
+    assert!(out.contains("records the clusters a, b"), "{out}");
+    // A flag meant for every cluster beside --config is refused too.
+    let config = c.config.display().to_string();
+    let out = refused(
+        &dir.path().join("other.db"),
+        &["--config", &config, "--prefix", "p/"],
+    )
+    .await;
+    assert!(out.contains("--prefix given with --config"), "{out}");
+    let s = serve(dir.path(), &c).await;
+    history_is(
+        &s,
+        "b/db",
+        &[
+            term("b-db", tbd, json!("unknown")),
+            term("b-two", b2_token, Value::Null),
+        ],
+    )
+    .await;
+    assert_eq!(s.stop().await, Some(0));
     let _ = &c.tls;
+}
+
+/// `tenure serve --db DB ARGS…` fails at once: its stderr.
+async fn refused(db: &Path, args: &[&str]) -> String {
+    let out = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::process::Command::new(support::tenure_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+            .arg(db)
+            .args(args)
+            .env_remove("TENURE_PREFIX")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("serve refused at once")
+    .expect("run tenure serve");
+    assert!(!out.status.success(), "refused: {out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }

@@ -58,6 +58,11 @@ fn endpoints_of<'a>(given: impl Iterator<Item = &'a str>) -> Result<Vec<String>,
     Ok(endpoints)
 }
 
+/// Whether `name` is a valid cluster name.
+pub fn valid_name(name: &str) -> bool {
+    check_name(name).is_ok()
+}
+
 /// A cluster's name: letters, digits, `-`, `_` and `.`, at most 64 bytes.
 fn check_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
@@ -162,7 +167,33 @@ pub async fn connect(
                 sources_only,
             })
             .collect::<Vec<_>>(),
-        (true, Some(path)) => read_file(path, global.timeout)?,
+        (true, Some(path)) => {
+            // A file's clusters say all of it: a flag that would apply to
+            // every cluster is refused, not silently dropped.
+            let given: Vec<&str> = [
+                ("--prefix", !global.prefix.is_empty()),
+                ("--cacert", global.cacert.is_some()),
+                ("--cert", global.cert.is_some()),
+                ("--key", global.key.is_some()),
+                ("--user", global.user.is_some()),
+                ("--password", global.password.is_some()),
+                ("--password-file", global.password_file.is_some()),
+                ("--source", !sources.is_empty()),
+                ("--sources-only", sources_only),
+            ]
+            .into_iter()
+            .filter_map(|(flag, set)| set.then_some(flag))
+            .collect();
+            anyhow::ensure!(
+                given.is_empty(),
+                "{} given with --config: set it in each [[cluster]] table of {} (prefix, cacert, \
+                 cert, key, user, password-file, source, sources-only), where it applies to that \
+                 cluster alone",
+                given.join(", "),
+                path.display()
+            );
+            read_file(path, global.timeout)?
+        }
     };
     let mut seen = std::collections::BTreeSet::new();
     for s in &specs {

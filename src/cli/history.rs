@@ -9,10 +9,30 @@ use clap::Args;
 use crate::history::{parse_time, terms_to_csv, Db, Query, Reader};
 use crate::layout::path::WatchedName;
 
+/// A name as the history stores it: an election's, or `CLUSTER/NAME` of
+/// one of several clusters (issue 25), `NAME` valid within it.
+fn history_name(raw: &str) -> Result<String, String> {
+    match WatchedName::parse(raw) {
+        Ok(_) => Ok(raw.to_owned()),
+        Err(e) => {
+            let qualified = raw.split_once('/').is_some_and(|(cluster, rest)| {
+                super::clusters::valid_name(cluster) && WatchedName::parse(rest).is_ok()
+            });
+            if qualified {
+                Ok(raw.to_owned())
+            } else {
+                Err(e.to_string())
+            }
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
-    /// The election: one of tenure's own, or another system's key path (`/service/pg`).
-    pub name: WatchedName,
+    /// The election: one of tenure's own, or another system's key path (`/service/pg`);
+    /// in a history of several clusters (`serve --cluster`), CLUSTER/NAME.
+    #[arg(value_parser = history_name)]
+    pub name: String,
 
     /// History written by `tenure serve --db`: a SQLite file, or a postgres:// URL.
     #[arg(long, env = "TENURE_DB", default_value = "tenure.db")]
@@ -49,7 +69,7 @@ pub fn run(args: HistoryArgs) -> anyhow::Result<i32> {
     let db = Db::from_arg(&args.db);
     let reader = Reader::open_db(&db)?;
     let rows = reader
-        .terms(args.name.as_str(), &q)
+        .terms(&args.name, &q)
         .with_context(|| format!("reading terms of {} from {}", args.name, db.display()))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);

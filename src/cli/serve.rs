@@ -280,6 +280,7 @@ pub async fn run_clusters(
         &readiness,
     )
     .await?;
+    same_clusters(&store, &clusters, &db).await?;
     let mut members = Vec::with_capacity(clusters.len());
     let mut resumes = Vec::with_capacity(clusters.len());
     for (i, c) in clusters.iter().enumerate() {
@@ -374,7 +375,7 @@ pub async fn run_clusters(
     for w in watchers.iter().chain(&pollers) {
         w.abort();
     }
-    while let Some((i, Some(u))) = inbox.try_recv() {
+    for (i, u) in inbox.rest().await {
         sinks.apply(i, &u).await?;
     }
     let members = sinks.members;
@@ -384,6 +385,35 @@ pub async fn run_clusters(
         eprintln!("tenure: HTTP server: {e}");
     }
     Ok(code)
+}
+
+/// A history of one unnamed cluster and one of named clusters are not
+/// mixed (issue 25): names, resume revisions and fleet-wide marks differ.
+/// A named cluster the history has not seen yet is welcome (a new one);
+/// one it records that is not configured stays in it, not watched.
+async fn same_clusters(store: &History, clusters: &[Watched], db: &Db) -> anyhow::Result<()> {
+    let reader = store.reader();
+    let recorded = tokio::task::spawn_blocking(move || reader.scopes())
+        .await?
+        .context("reading which clusters the history records")?;
+    let named = clusters.iter().any(|c| c.name.is_some());
+    let names: Vec<&str> = recorded.iter().flatten().map(String::as_str).collect();
+    if named && recorded.contains(&None) {
+        anyhow::bail!(
+            "the history at {} records one etcd cluster watched without --cluster: several \
+             clusters need a history of their own (give another --db), or serve it as before",
+            db.display()
+        );
+    }
+    if !named && !names.is_empty() {
+        anyhow::bail!(
+            "the history at {} records the clusters {} (serve --cluster/--config): give them \
+             again, or another --db for one cluster without --cluster",
+            db.display(),
+            names.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// "cluster NAME" for a message (nothing for the one, unnamed cluster).
@@ -420,11 +450,24 @@ impl Inbox {
         }
     }
 
-    fn try_recv(&mut self) -> Option<(usize, Option<Update>)> {
+    /// What the watchers produced before they were stopped: all of it,
+    /// once every forwarder has passed its cluster's on (bounded: 5 s).
+    async fn rest(&mut self) -> Vec<(usize, Update)> {
+        let mut rest = Vec::new();
         match self {
-            Inbox::One(rx) => rx.try_recv().ok().map(|u| (0, Some(u))),
-            Inbox::Many(rx) => rx.try_recv().ok(),
+            Inbox::One(rx) => {
+                while let Ok(u) = rx.try_recv() {
+                    rest.push((0, u));
+                }
+            }
+            Inbox::Many(rx) => {
+                let until = tokio::time::Instant::now() + Duration::from_secs(5);
+                while let Ok(Some((i, u))) = tokio::time::timeout_at(until, rx.recv()).await {
+                    rest.extend(u.map(|u| (i, u)));
+                }
+            }
         }
+        rest
     }
 }
 
@@ -460,14 +503,16 @@ fn start_watchers(
             ),
         ));
         let all = all.clone();
-        tasks.push(crate::task::spawn("watcher forwarder", async move {
+        // Not aborted at a stop: it forwards what its watcher produced,
+        // then ends (`Inbox::rest`).
+        crate::task::spawn("watcher forwarder", async move {
             while let Some(u) = own.recv().await {
                 if all.send((i, Some(u))).await.is_err() {
                     return;
                 }
             }
             let _ = all.send((i, None)).await;
-        }));
+        });
     }
     (Inbox::Many(rx), tasks)
 }
@@ -553,7 +598,13 @@ impl Sinks<'_> {
         }
         m.metrics.apply(u);
         m.readiness.apply(u);
-        telemetry::record(u);
+        // The history, the live feed and the traces name elections as the
+        // pages do: `CLUSTER/NAME` with several clusters.
+        let named = match u {
+            Update::Batch(b) => Some(Update::Batch(qualified(m.scope.as_deref(), b))),
+            _ => None,
+        };
+        telemetry::record(named.as_ref().unwrap_or(u));
         for mut e in crate::events::cluster::from_update(u, crate::events::now_ms()) {
             e.cluster = m.scope.as_deref().map(str::to_owned);
             record_cluster(self.store, self.cluster_live, e).await?;
@@ -569,8 +620,7 @@ impl Sinks<'_> {
             .heartbeat(&m.scope, u)
             .await
             .context("writing history")?;
-        if let Update::Batch(b) = u {
-            let b = qualified(m.scope.as_deref(), b);
+        if let Some(Update::Batch(b)) = named {
             for e in &b.events {
                 // No subscribers is fine.
                 let _ = self.live.send(Arc::new(e.clone()));

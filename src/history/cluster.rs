@@ -42,28 +42,32 @@ pub(super) fn baseline(
     conn: &Connection,
     scope: Option<&str>,
 ) -> Result<ClusterBaseline, HistoryError> {
-    let ours = |e: &ClusterEvent| e.cluster.as_deref() == scope;
+    // Each cluster's own rows (issue 25): a busy cluster's must not push a
+    // quiet one's out of the window.
     let mut stmt = conn.prepare_cached(
         "SELECT json FROM (SELECT id, json FROM cluster_events \
          WHERE type IN ('member_added', 'member_removed', 'alarm_raised', 'alarm_cleared', 'reset') \
+           AND json_extract(json, '$.cluster') IS ?2 \
          ORDER BY id DESC LIMIT ?1) ORDER BY id",
     )?;
     let mut events: Vec<ClusterEvent> = stmt
-        .query_map([BASELINE_ROWS], |r| r.get::<_, String>(0))?
+        .query_map(params![BASELINE_ROWS, scope], |r| r.get::<_, String>(0))?
         .map(|r| r.map_err(HistoryError::from).and_then(parse))
-        .filter(|e| e.as_ref().map_or(true, ours))
         .collect::<Result<_, _>>()?;
-    // The newest leader change of this cluster: among the newest of all.
-    let mut stmt = conn.prepare_cached(
-        "SELECT json FROM cluster_events WHERE type = 'leader_changed' ORDER BY id DESC LIMIT ?1",
-    )?;
-    let leaders = stmt.query_map([BASELINE_ROWS], |r| r.get::<_, String>(0))?;
-    for json in leaders {
-        let e = parse(json?)?;
-        if ours(&e) {
-            events.push(e);
-            break;
-        }
+    let leader: Option<String> = conn
+        .query_row(
+            "SELECT json FROM cluster_events WHERE type = 'leader_changed' \
+               AND json_extract(json, '$.cluster') IS ?1 ORDER BY id DESC LIMIT 1",
+            [scope],
+            |r| r.get(0),
+        )
+        .map(Some)
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })?;
+    if let Some(l) = leader {
+        events.push(parse(l)?);
     }
     Ok(ClusterBaseline::fold(&events))
 }

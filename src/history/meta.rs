@@ -25,3 +25,14 @@ pub fn scoped(key: &str, scope: Option<&str>) -> String {
         Some(name) => format!("{key}@{name}"),
     }
 }
+
+/// The SQL that lists the resume keys: one per cluster the history records.
+pub(super) const SCOPES_SQL: &str = "SELECT key FROM watcher_state \
+     WHERE key = 'resume_revision' OR key LIKE 'resume_revision@%' ORDER BY key";
+
+/// The cluster a resume key is of (`None`: the unnamed one).
+pub(super) fn scope_of_key(key: &str) -> Option<String> {
+    key.strip_prefix(RESUME_KEY)
+        .and_then(|rest| rest.strip_prefix('@'))
+        .map(str::to_owned)
+}

@@ -151,6 +151,13 @@ fn newest_arrival(conn: &Connection, scope: Option<&str>) -> Result<Option<i64>,
     })
 }
 
+/// See `Reader::scopes`.
+pub(super) fn scopes(conn: &mut Connection) -> Result<Vec<Option<String>>, HistoryError> {
+    let mut stmt = conn.prepare_cached(super::meta::SCOPES_SQL)?;
+    let keys = stmt.query_map([], |row| row.get::<_, String>(0))?;
+    keys.map(|k| Ok(super::meta::scope_of_key(&k?))).collect()
+}
+
 /// See `Reader::watched_until`.
 pub(super) fn watched_until(
     conn: &mut Connection,

@@ -236,6 +236,13 @@ impl Reader {
         self.watched_until_of(None)
     }
 
+    /// The clusters this history records, by their resume revisions:
+    /// `None` for the one cluster of a serve without `--cluster`, a name
+    /// for each of several (issue 25).
+    pub fn scopes(&self) -> Result<Vec<Option<String>>> {
+        self.run(query::scopes, pg::scopes)
+    }
+
     /// [`Reader::watched_until`] of one cluster of several (issue 25).
     pub fn watched_until_of(&self, scope: Option<&str>) -> Result<Option<i64>> {
         self.scoped(scope)?;

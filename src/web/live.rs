@@ -16,7 +16,7 @@ use futures_util::stream::{self, Stream};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::api::{election_name, ApiError};
+use super::api::ApiError;
 use super::AppState;
 
 #[derive(Debug, Deserialize)]
@@ -32,12 +32,14 @@ async fn events(
     State(s): State<Arc<AppState>>,
     Query(q): Query<LiveQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    // With several clusters, `CLUSTER/NAME` of a configured one (issue 25).
     let filter = q
         .election
         .as_deref()
-        .map(election_name)
-        .transpose()?
-        .map(|n| n.to_string());
+        .map(|raw| s.target(raw))
+        .transpose()
+        .map_err(ApiError::from)?
+        .map(|t| t.full);
     let rx = s.live.subscribe();
     // etcd's own events concern every election: sent whatever the filter,
     // as `event: cluster`.

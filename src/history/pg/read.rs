@@ -84,6 +84,19 @@ fn state(tx: &mut Transaction<'_>, key: &str) -> Result<Option<i64>, HistoryErro
 }
 
 /// See `Reader::watched_until`.
+/// See `Reader::scopes`.
+pub(in crate::history) fn scopes(client: &mut Client) -> Result<Vec<Option<String>>, HistoryError> {
+    client
+        .query(crate::history::meta::SCOPES_SQL, &[])?
+        .iter()
+        .map(|r| {
+            Ok(crate::history::meta::scope_of_key(
+                &r.try_get::<_, String>(0)?,
+            ))
+        })
+        .collect()
+}
+
 pub(in crate::history) fn watched_until(client: &mut Client) -> Result<Option<i64>, HistoryError> {
     let mut tx = snapshot(client)?;
     let heartbeat = state(&mut tx, WATCHED_KEY)?;

@@ -15,6 +15,10 @@ use std::fmt::Write as _;
 
 use super::exposition::push_label_value;
 
+/// Families that are the process's, not a cluster's: taken from the
+/// serve-wide part only.
+const SERVE_WIDE: [&str; 1] = ["tenure_build_info"];
+
 /// One family's lines: the header, then samples.
 #[derive(Default)]
 struct Block {
@@ -36,6 +40,9 @@ pub fn merge(parts: &[(&str, String)], serve: &str) -> String {
         push_label_value(&mut label, cluster);
         label.push('"');
         each_family(text, |name, header, samples| {
+            if SERVE_WIDE.contains(&name) {
+                return;
+            }
             let block = families.entry(name.to_owned()).or_default();
             if block.header.is_empty() {
                 block.header = header.iter().map(|l| (*l).to_owned()).collect();
@@ -122,8 +129,10 @@ mod tests {
     fn each_family_once_and_every_sample_labelled() {
         let a = "# HELP tenure_a A.\n# TYPE tenure_a gauge\ntenure_a{election=\"x{y\"} 1\n\
                  # HELP tenure_b B.\n# TYPE tenure_b counter\ntenure_b 2\n";
-        let b = "# HELP tenure_a A.\n# TYPE tenure_a gauge\ntenure_a{election=\"z\"} 3\n";
+        let b = "# HELP tenure_a A.\n# TYPE tenure_a gauge\ntenure_a{election=\"z\"} 3\n\
+                 # HELP tenure_build_info B.\n# TYPE tenure_build_info gauge\ntenure_build_info 1\n";
         let serve = "# HELP tenure_a A.\n# TYPE tenure_a gauge\ntenure_a 9\n\
+                     # HELP tenure_build_info B.\n# TYPE tenure_build_info gauge\ntenure_build_info 1\n\
                      # HELP tenure_w W.\n# TYPE tenure_w gauge\ntenure_w 1\n";
         let out = merge(&[("p\"1", a.into()), ("q", b.into())], serve);
         assert_eq!(
@@ -132,6 +141,7 @@ mod tests {
              tenure_a{cluster=\"p\\\"1\",election=\"x{y\"} 1\n\
              tenure_a{cluster=\"q\",election=\"z\"} 3\n\
              # HELP tenure_b B.\n# TYPE tenure_b counter\ntenure_b{cluster=\"p\\\"1\"} 2\n\
+             # HELP tenure_build_info B.\n# TYPE tenure_build_info gauge\ntenure_build_info 1\n\
              # HELP tenure_w W.\n# TYPE tenure_w gauge\ntenure_w 1\n"
         );
     }

@@ -22,6 +22,8 @@ pub(super) struct Mutation<T> {
     pub(super) name: ElectionName,
     /// The client of the election's cluster (issue 25).
     pub(super) client: crate::election::Client,
+    /// Its name as the history and the pages give it (`CLUSTER/NAME`).
+    pub(super) full: String,
     pub(super) body: T,
 }
 
@@ -41,7 +43,12 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for Mutation<T> {
             .map_err(|e| ApiError::from(e).into_response())?;
         let name = election_name(target.name.as_str()).map_err(IntoResponse::into_response)?;
         let client = state.client_of(&target).clone();
-        Ok(Mutation { name, client, body })
+        Ok(Mutation {
+            name,
+            client,
+            full: target.full,
+            body,
+        })
     }
 }
 

@@ -38,7 +38,12 @@ struct CampaignBody {
 
 async fn campaign(
     State(s): State<Arc<AppState>>,
-    Mutation { name, client, body }: Mutation<CampaignBody>,
+    Mutation {
+        name,
+        client,
+        full,
+        body,
+    }: Mutation<CampaignBody>,
 ) -> Result<Json<Value>, ApiError> {
     if let Err(retry) = s.api_rate.take() {
         let mut e = ApiError::new(
@@ -95,7 +100,7 @@ async fn campaign(
         .await?
     {
         Ok(won) => Ok(Json(json!({
-            "name": won.name,
+            "name": full,
             "holder": won.holder,
             "token": won.token,
             "lease_id": won.lease_id,
@@ -105,7 +110,7 @@ async fn campaign(
             StatusCode::CONFLICT,
             "held",
             format!(
-                "{name} is held by {:?} with token {}",
+                "{full} is held by {:?} with token {}",
                 held.holder, held.token
             ),
         )
@@ -122,7 +127,12 @@ struct RenewBody {
 
 async fn renew(
     State(_): State<Arc<AppState>>,
-    Mutation { name, client, body }: Mutation<RenewBody>,
+    Mutation {
+        name,
+        client,
+        full,
+        body,
+    }: Mutation<RenewBody>,
 ) -> Result<Json<Value>, ApiError> {
     match client.renew(&name, body.token, body.lease_id).await {
         Ok(ttl) => Ok(Json(
@@ -132,7 +142,7 @@ async fn renew(
             StatusCode::GONE,
             "term_gone",
             format!(
-                "the term with token {} of {name} is over; campaign again",
+                "the term with token {} of {full} is over; campaign again",
                 body.token
             ),
         )
@@ -149,11 +159,16 @@ struct ResignBody {
 
 async fn resign(
     State(_): State<Arc<AppState>>,
-    Mutation { name, client, body }: Mutation<ResignBody>,
+    Mutation {
+        name,
+        client,
+        full,
+        body,
+    }: Mutation<ResignBody>,
 ) -> Result<Json<Value>, ApiError> {
     let l = client.resign(&name, body.token).await?;
     Ok(Json(
-        json!({ "resigned": true, "name": l.name, "holder": l.holder, "token": l.token }),
+        json!({ "resigned": true, "name": full, "holder": l.holder, "token": l.token }),
     ))
 }
 
@@ -166,7 +181,9 @@ struct FenceBody {
 
 async fn fence(
     State(_): State<Arc<AppState>>,
-    Mutation { name, client, body }: Mutation<FenceBody>,
+    Mutation {
+        name, client, body, ..
+    }: Mutation<FenceBody>,
 ) -> Result<Response, ApiError> {
     let d = client.fence(&name, &body.resource, body.token).await?;
     let status = if d.accepted {

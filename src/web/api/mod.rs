@@ -29,7 +29,6 @@ use super::AppState;
 use crate::history::HistoryError;
 
 pub use error::ApiError;
-pub(crate) use extract::election_name;
 pub use extract::JsonBody;
 pub use limit::RateLimiter;
 pub use trace::trace_requests;

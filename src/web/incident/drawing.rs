@@ -171,12 +171,15 @@ pub fn layout(w: &Window, now: i64, width: f64) -> Drawing {
         .collect();
     let gaps = w
         .all_gaps()
-        .map(|g| {
+        .map(|(cluster, g)| {
+            let of = cluster
+                .map(|c| format!("cluster {c}: "))
+                .unwrap_or_default();
             mark(
                 g.at_ms,
                 "gap",
                 format!(
-                    "watcher gap: revisions {}..={} compacted unseen\nresynced {}",
+                    "{of}watcher gap: revisions {}..={} compacted unseen\nresynced {}",
                     g.from_revision,
                     g.to_revision,
                     short_time(g.at_ms)

@@ -128,6 +128,9 @@ async fn load_window(
     let state = s.clone();
     let loaded = tokio::task::spawn_blocking(move || {
         let mut w = load(&reader, &sel, skip, per_page)?;
+        if !state.clusters.is_empty() {
+            w.add_cluster_marks(&reader)?;
+        }
         w.set_unwatched(|e| state.unwatched_since_of(e), state.unwatched_since_any());
         Ok::<_, crate::history::HistoryError>(w)
     })

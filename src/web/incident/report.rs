@@ -278,7 +278,10 @@ pub fn build_report(w: &Window, now: i64) -> Report {
                 at_ms: e.at_ms,
                 not_before: e.not_before_ms.map(format_ms),
                 kind: e.kind.name(),
-                description: e.kind.describe(),
+                description: match &e.cluster {
+                    Some(c) => format!("cluster {c}: {}", e.kind.describe()),
+                    None => e.kind.describe(),
+                },
                 detail: e.clone(),
             })
             .collect(),
@@ -554,9 +557,18 @@ pub(super) async fn report(
         .map_err(|SelectError::Bad(m)| bad_request(m))?;
     let reader = s.history.clone();
     let state = s.clone();
+    let cluster = q.cluster.clone();
     let w = tokio::task::spawn_blocking(move || {
         let mut w = load(&reader, &sel, 0, MAX_REPORT_ELECTIONS)?;
+        if !state.clusters.is_empty() {
+            w.add_cluster_marks(&reader)?;
+        }
         w.set_unwatched(|e| state.unwatched_since_of(e), state.unwatched_since_any());
+        if let Some(c) = &cluster {
+            // One cluster's report: its etcd events, and serve's own.
+            w.cluster
+                .retain(|e| e.cluster.as_deref().is_none_or(|of| of == c));
+        }
         Ok::<_, crate::history::HistoryError>(w)
     })
     .await

@@ -137,11 +137,40 @@ impl Window {
         }
     }
 
-    /// Every gap, of every cluster.
-    pub fn all_gaps(&self) -> impl Iterator<Item = &GapMark> {
-        self.gaps
-            .iter()
-            .chain(self.clusters.values().flat_map(|m| &m.gaps))
+    /// Every gap, with its cluster's name when there are several.
+    pub fn all_gaps(&self) -> impl Iterator<Item = (Option<&str>, &GapMark)> {
+        let own = self.gaps.iter().map(|g| (None, g));
+        let clusters = self.clusters.iter().flat_map(|(name, m)| {
+            let cluster = name.strip_suffix('/').unwrap_or(name);
+            m.gaps.iter().map(move |g| (Some(cluster), g))
+        });
+        own.chain(clusters)
+    }
+
+    /// Several clusters (issue 25): each lane's cluster's own gaps and
+    /// replays, read from the history (the fleet-wide ones of one cluster
+    /// are under `CLUSTER/`).
+    pub fn add_cluster_marks(&mut self, reader: &Reader) -> Result<(), HistoryError> {
+        let q = Query {
+            from_ms: Some(self.sel.from_ms),
+            to_ms: Some(self.sel.to_ms),
+            limit: Some(history::MAX_LIMIT),
+        };
+        for lane in &self.lanes {
+            let name = crate::events::fleet_name_of(&lane.activity.election);
+            if name.is_empty() || self.clusters.contains_key(name) {
+                continue;
+            }
+            let events: Vec<Event> = reader
+                .events(Some(name), &q)?
+                .into_iter()
+                .filter(|e| e.election == name)
+                .collect();
+            if !events.is_empty() {
+                self.clusters.insert(name.to_owned(), fleet_marks(&events));
+            }
+        }
+        Ok(())
     }
 
     /// Since when each lane's election (and the window) was not watched:
@@ -235,22 +264,6 @@ pub fn load(
         .filter(|e| e.election.is_empty())
         .collect();
     let FleetMarks { gaps, replays } = fleet_marks(&own);
-    // Several clusters: each lane's cluster's own marks.
-    let mut clusters = std::collections::BTreeMap::new();
-    for lane in &lanes {
-        let name = crate::events::fleet_name_of(&lane.activity.election);
-        if name.is_empty() || clusters.contains_key(name) {
-            continue;
-        }
-        let events: Vec<Event> = reader
-            .events(Some(name), &q)?
-            .into_iter()
-            .filter(|e| e.election == name)
-            .collect();
-        if !events.is_empty() {
-            clusters.insert(name.to_owned(), fleet_marks(&events));
-        }
-    }
     let cluster = reader.cluster_events(&q)?;
     Ok(Window {
         sel: sel.clone(),
@@ -260,7 +273,7 @@ pub fn load(
         replays,
         cluster,
         unwatched_since: None,
-        clusters,
+        clusters: std::collections::BTreeMap::new(),
     })
 }
 

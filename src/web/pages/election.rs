@@ -98,9 +98,14 @@ fn load_history(
     };
     let (events, events_complete) = newest_events(reader, name, &window, limit)?;
     // Fleet-wide events (gaps, resets, replay marks) have an empty election
-    // name, so asking for the election "" gives them alone (the events
-    // query adds them to any election's).
-    let fleet = reader.events(Some(""), &q)?;
+    // name, or their cluster's `CLUSTER/` (issue 25), so asking for that
+    // name gives them alone (the events query adds them to any election's).
+    let fleet_name = crate::events::fleet_name_of(name);
+    let fleet: Vec<_> = reader
+        .events(Some(fleet_name), &q)?
+        .into_iter()
+        .filter(|e| e.election.is_empty() || e.election == fleet_name)
+        .collect();
     let replays = replays::marks(&fleet);
     let gaps = fleet
         .into_iter()

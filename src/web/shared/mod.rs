@@ -24,7 +24,8 @@ pub(in crate::web) struct Head {
     pub(in crate::web) css: String,
     pub(in crate::web) js: String,
     pub(in crate::web) etcd_up: bool,
-    pub(in crate::web) revision: i64,
+    /// The last revision processed: with several clusters, each's (`a 12 · b 34`).
+    pub(in crate::web) revision: String,
     pub(in crate::web) rendered_at: String,
     /// The server's clock (unix ms), so the script's counters do not
     /// depend on the browser's clock being right.
@@ -40,7 +41,16 @@ impl Head {
             // Several clusters: up when every one is (issue 25).
             etcd_up: state.readiness.etcd_up()
                 && state.clusters.iter().all(|c| c.readiness.etcd_up()),
-            revision: state.readiness.revision(),
+            revision: if state.clusters.is_empty() {
+                state.readiness.revision().to_string()
+            } else {
+                state
+                    .clusters
+                    .iter()
+                    .map(|c| format!("{} {}", c.name, c.readiness.revision()))
+                    .collect::<Vec<_>>()
+                    .join(" · ")
+            },
             rendered_at: short_time(now)[..19].to_owned(),
             now_ms: now,
         }

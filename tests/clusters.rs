@@ -436,7 +436,6 @@ async fn two_clusters_one_serve_each_history_its_own_log() {
         .collect();
     assert!(names.iter().all(|n| n.starts_with("b/")), "{names:?}");
     assert_eq!(s.stop().await, Some(0));
-    drop((a2, b1, b2));
 
     // This history records clusters a and b: one cluster without
     // --cluster is refused on it, with the reason, and it is left intact.
@@ -454,7 +453,20 @@ async fn two_clusters_one_serve_each_history_its_own_log() {
     )
     .await;
     assert!(out.contains("--prefix given with --config"), "{out}");
+    // Restarted while A is down: serve starts, says A is not watched, and
+    // B's history is whole.
     let s = serve(dir.path(), &c).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, text) = readyz(&s).await;
+        if text.contains("cluster b: ready") {
+            assert_eq!(status, 503, "{text}");
+            assert!(text.contains("not ready: cluster a not watched"), "{text}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "B never ready: {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     history_is(
         &s,
         "b/db",
@@ -465,6 +477,7 @@ async fn two_clusters_one_serve_each_history_its_own_log() {
     )
     .await;
     assert_eq!(s.stop().await, Some(0));
+    drop((a2, b1, b2));
     let _ = &c.tls;
 }
 

@@ -499,3 +499,70 @@ async fn refused(db: &Path, args: &[&str]) -> String {
     assert!(!out.status.success(), "refused: {out:?}");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// Other systems' elections (`source` in a cluster's table) are named
+/// under their cluster too: `x//app/job` for the key `/app/job` of x, and
+/// its page, terms and URL work like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clusters_sources_are_named_under_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (x, y) = (Etcd::start().await, Etcd::start().await);
+    let config = dir.path().join("clusters.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[cluster]]\nname = \"x\"\nendpoints = \"{}\"\nsource = [\"key:/app/\"]\n\
+             sources-only = true\n\n[[cluster]]\nname = \"y\"\nendpoints = \"{}\"\n",
+            x.endpoint(),
+            y.endpoint()
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let s = Serve::start(
+        &[x.endpoint()],
+        &dir.path().join("history.db"),
+        &["--config", &config, "--no-auth"],
+        &[],
+    )
+    .await;
+    s.ready().await;
+    // x: a key of another system's, with a lease, its value the holder.
+    let mut raw = x.client().await;
+    let lease = raw.lease_grant(30, None).await.unwrap().id();
+    let put = raw
+        .put(
+            "/app/job",
+            "worker-7",
+            Some(etcd_client::PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .unwrap();
+    let token = put.header().unwrap().revision();
+    // y: one of tenure's own, of the same last segment.
+    let cy = Client::connect(&[y.endpoint()], "").await.unwrap();
+    let yl = lead(&cy, "job", "y-holder").await;
+    history_is(&s, "x//app/job", &[term("worker-7", token, Value::Null)]).await;
+    history_is(&s, "y/job", &[term("y-holder", yl.token(), Value::Null)]).await;
+    let page = reqwest::get(s.url("/elections/x//app/job")).await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("worker-7"));
+    // x watches only its source: a tenure election written there is not
+    // one of its elections.
+    let cx = Client::connect(&[x.endpoint()], "").await.unwrap();
+    let xl = lead(&cx, "own", "nobody-watches").await;
+    // A later key of the source, once recorded, says serve is past it.
+    let later = raw.put("/app/later", "w", None).await.unwrap();
+    let later = later.header().unwrap().revision();
+    history_is(&s, "x//app/later", &[term("w", later, Value::Null)]).await;
+    let (_, list) = api(&s, "GET", "/api/v1/elections", None).await;
+    let names: Vec<&str> = list["elections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["x//app/job", "x//app/later", "y/job"], "{list}");
+    assert_eq!(s.stop().await, Some(0));
+    drop((yl, xl));
+}

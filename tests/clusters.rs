@@ -566,3 +566,95 @@ async fn a_clusters_sources_are_named_under_it() {
     assert_eq!(s.stop().await, Some(0));
     drop((yl, xl));
 }
+
+/// A cluster whose etcd does not answer when serve starts, one with a
+/// user (etcd hands out the token on connect): serve starts anyway, says
+/// why on `/readyz`, records the other, refuses the cluster's API calls
+/// with 503, and watches it once it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_down_at_start_is_watched_once_it_answers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let x = Etcd::start().await;
+    let mut y = Etcd::start().await;
+    enable_auth(
+        &y.endpoint(),
+        &[],
+        &[("watcher", "watch-pw", "reader", "read")],
+    );
+    std::fs::write(dir.path().join("pw"), "watch-pw\n").unwrap();
+    let config = dir.path().join("clusters.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[cluster]]\nname = \"x\"\nendpoints = \"{}\"\n\n[[cluster]]\nname = \"y\"\n\
+             endpoints = \"{}\"\nuser = \"watcher\"\npassword-file = \"pw\"\n",
+            x.endpoint(),
+            y.endpoint()
+        ),
+    )
+    .unwrap();
+    y.kill().await;
+    let config = config.display().to_string();
+    let s = Serve::start(
+        &[x.endpoint()],
+        &dir.path().join("history.db"),
+        &["--config", &config, "--no-auth"],
+        &[],
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, text) = readyz(&s).await;
+        if text.contains("cluster x: ready") {
+            assert_eq!(status, 503, "{text}");
+            assert!(text.contains("cluster y: not ready: etcd at"), "{text}");
+            assert!(
+                text.contains("has not answered since serve started"),
+                "{text}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "x never ready: {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cx = Client::connect(&[x.endpoint()], "").await.unwrap();
+    let xl = lead(&cx, "jobs", "x-holder").await;
+    history_is(&s, "x/jobs", &[term("x-holder", xl.token(), Value::Null)]).await;
+    let (status, body) = api(
+        &s,
+        "POST",
+        "/api/v1/elections/y%2Fjobs/campaign",
+        Some(json!({"candidate": "c", "ttl_seconds": 30})),
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "etcd_unavailable", "{body}");
+    let page = reqwest::get(s.url("/elections/y/jobs"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("etcd could not be asked"), "{page}");
+
+    // y answers: serve connects (its retries back off to 30 s at most;
+    // here within a few), and records it.
+    y.restart().await;
+    let cy = Client::connect_with(
+        &[y.endpoint()],
+        "",
+        ConnectConfig {
+            tls: TlsFiles::default(),
+            credentials: Some(Credentials::new("root", "root-pw")),
+        },
+    )
+    .await
+    .unwrap();
+    let yl = lead(&cy, "jobs", "y-holder").await;
+    history_is(&s, "y/jobs", &[term("y-holder", yl.token(), Value::Null)]).await;
+    let (status, text) = readyz(&s).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(s.log_text().contains("cluster \"y\": connected to etcd"));
+    assert_eq!(s.stop().await, Some(0));
+    drop((xl, yl));
+}

@@ -118,14 +118,50 @@ struct File {
     cluster: Vec<Table>,
 }
 
-/// One cluster to watch, connected.
+/// One cluster to watch.
 #[derive(Clone)]
 pub struct Watched {
     /// `None`: the one cluster of a serve without `--cluster`.
     pub name: Option<Arc<str>>,
-    pub client: Client,
+    /// `None`: etcd did not answer at start, and connecting needs an
+    /// answer (a user's token); [`Connector::connect`] is tried again.
+    pub client: Option<Client>,
+    pub connector: Connector,
     pub sources: Vec<Source>,
     pub sources_only: bool,
+}
+
+/// How to connect to one cluster, again and again until it answers.
+#[derive(Clone)]
+pub struct Connector {
+    endpoints: Vec<String>,
+    prefix: String,
+    config: crate::election::ConnectConfig,
+    timeout: Duration,
+}
+
+impl Connector {
+    /// The one cluster's, already connected (nothing to try again).
+    pub fn of(client: &Client) -> Connector {
+        Connector {
+            endpoints: client.endpoints().to_vec(),
+            prefix: client.keys().prefix().to_owned(),
+            config: client.connect_config().clone(),
+            timeout: client.op_timeout(),
+        }
+    }
+
+    pub async fn connect(&self) -> Result<Client, crate::election::Error> {
+        Ok(
+            Client::connect_with(&self.endpoints, &self.prefix, self.config.clone())
+                .await?
+                .with_op_timeout(self.timeout),
+        )
+    }
+
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
 }
 
 /// What the clusters' specifications say, before connecting.
@@ -208,13 +244,32 @@ pub async fn connect(
         let name = s.name.clone();
         let config = access_config(s.access, &format!("cluster {name:?}'s user"))?;
         let at = s.endpoints.join(",");
-        let client = Client::connect_with(&s.endpoints, &s.prefix, config)
-            .await
-            .with_context(|| format!("cluster {name:?}: connecting to etcd at {at}"))?
-            .with_op_timeout(s.timeout);
+        let connector = Connector {
+            endpoints: s.endpoints,
+            prefix: s.prefix,
+            config,
+            timeout: s.timeout,
+        };
+        // A cluster that does not answer now is watched once it does; a
+        // certificate, user or password problem is an error now.
+        let client = match connector.connect().await {
+            Ok(c) => Some(c),
+            Err(e) if e.is_unavailable() => {
+                eprintln!(
+                    "tenure: cluster {name}: etcd at {at} does not answer ({e}); its elections \
+                     are not watched until it does"
+                );
+                None
+            }
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("cluster {name:?}: connecting to etcd at {at}"))
+            }
+        };
         out.push(Watched {
             name: Some(Arc::from(name)),
             client,
+            connector,
             sources: s.sources,
             sources_only: s.sources_only,
         });

@@ -14,6 +14,7 @@ mod floor;
 mod group;
 mod guard;
 mod history;
+mod pipelines;
 mod replica;
 mod secrets;
 mod serve;

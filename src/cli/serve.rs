@@ -15,13 +15,13 @@ use tokio::sync::{broadcast, mpsc};
 use crate::election::{shutdown_signal, Client};
 use crate::events::cluster::{ClusterEvent, ClusterEventKind};
 use crate::events::{Batch, Event, EventKind, Update};
-use crate::history::{Db, Scope, Store};
+use crate::history::{Db, Store};
 use crate::telemetry::{self, Metrics, MetricsOptions};
 // Issue 15: a SQLite file of one's own, or a PostgreSQL history shared by replicas.
-pub use super::clusters::{ClusterFlag, Watched};
-use super::floor::FloorKeeper;
+pub use super::clusters::{ClusterFlag, Connector, Watched};
+use super::pipelines::{in_cluster, watch_config, Common, Inbox, Member};
 use super::replica::{self, History};
-use crate::watch::{WatchConfig, Watcher};
+use crate::watch::WatchConfig;
 use crate::web::api::RateLimiter;
 use crate::web::{self, AppState, Auth, Limits, Readiness};
 
@@ -178,15 +178,17 @@ pub async fn run_many(global: &super::Global, cmd: ServeCommand) -> anyhow::Resu
         return Ok(None);
     };
     for c in &clusters {
+        // One that did not answer is checked when it does (its watcher).
+        let Some(client) = &c.client else { continue };
         let ranges = crate::layout::Sources::for_serve(
-            c.client.keys().prefix(),
+            client.keys().prefix(),
             c.sources.clone(),
             c.sources_only,
         )
         .map(|s| s.ranges())
         .unwrap_or_default();
         if let Ok(checked) =
-            tokio::time::timeout(Duration::from_secs(1), c.client.check_read_access(&ranges)).await
+            tokio::time::timeout(Duration::from_secs(1), client.check_read_access(&ranges)).await
         {
             checked.with_context(|| in_cluster(&c.name))?;
         }
@@ -220,7 +222,8 @@ pub async fn run_with(
 ) -> anyhow::Result<i32> {
     let one = Watched {
         name: None,
-        client,
+        connector: Connector::of(&client),
+        client: Some(client),
         sources: args.sources.clone(),
         sources_only: args.sources_only,
     };
@@ -252,28 +255,35 @@ pub async fn run_clusters(
          writer in one etcd. Give several clusters a SQLite history (--db FILE), or run one \
          serve per cluster (ARCHITECTURE.md, \"Several clusters\")"
     );
-    let Some(first) = clusters.first() else {
+    if clusters.is_empty() {
         anyhow::bail!("no cluster to watch");
-    };
-    // Before anything is opened: a --source etcd cannot serve is refused.
+    }
+    // Before anything is opened: a --source etcd cannot serve is refused
+    // (a cluster that did not answer reads its own once it does).
     let mut cfgs = Vec::with_capacity(clusters.len());
     for c in &clusters {
-        let cfg = watch_config(
-            &c.client,
-            c.sources.clone(),
-            c.sources_only,
-            args.max_elections,
-        )
-        .await
-        .with_context(|| in_cluster(&c.name))?;
+        let cfg = match &c.client {
+            Some(client) => Some(
+                watch_config(
+                    client,
+                    c.sources.clone(),
+                    c.sources_only,
+                    args.max_elections,
+                )
+                .await
+                .with_context(|| in_cluster(&c.name))?,
+            ),
+            None => None,
+        };
         cfgs.push(cfg);
     }
     let serve_metrics = Arc::new(Metrics::with_options(metrics).context("creating metrics")?);
     let readiness = Arc::new(Readiness::with_max_elections(args.max_elections));
+    let first = clusters.iter().find_map(|c| c.client.clone());
     let store = open_history(
-        &first.client,
+        first.as_ref(),
         &args,
-        &cfgs[0],
+        cfgs.first().cloned().flatten(),
         &db,
         addr,
         &serve_metrics,
@@ -283,7 +293,7 @@ pub async fn run_clusters(
     same_clusters(&store, &clusters, &db).await?;
     let mut members = Vec::with_capacity(clusters.len());
     let mut resumes = Vec::with_capacity(clusters.len());
-    for (i, c) in clusters.iter().enumerate() {
+    for (c, cfg) in clusters.iter().zip(&cfgs) {
         let (metrics, readiness) = if named {
             (
                 Arc::new(Metrics::with_options(metrics).context("creating metrics")?),
@@ -303,15 +313,12 @@ pub async fn run_clusters(
             metrics.adopt(&r.open_terms);
         }
         announce(c.name.as_deref(), resume.as_ref(), &db);
-        let floors = FloorKeeper::new(c.client.clone(), readiness.clone(), args.raise_token_floor)
-            .of_cluster(c.name.as_deref());
-        members.push(Member {
-            scope: c.name.clone(),
-            metrics,
-            readiness,
-            floors,
-            sources: cfgs[i].sources_read(c.client.keys().prefix()),
-        });
+        let m = Member::new(c.name.clone(), metrics, readiness, args.raise_token_floor);
+        if let (Some(client), Some(cfg)) = (&c.client, cfg) {
+            let _ = m.sources.set(cfg.sources_read(client.keys().prefix()));
+            let _ = m.client.set(client.clone());
+        }
+        members.push(m);
         resumes.push(resume);
     }
 
@@ -321,20 +328,23 @@ pub async fn run_clusters(
         metrics: serve_metrics.clone(),
         readiness: members[0].readiness.clone(),
         history: store.reader(),
-        client: first.client.clone(),
+        client: first,
         live: live.clone(),
         cluster_live: cluster_live.clone(),
         auth: auth_of(&args),
         api_rate: RateLimiter::new(args.campaign_rate),
         limits: limits_of(&args),
-        sources: members[0].sources.clone(),
+        sources: members[0]
+            .sources
+            .get()
+            .cloned()
+            .unwrap_or_else(|| crate::layout::Sources::tenure("")),
         clusters: if named {
             members
                 .iter()
-                .zip(&clusters)
-                .map(|(m, c)| web::ClusterView {
-                    name: c.name.clone().unwrap_or_else(|| Arc::from("")),
-                    client: c.client.clone(),
+                .map(|m| web::ClusterView {
+                    name: m.scope.clone().unwrap_or_else(|| Arc::from("")),
+                    client: m.client.clone(),
                     readiness: m.readiness.clone(),
                     metrics: m.metrics.clone(),
                     sources: m.sources.clone(),
@@ -349,13 +359,15 @@ pub async fn run_clusters(
         "tenure: serving on http://{addr} (dashboard at /, API at /api/v1, metrics at /metrics)"
     );
 
-    let (mut inbox, watchers) = start_watchers(&clusters, cfgs, resumes);
     let (ctx, mut crx) = mpsc::channel::<ClusterEvent>(256);
-    let mut pollers = Vec::new();
-    for (c, m) in clusters.iter().zip(members.iter_mut()) {
-        pollers.extend(start_cluster_poller(&c.client, &args, &store, m, ctx.clone()).await?);
-    }
-    drop(ctx);
+    let common = Common {
+        max_elections: args.max_elections,
+        cluster_poll: args.cluster_poll,
+        reader: store.reader(),
+        events: ctx,
+    };
+    let (mut inbox, running) =
+        super::pipelines::start(&clusters, cfgs, resumes, &mut members, common).await?;
     let pid = std::process::id();
     store
         .cluster_event(serve_event(ClusterEventKind::ServeStarted {
@@ -372,9 +384,7 @@ pub async fn run_clusters(
     };
     let code = sinks.serve(&mut inbox, &mut crx, stop).await?;
     // Whatever the watchers already produced is complete: keep it.
-    for w in watchers.iter().chain(&pollers) {
-        w.abort();
-    }
+    running.stop();
     for (i, u) in inbox.rest().await {
         sinks.apply(i, &u).await?;
     }
@@ -414,107 +424,6 @@ async fn same_clusters(store: &History, clusters: &[Watched], db: &Db) -> anyhow
         );
     }
     Ok(())
-}
-
-/// "cluster NAME" for a message (nothing for the one, unnamed cluster).
-fn in_cluster(name: &Option<Arc<str>>) -> String {
-    match name {
-        Some(n) => format!("cluster {n:?}"),
-        None => "the etcd cluster".to_owned(),
-    }
-}
-
-/// One watched cluster's own parts in the serve loop.
-struct Member {
-    /// Its name (`None`: the one cluster of a serve without `--cluster`).
-    scope: Scope,
-    metrics: Arc<Metrics>,
-    readiness: Arc<Readiness>,
-    floors: FloorKeeper,
-    sources: crate::layout::Sources,
-}
-
-/// Where the watchers' updates arrive: the one watcher's channel, or
-/// (several clusters) one channel that every cluster's forwarder feeds
-/// with its index. `(i, None)`: cluster `i`'s watcher stopped.
-enum Inbox {
-    One(mpsc::Receiver<Update>),
-    Many(mpsc::Receiver<(usize, Option<Update>)>),
-}
-
-impl Inbox {
-    async fn recv(&mut self) -> (usize, Option<Update>) {
-        match self {
-            Inbox::One(rx) => (0, rx.recv().await),
-            Inbox::Many(rx) => rx.recv().await.unwrap_or((0, None)),
-        }
-    }
-
-    /// What the watchers produced before they were stopped: all of it,
-    /// once every forwarder has passed its cluster's on (bounded: 5 s).
-    async fn rest(&mut self) -> Vec<(usize, Update)> {
-        let mut rest = Vec::new();
-        match self {
-            Inbox::One(rx) => {
-                while let Ok(u) = rx.try_recv() {
-                    rest.push((0, u));
-                }
-            }
-            Inbox::Many(rx) => {
-                let until = tokio::time::Instant::now() + Duration::from_secs(5);
-                while let Ok(Some((i, u))) = tokio::time::timeout_at(until, rx.recv()).await {
-                    rest.extend(u.map(|u| (i, u)));
-                }
-            }
-        }
-        rest
-    }
-}
-
-/// Starts every cluster's watcher from its resume point.
-fn start_watchers(
-    clusters: &[Watched],
-    cfgs: Vec<WatchConfig>,
-    resumes: Vec<Option<crate::events::ResumePoint>>,
-) -> (Inbox, Vec<tokio::task::JoinHandle<()>>) {
-    let mut tasks = Vec::new();
-    if let ([c], [cfg], [_]) = (clusters, cfgs.as_slice(), resumes.as_slice()) {
-        let (tx, rx) = mpsc::channel::<Update>(4096);
-        let resume = resumes.into_iter().next().flatten();
-        let watcher = Watcher::new(c.client.clone(), cfg.clone()).run(resume, tx);
-        tasks.push(crate::task::spawn("watcher", async move {
-            let _ = watcher.await;
-        }));
-        return (Inbox::One(rx), tasks);
-    }
-    let (all, rx) = mpsc::channel::<(usize, Option<Update>)>(4096);
-    for (i, ((c, cfg), resume)) in clusters.iter().zip(cfgs).zip(resumes).enumerate() {
-        let (tx, mut own) = mpsc::channel::<Update>(1024);
-        // Its log lines name its cluster.
-        let span = tracing::warn_span!("cluster", name = c.name.as_deref().unwrap_or(""));
-        let watcher = Watcher::new(c.client.clone(), cfg).run(resume, tx);
-        tasks.push(crate::task::spawn(
-            "watcher",
-            tracing::Instrument::instrument(
-                async move {
-                    let _ = watcher.await;
-                },
-                span,
-            ),
-        ));
-        let all = all.clone();
-        // Not aborted at a stop: it forwards what its watcher produced,
-        // then ends (`Inbox::rest`).
-        crate::task::spawn("watcher forwarder", async move {
-            while let Some(u) = own.recv().await {
-                if all.send((i, Some(u))).await.is_err() {
-                    return;
-                }
-            }
-            let _ = all.send((i, None)).await;
-        });
-    }
-    (Inbox::Many(rx), tasks)
 }
 
 /// The HTTP server, stopped gracefully when the returned sender is used.
@@ -593,8 +502,8 @@ impl Sinks<'_> {
         let Some(m) = self.members.get_mut(i) else {
             return Ok(());
         };
-        if let Update::Batch(b) = u {
-            m.floors.on_batch(b);
+        if let (Update::Batch(b), Some(floors)) = (u, m.floors()) {
+            floors.on_batch(b);
         }
         m.metrics.apply(u);
         m.readiness.apply(u);
@@ -650,9 +559,9 @@ fn qualified(cluster: Option<&str>, b: &Batch) -> Batch {
 /// replica writes), or the shared PostgreSQL history (the replicas campaign
 /// to write; see `replica.rs`).
 async fn open_history(
-    client: &Client,
+    client: Option<&Client>,
     args: &ServeArgs,
-    watch: &WatchConfig,
+    watch: Option<WatchConfig>,
     db: &Db,
     addr: SocketAddr,
     metrics: &Arc<Metrics>,
@@ -668,6 +577,10 @@ async fn open_history(
             History::Local(store)
         }
         Db::Postgres(url) => {
+            // One cluster, connected (several are refused before).
+            let (Some(client), Some(watch)) = (client, watch) else {
+                anyhow::bail!("a PostgreSQL history needs its etcd cluster connected at start");
+            };
             let reader = replica::open_reader(url)
                 .await
                 .with_context(|| format!("opening the history at {}", db.display()))?;
@@ -677,7 +590,7 @@ async fn open_history(
                 replica::SharedConfig {
                     url: url.clone(),
                     retention: args.retention,
-                    watch: watch.clone(),
+                    watch,
                     ttl: crate::election::Ttl::from_duration(args.writer_ttl)?,
                     id: replica::candidate_id(addr),
                     metrics: writer_metrics,
@@ -705,59 +618,6 @@ fn limits_of(args: &ServeArgs) -> Limits {
         campaigns_per_second: args.campaign_rate,
         ..Limits::default()
     }
-}
-
-/// etcd's own events (issue 14): a bounded poll beside the watcher, from
-/// the baseline the history recorded of this cluster (none with
-/// `--cluster-poll 0`), into `out`, named by the cluster. A reset recorded
-/// before raises the token floor to at least its revision (a serve that
-/// stopped before raising it, or an etcd replaced since).
-async fn start_cluster_poller(
-    client: &Client,
-    args: &ServeArgs,
-    store: &History,
-    member: &mut Member,
-    out: mpsc::Sender<ClusterEvent>,
-) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
-    let baseline_reader = store.reader();
-    let scope = member.scope.clone();
-    let baseline =
-        tokio::task::spawn_blocking(move || baseline_reader.cluster_baseline_of(scope.as_deref()))
-            .await?
-            .context("reading the recorded etcd cluster events")?;
-    if let Some(floor) = baseline.floor {
-        member.floors.raise(floor);
-    }
-    if args.cluster_poll.is_zero() {
-        return Ok(None);
-    }
-    let timeout = client
-        .op_timeout()
-        .min(args.cluster_poll.max(Duration::from_secs(1)));
-    let (ctx, mut crx) = mpsc::channel::<ClusterEvent>(256);
-    let poll = crate::watch::cluster::poll(
-        client.etcd(),
-        baseline,
-        crate::watch::cluster::PollConfig {
-            interval: args.cluster_poll,
-            timeout,
-        },
-        ctx,
-    );
-    let name = member.scope.as_deref().map(str::to_owned);
-    let span = tracing::warn_span!("cluster", name = name.as_deref().unwrap_or(""));
-    let poll = tracing::Instrument::instrument(poll, span);
-    Ok(Some(crate::task::spawn("cluster poller", async move {
-        let forward = async {
-            while let Some(mut e) = crx.recv().await {
-                e.cluster.clone_from(&name);
-                if out.send(e).await.is_err() {
-                    return;
-                }
-            }
-        };
-        tokio::join!(poll, forward);
-    })))
 }
 
 /// The stop recorded (watched until now, for each cluster whose watcher
@@ -819,24 +679,6 @@ fn serve_event(kind: ClusterEventKind) -> ClusterEvent {
         cluster: None,
         kind,
     }
-}
-
-/// What a watcher reads and keeps: the sources checked against etcd
-/// (several key ranges need ordered progress notifications).
-async fn watch_config(
-    client: &Client,
-    sources: Vec<crate::layout::Source>,
-    sources_only: bool,
-    max_elections: usize,
-) -> anyhow::Result<WatchConfig> {
-    let sources = Watcher::sources(client, sources, sources_only)
-        .await
-        .context("reading --source")?;
-    Ok(WatchConfig {
-        max_elections,
-        sources: Some(sources),
-        ..WatchConfig::default()
-    })
 }
 
 /// The key ranges a serve with `args` watches, for its access check and

@@ -8,7 +8,7 @@
 //! segment names no configured cluster is refused (400), never read from
 //! another cluster's etcd.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::{AppState, Readiness};
 use crate::election::{Client, Error};
@@ -19,10 +19,13 @@ use crate::telemetry::Metrics;
 /// One watched cluster, as the server sees it.
 pub struct ClusterView {
     pub name: Arc<str>,
-    pub client: Client,
+    /// Set once serve has connected (a cluster unreachable at start is
+    /// connected to later).
+    pub client: Arc<OnceLock<Client>>,
     pub readiness: Arc<Readiness>,
     pub metrics: Arc<Metrics>,
-    pub sources: Sources,
+    /// What its watcher reads, set with its client.
+    pub sources: Arc<OnceLock<Sources>>,
 }
 
 /// An election named in a URL: its name within its cluster, and its name
@@ -82,9 +85,28 @@ impl AppState {
         t.cluster.and_then(|i| self.clusters.get(i))
     }
 
-    /// The client of `t`'s cluster.
-    pub fn client_of(&self, t: &Target) -> &Client {
-        self.view(t).map_or(&self.client, |v| &v.client)
+    /// The client of `t`'s cluster; `None` while serve has not connected
+    /// to it (unreachable since serve started).
+    pub fn client_of(&self, t: &Target) -> Option<&Client> {
+        match self.view(t) {
+            None => self.client.as_ref(),
+            Some(v) => v.client.get(),
+        }
+    }
+
+    /// [`AppState::client_of`], or why there is none, for the API.
+    pub fn connected_client(&self, t: &Target) -> Result<&Client, super::api::ApiError> {
+        self.client_of(t).ok_or_else(|| {
+            super::api::ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "etcd_unavailable",
+                format!(
+                    "the etcd cluster of {} has not answered since serve started: try again \
+                     once /readyz says it is watched",
+                    t.full
+                ),
+            )
+        })
     }
 
     /// The readiness of `t`'s cluster.
@@ -92,9 +114,12 @@ impl AppState {
         self.view(t).map_or(&self.readiness, |v| &v.readiness)
     }
 
-    /// What `t`'s cluster's watcher reads.
-    pub fn sources_of(&self, t: &Target) -> &Sources {
-        self.view(t).map_or(&self.sources, |v| &v.sources)
+    /// What `t`'s cluster's watcher reads (`None`: not connected yet).
+    pub fn sources_of(&self, t: &Target) -> Option<&Sources> {
+        match self.view(t) {
+            None => Some(&self.sources),
+            Some(v) => v.sources.get(),
+        }
     }
 
     /// The history's name of the cluster of `election` (`Some("")` for

@@ -61,6 +61,9 @@ pub struct Readiness {
     /// Why tenure's token floor could not be raised after a reset (not
     /// ready until it is: tokens of the restored range are not refused).
     floor_problem: std::sync::Mutex<Option<String>>,
+    /// Why serve could not connect to this cluster yet (issue 25: one of
+    /// several, unreachable at start; tried again until it answers).
+    connect_problem: std::sync::Mutex<Option<String>>,
 }
 
 /// The cap on tracked elections was hit: changes of elections beyond it
@@ -163,6 +166,21 @@ impl Readiness {
     /// Says why the token floor could not be raised (`None`: it was).
     pub fn set_floor_problem(&self, problem: Option<String>) {
         *self.floor_problem.lock().unwrap_or_else(|p| p.into_inner()) = problem;
+    }
+
+    /// Says why serve could not connect to this cluster (`None`: it did).
+    pub fn set_connect_problem(&self, problem: Option<String>) {
+        *self
+            .connect_problem
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = problem;
+    }
+
+    pub fn connect_problem(&self) -> Option<String> {
+        self.connect_problem
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn floor_problem(&self) -> Option<String> {
@@ -283,8 +301,10 @@ pub struct AppState {
     pub readiness: Arc<Readiness>,
     /// The history file (queries run on blocking threads).
     pub history: Reader,
-    /// The election core, for the mutating API and live reads.
-    pub client: Client,
+    /// The election core, for the mutating API and live reads (with
+    /// several clusters, each's own is in `clusters`; `None` when none
+    /// answered at start).
+    pub client: Option<Client>,
     /// Every event, as the watcher produced it, for SSE subscribers.
     pub live: broadcast::Sender<Arc<Event>>,
     /// etcd's own events as they are recorded (issue 14), for the same feed.
@@ -340,7 +360,9 @@ fn readiness_verdict(r: &Readiness) -> (bool, String) {
         .cap_reached()
         .map(|c| format!("{}\n", c.sentence()))
         .unwrap_or_default();
-    if let Some(problem) = r.floor_problem() {
+    if let Some(problem) = r.connect_problem() {
+        (false, format!("not ready: {problem}\n"))
+    } else if let Some(problem) = r.floor_problem() {
         (false, format!("not ready: {problem}\n{cap}"))
     } else if r.is_ready() {
         (

@@ -73,7 +73,7 @@ pub async fn serve(store: &Store) -> (String, tokio::task::JoinHandle<()>) {
         metrics: Arc::new(Metrics::new().expect("metrics")),
         readiness,
         history: store.reader(),
-        client,
+        client: Some(client),
         live: tokio::sync::broadcast::channel(16).0,
         cluster_live: tokio::sync::broadcast::channel(16).0,
         auth: Auth::Open,

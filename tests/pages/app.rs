@@ -66,7 +66,7 @@ pub fn app_state(store: &Store, client: Client, readiness: Arc<Readiness>) -> Ar
         metrics: Arc::new(Metrics::new().expect("metrics")),
         readiness,
         history: store.reader(),
-        client,
+        client: Some(client),
         live: tokio::sync::broadcast::channel(16).0,
         cluster_live: tokio::sync::broadcast::channel(16).0,
         auth: Auth::Open,

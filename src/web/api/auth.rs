@@ -42,7 +42,10 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for Mutation<T> {
             .target(&raw)
             .map_err(|e| ApiError::from(e).into_response())?;
         let name = election_name(target.name.as_str()).map_err(IntoResponse::into_response)?;
-        let client = state.client_of(&target).clone();
+        let client = state
+            .connected_client(&target)
+            .map_err(IntoResponse::into_response)?
+            .clone();
         Ok(Mutation {
             name,
             client,

@@ -183,9 +183,10 @@ async fn detail(
 ) -> Result<Json<ElectionView>, ApiError> {
     // Another system's election is not read live (its layout is the
     // watcher's): what the watcher recorded is all there is.
-    let live = match name.name.own() {
-        Some(own) => Some(s.client_of(&name).leader(own).await),
-        None => None,
+    // Its cluster not connected yet: as etcd unreachable.
+    let live = match (name.name.own(), s.client_of(&name)) {
+        (Some(own), Some(client)) => Some(client.leader(own).await),
+        _ => None,
     };
     let reader = s.history.clone();
     let n = name.to_string();

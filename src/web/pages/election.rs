@@ -231,7 +231,13 @@ async fn ask_etcd(s: &AppState, name: &Target) -> EtcdAnswer {
                 .to_owned(),
         );
     };
-    match tokio::time::timeout(ETCD_WAIT, s.client_of(name).leader(own)).await {
+    let Some(client) = s.client_of(name) else {
+        return EtcdAnswer::missing(
+            "etcd of this cluster has not answered since serve started: showing what the              history knows."
+                .to_owned(),
+        );
+    };
+    match tokio::time::timeout(ETCD_WAIT, client.leader(own)).await {
         Ok(Ok(leader)) => EtcdAnswer { leader, note: None },
         Ok(Err(e)) if e.is_unavailable() => {
             EtcdAnswer::missing("etcd unreachable: showing what the history knows.".to_owned())

@@ -43,16 +43,17 @@ pub(super) async fn patroni_members(
         return None;
     };
     let source = s
-        .sources_of(target)
+        .sources_of(target)?
         .iter()
         .find(|src| src.layout().name() == patroni::NAME && src.may_name(path))?;
     let prefix = patroni::members_prefix(source.key_path(path));
     let opts = GetOptions::new().with_prefix().with_limit(MAX_MEMBERS);
-    let read = tokio::time::timeout(
-        wait,
-        s.client_of(target).etcd().get(prefix.clone(), Some(opts)),
-    )
-    .await;
+    let Some(client) = s.client_of(target) else {
+        return Some(unread(
+            "etcd has not answered since serve started".to_owned(),
+        ));
+    };
+    let read = tokio::time::timeout(wait, client.etcd().get(prefix.clone(), Some(opts))).await;
     let resp = match read {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return Some(unread(format!("etcd: {e}"))),

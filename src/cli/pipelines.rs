@@ -1,0 +1,434 @@
+//! Each watched cluster's pipeline in `tenure serve`: its watcher and its
+//! poller of etcd's own events, feeding the one serve loop through the
+//! [`Inbox`]. With one cluster (no `--cluster`) the watcher's channel is
+//! the inbox, as it always was. With several (issue 25) each cluster's
+//! pipeline is a task that forwards its updates tagged with the cluster's
+//! index, and one whose etcd did not answer at start first connects,
+//! trying again until it does (its `/readyz` line says why meanwhile),
+//! then reads its configuration and starts like the others.
+//!
+//! Deliberately absent: a cluster's failure never stops another's
+//! pipeline; only a watcher that ends (it never does but for a bug) stops
+//! serve, as with one cluster.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::sync::{mpsc, watch};
+use tokio::task::{AbortHandle, JoinHandle};
+use tracing::Instrument;
+
+use super::clusters::Watched;
+use super::floor::FloorKeeper;
+use crate::election::Client;
+use crate::events::cluster::ClusterEvent;
+use crate::events::{ResumePoint, Update};
+use crate::history::{Reader, Scope};
+use crate::layout::Sources;
+use crate::telemetry::Metrics;
+use crate::watch::{WatchConfig, Watcher};
+use crate::web::Readiness;
+
+/// The longest pause between two tries to connect to a cluster.
+const MAX_RETRY: Duration = Duration::from_secs(30);
+
+/// One watched cluster's own parts in the serve loop.
+pub(super) struct Member {
+    /// Its name (`None`: the one cluster of a serve without `--cluster`).
+    pub scope: Scope,
+    pub metrics: Arc<Metrics>,
+    pub readiness: Arc<Readiness>,
+    /// Set at start, or once a cluster unreachable at start answers; the
+    /// web reads the same cells.
+    pub client: Arc<OnceLock<Client>>,
+    pub sources: Arc<OnceLock<Sources>>,
+    /// Raises the token floor for the resets of its batches; made with
+    /// the client.
+    floors: Option<FloorKeeper>,
+    raise_token_floor: bool,
+}
+
+impl Member {
+    pub fn new(
+        scope: Scope,
+        metrics: Arc<Metrics>,
+        readiness: Arc<Readiness>,
+        raise_token_floor: bool,
+    ) -> Member {
+        Member {
+            scope,
+            metrics,
+            readiness,
+            client: Arc::default(),
+            sources: Arc::default(),
+            floors: None,
+            raise_token_floor,
+        }
+    }
+
+    /// Its token floor keeper, once it has a client.
+    pub fn floors(&mut self) -> Option<&mut FloorKeeper> {
+        if self.floors.is_none() {
+            let client = self.client.get()?.clone();
+            let keeper = FloorKeeper::new(client, self.readiness.clone(), self.raise_token_floor)
+                .of_cluster(self.scope.as_deref());
+            self.floors = Some(keeper);
+        }
+        self.floors.as_mut()
+    }
+}
+
+/// "cluster NAME" for a message ("the etcd cluster" for the one, unnamed).
+pub(super) fn in_cluster(name: &Option<Arc<str>>) -> String {
+    match name {
+        Some(n) => format!("cluster {n:?}"),
+        None => "the etcd cluster".to_owned(),
+    }
+}
+
+/// Where the watchers' updates arrive: the one watcher's channel, or
+/// (several clusters) one channel that every cluster's pipeline feeds
+/// with its index. `(i, None)`: cluster `i`'s watcher stopped.
+pub(super) enum Inbox {
+    One(mpsc::Receiver<Update>),
+    Many(mpsc::Receiver<(usize, Option<Update>)>),
+}
+
+impl Inbox {
+    pub async fn recv(&mut self) -> (usize, Option<Update>) {
+        match self {
+            Inbox::One(rx) => (0, rx.recv().await),
+            // Every pipeline gone: nothing will come any more.
+            Inbox::Many(rx) => rx.recv().await.unwrap_or((0, None)),
+        }
+    }
+
+    /// What the watchers produced before they were stopped: all of it,
+    /// once every pipeline has passed its cluster's on (bounded: 5 s).
+    pub async fn rest(&mut self) -> Vec<(usize, Update)> {
+        let mut rest = Vec::new();
+        match self {
+            Inbox::One(rx) => {
+                while let Ok(u) = rx.try_recv() {
+                    rest.push((0, u));
+                }
+            }
+            Inbox::Many(rx) => {
+                let until = tokio::time::Instant::now() + Duration::from_secs(5);
+                while let Ok(Some((i, u))) = tokio::time::timeout_at(until, rx.recv()).await {
+                    rest.extend(u.map(|u| (i, u)));
+                }
+            }
+        }
+        rest
+    }
+}
+
+/// What every pipeline shares.
+#[derive(Clone)]
+pub(super) struct Common {
+    pub max_elections: usize,
+    /// `--cluster-poll` (zero: no poller).
+    pub cluster_poll: Duration,
+    pub reader: Reader,
+    /// etcd's own events, named by their cluster, to the serve loop.
+    pub events: mpsc::Sender<ClusterEvent>,
+}
+
+/// The running pipelines: stopped by [`Running::stop`], after which the
+/// inbox gives what they had produced.
+pub(super) struct Running {
+    stop: watch::Sender<bool>,
+    tasks: Arc<Mutex<Vec<AbortHandle>>>,
+}
+
+impl Running {
+    /// Stops every watcher and poller (and the pipelines still trying to
+    /// connect); the forwarding goes on until each watcher's channel is
+    /// empty.
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            t.abort();
+        }
+    }
+}
+
+/// Starts every cluster's pipeline from its resume point: at once where
+/// serve is connected (`cfgs[i]` read), else once its etcd answers.
+pub(super) async fn start(
+    clusters: &[Watched],
+    cfgs: Vec<Option<WatchConfig>>,
+    resumes: Vec<Option<ResumePoint>>,
+    members: &mut [Member],
+    common: Common,
+) -> anyhow::Result<(Inbox, Running)> {
+    let (stop, stopped) = watch::channel(false);
+    let tasks: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
+    let running = Running {
+        stop,
+        tasks: tasks.clone(),
+    };
+    let one = clusters.len() == 1 && clusters.iter().all(|c| c.name.is_none());
+    if let (true, [c], [Some(cfg)], [m]) = (one, clusters, cfgs.as_slice(), &mut *members) {
+        // One cluster: its watcher's channel is the inbox.
+        let Some(client) = c.client.clone() else {
+            anyhow::bail!("not connected to etcd");
+        };
+        let (tx, rx) = mpsc::channel::<Update>(4096);
+        let resume = resumes.into_iter().next().flatten();
+        let watcher = Watcher::new(client.clone(), cfg.clone()).run(resume, tx);
+        let watcher = crate::task::spawn("watcher", async move {
+            let _ = watcher.await;
+        });
+        register(&tasks, &watcher);
+        let baseline = baseline(&common.reader, &m.scope).await?;
+        if let (Some(floor), Some(floors)) = (baseline.floor, m.floors()) {
+            floors.raise(floor);
+        }
+        if let Some(p) = poller(&client, baseline, &common, None) {
+            register(&tasks, &p);
+        }
+        return Ok((Inbox::One(rx), running));
+    }
+    let (all, rx) = mpsc::channel::<(usize, Option<Update>)>(4096);
+    for (i, ((c, cfg), resume)) in clusters.iter().zip(cfgs).zip(resumes).enumerate() {
+        let m = &members[i];
+        let p = Pipeline {
+            i,
+            watched: c.clone(),
+            cfg,
+            resume,
+            readiness: m.readiness.clone(),
+            client: m.client.clone(),
+            sources: m.sources.clone(),
+            raise_token_floor: m.raise_token_floor,
+            common: common.clone(),
+            all: all.clone(),
+            stop: stopped.clone(),
+            tasks: tasks.clone(),
+        };
+        let span = tracing::warn_span!("cluster", name = c.name.as_deref().unwrap_or(""));
+        crate::task::spawn("cluster pipeline", p.run().instrument(span));
+    }
+    Ok((Inbox::Many(rx), running))
+}
+
+fn register<T>(tasks: &Mutex<Vec<AbortHandle>>, task: &JoinHandle<T>) {
+    tasks
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(task.abort_handle());
+}
+
+/// What the history recorded of a cluster's own events: its poller's
+/// baseline, and the token floor its resets require.
+async fn baseline(
+    reader: &Reader,
+    scope: &Scope,
+) -> anyhow::Result<crate::events::cluster::ClusterBaseline> {
+    let (reader, scope) = (reader.clone(), scope.clone());
+    tokio::task::spawn_blocking(move || reader.cluster_baseline_of(scope.as_deref()))
+        .await?
+        .context("reading the recorded etcd cluster events")
+}
+
+/// etcd's own events (issue 14): a bounded poll beside the watcher, from
+/// `baseline`, named by the cluster (none with `--cluster-poll 0`).
+fn poller(
+    client: &Client,
+    baseline: crate::events::cluster::ClusterBaseline,
+    common: &Common,
+    name: Option<&str>,
+) -> Option<JoinHandle<()>> {
+    if common.cluster_poll.is_zero() {
+        return None;
+    }
+    let timeout = client
+        .op_timeout()
+        .min(common.cluster_poll.max(Duration::from_secs(1)));
+    let (ctx, mut crx) = mpsc::channel::<ClusterEvent>(256);
+    let poll = crate::watch::cluster::poll(
+        client.etcd(),
+        baseline,
+        crate::watch::cluster::PollConfig {
+            interval: common.cluster_poll,
+            timeout,
+        },
+        ctx,
+    );
+    let (name, out) = (name.map(str::to_owned), common.events.clone());
+    Some(crate::task::spawn(
+        "cluster poller",
+        async move {
+            let forward = async {
+                while let Some(mut e) = crx.recv().await {
+                    e.cluster.clone_from(&name);
+                    if out.send(e).await.is_err() {
+                        return;
+                    }
+                }
+            };
+            tokio::join!(poll, forward);
+        }
+        .in_current_span(),
+    ))
+}
+
+/// One of several clusters' pipeline.
+struct Pipeline {
+    i: usize,
+    watched: Watched,
+    /// `None`: read once connected.
+    cfg: Option<WatchConfig>,
+    resume: Option<ResumePoint>,
+    readiness: Arc<Readiness>,
+    client: Arc<OnceLock<Client>>,
+    sources: Arc<OnceLock<Sources>>,
+    raise_token_floor: bool,
+    common: Common,
+    all: mpsc::Sender<(usize, Option<Update>)>,
+    stop: watch::Receiver<bool>,
+    tasks: Arc<Mutex<Vec<AbortHandle>>>,
+}
+
+impl Pipeline {
+    async fn run(mut self) {
+        let Some(client) = self.connected().await else {
+            return;
+        };
+        let Some(cfg) = self.configured(&client).await else {
+            return;
+        };
+        let _ = self.sources.set(cfg.sources_read(client.keys().prefix()));
+        let _ = self.client.set(client.clone());
+        // The floor its recorded resets require, kept while it runs (the
+        // serve loop's keeper raises it for the resets it sees live).
+        let mut floors = FloorKeeper::new(
+            client.clone(),
+            self.readiness.clone(),
+            self.raise_token_floor,
+        )
+        .of_cluster(self.watched.name.as_deref());
+        match baseline(&self.common.reader, &self.watched.name).await {
+            Ok(b) => {
+                if let Some(floor) = b.floor {
+                    floors.raise(floor);
+                }
+                let name = self.watched.name.clone();
+                if let Some(p) = poller(&client, b, &self.common, name.as_deref()) {
+                    register(&self.tasks, &p);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "etcd's own events are not polled"),
+        }
+        let (tx, mut own) = mpsc::channel::<Update>(1024);
+        let watcher = Watcher::new(client, cfg).run(self.resume.take(), tx);
+        let watcher = crate::task::spawn(
+            "watcher",
+            async move {
+                let _ = watcher.await;
+            }
+            .in_current_span(),
+        );
+        register(&self.tasks, &watcher);
+        if *self.stop.borrow() {
+            // Stopped while it started: nothing will be applied.
+            watcher.abort();
+        }
+        // Not aborted at a stop: it forwards what its watcher produced,
+        // then ends (`Inbox::rest`).
+        while let Some(u) = own.recv().await {
+            if self.all.send((self.i, Some(u))).await.is_err() {
+                return;
+            }
+        }
+        let _ = self.all.send((self.i, None)).await;
+        drop(floors);
+    }
+
+    /// The client: the one made at start, or one made once etcd answers
+    /// (`None`: serve stopped first).
+    async fn connected(&mut self) -> Option<Client> {
+        if let Some(c) = self.watched.client.clone() {
+            return Some(c);
+        }
+        let at = self.watched.connector.endpoints().join(",");
+        let mut wait = Duration::from_secs(1);
+        loop {
+            match self.watched.connector.connect().await {
+                Ok(c) => {
+                    self.readiness.set_connect_problem(None);
+                    eprintln!(
+                        "tenure: {}: connected to etcd at {at}",
+                        in_cluster(&self.watched.name)
+                    );
+                    return Some(c);
+                }
+                Err(e) => self.readiness.set_connect_problem(Some(format!(
+                    "etcd at {at} has not answered since serve started ({e}); trying again"
+                ))),
+            }
+            if self.paused(wait).await {
+                return None;
+            }
+            wait = (wait * 2).min(MAX_RETRY);
+        }
+    }
+
+    /// Its watch configuration: the one read at start, or read now
+    /// (trying again while etcd cannot tell; `None`: serve stopped first).
+    async fn configured(&mut self, client: &Client) -> Option<WatchConfig> {
+        if let Some(cfg) = self.cfg.take() {
+            return Some(cfg);
+        }
+        let mut wait = Duration::from_secs(1);
+        loop {
+            let w = &self.watched;
+            let sources = w.sources.clone();
+            match watch_config(client, sources, w.sources_only, self.common.max_elections).await {
+                Ok(cfg) => {
+                    self.readiness.set_connect_problem(None);
+                    return Some(cfg);
+                }
+                Err(e) => self
+                    .readiness
+                    .set_connect_problem(Some(format!("{e:#}; trying again"))),
+            }
+            if self.paused(wait).await {
+                return None;
+            }
+            wait = (wait * 2).min(MAX_RETRY);
+        }
+    }
+
+    /// Waits `wait`, or until serve stops (`true`).
+    async fn paused(&mut self, wait: Duration) -> bool {
+        if *self.stop.borrow() {
+            return true;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => false,
+            _ = self.stop.changed() => true,
+        }
+    }
+}
+
+/// What a watcher reads and keeps: the sources checked against etcd
+/// (several key ranges need ordered progress notifications).
+pub(super) async fn watch_config(
+    client: &Client,
+    sources: Vec<crate::layout::Source>,
+    sources_only: bool,
+    max_elections: usize,
+) -> anyhow::Result<WatchConfig> {
+    let sources = Watcher::sources(client, sources, sources_only)
+        .await
+        .context("reading --source")?;
+    Ok(WatchConfig {
+        max_elections,
+        sources: Some(sources),
+        ..WatchConfig::default()
+    })
+}

@@ -321,8 +321,8 @@ impl Client {
                 } => (revision, queued, leader),
             };
             if let Some(place) = place {
-                // Queue layout: one wake-up per handover, and none of them
-                // needs a read when the predecessor was the last older key.
+                // Queue layout: one wake-up per handover, and one read of
+                // the own key when the predecessor was the last older key.
                 let Some(place) = wait_in_queue(self, &s, place, revision).await else {
                     // Compacted, or the lease is in doubt: read again.
                     queued = Some(s.lease_id);

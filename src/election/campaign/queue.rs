@@ -12,8 +12,8 @@ use crate::election::{keys, pick_leader, Client, ElectionName, Error};
 /// A queued key and every older key of the election as read at the
 /// attempt's revision, oldest first. The set of older keys can only shrink:
 /// a key created later is younger. So once every one of them is gone (seen
-/// as a DELETE on a watch from that revision on), the key leads, and no
-/// further read is needed.
+/// as a DELETE on a watch from that revision on), the key leads, if it is
+/// still there (one read of its own key: see `wait_in_queue`).
 pub(super) struct Queued {
     pub(super) key: String,
     pub(super) token: i64,
@@ -116,10 +116,9 @@ fn queue_place(
 /// its own key went, a watch was compacted, or its lease is in doubt (the
 /// caller reads again, and queues again if its key is gone).
 ///
-/// The two watches are separate streams, so an own-key deletion within
-/// milliseconds of the last predecessor's can still arrive after it: the
-/// term's key watch, which replays from the token's revision, then ends
-/// the term at once.
+/// The two watches are separate streams, so an own-key deletion before
+/// the last predecessor's can still arrive after it: one read of the own
+/// key after the predecessor's deletion settles it before winning.
 pub(super) async fn wait_in_queue(
     client: &Client,
     session: &Session,
@@ -169,5 +168,25 @@ pub(super) async fn wait_in_queue(
             return None;
         }
     }
+    // The own-key watch is a stream of its own: a deletion of the key
+    // before the predecessor's (an operator's, at a lower revision) may
+    // still be on its way. One read, after the predecessor's deletion,
+    // says whether the key is still this candidate's; a key gone, another
+    // key, or no answer: not won (the caller reads again, and queues again
+    // if its key is gone). etcd's own `Campaign` reads once per wake-up too.
+    if !still_queued(client, &place).await {
+        return None;
+    }
     session.is_valid().then_some(place)
+}
+
+/// Whether `place`'s key is still there, the one this candidate created.
+async fn still_queued(client: &Client, place: &Queued) -> bool {
+    match client.op(client.etcd().get(place.key.clone(), None)).await {
+        Ok(resp) => resp
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == place.token),
+        Err(_) => false,
+    }
 }

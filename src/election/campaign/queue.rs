@@ -139,7 +139,8 @@ pub(super) async fn wait_in_queue(
     // still there, so the caller reads again.
     let pred = place.older.pop()?;
     let mut watch = RangeWatch::new(&client.etcd(), pred, None, revision + 1);
-    loop {
+    // The revision of the predecessor's deletion.
+    let gone_at = loop {
         tokio::select! {
             biased;
             item = own.next() => {
@@ -148,7 +149,14 @@ pub(super) async fn wait_in_queue(
                 }
             }
             item = watch.next() => match item {
-                Watched::Events(events) if events.iter().any(|e| e.event_type() == EventType::Delete) => break,
+                Watched::Events(events) if events.iter().any(|e| e.event_type() == EventType::Delete) => {
+                    break events
+                        .iter()
+                        .filter(|e| e.event_type() == EventType::Delete)
+                        .filter_map(|e| e.kv().map(KeyValue::mod_revision))
+                        .max()
+                        .unwrap_or(i64::MAX);
+                }
                 Watched::Events(_) => {}
                 Watched::Compacted | Watched::Denied(_) => return None,
             },
@@ -158,7 +166,7 @@ pub(super) async fn wait_in_queue(
                 }
             }
         }
-    }
+    };
     if !place.older.is_empty() {
         return None;
     }
@@ -174,15 +182,27 @@ pub(super) async fn wait_in_queue(
     // says whether the key is still this candidate's; a key gone, another
     // key, or no answer: not won (the caller reads again, and queues again
     // if its key is gone). etcd's own `Campaign` reads once per wake-up too.
-    if !still_queued(client, &place).await {
+    if !still_queued(client, &place, gone_at).await {
         return None;
     }
     session.is_valid().then_some(place)
 }
 
-/// Whether `place`'s key is still there, the one this candidate created.
-async fn still_queued(client: &Client, place: &Queued) -> bool {
-    match client.op(client.etcd().get(place.key.clone(), None)).await {
+/// Whether `place`'s key is still there, the one this candidate created,
+/// as of revision `at` or later. A serializable read (the member's own
+/// store, no consensus round) answers when the member has applied `at`:
+/// every change up to it, an earlier deletion of the key included, is in
+/// what it reads. Else, or when it fails, a linearizable read.
+async fn still_queued(client: &Client, place: &Queued, at: i64) -> bool {
+    let local = etcd_client::GetOptions::new().with_serializable();
+    let read = match client
+        .op(client.etcd().get(place.key.clone(), Some(local)))
+        .await
+    {
+        Ok(resp) if resp.header().is_some_and(|h| h.revision() >= at) => Ok(resp),
+        _ => client.op(client.etcd().get(place.key.clone(), None)).await,
+    };
+    match read {
         Ok(resp) => resp
             .kvs()
             .first()

@@ -75,16 +75,7 @@ async fn two_clusters(dir: &Path) -> Clusters {
     )
     .await
     .expect("connect to A over mTLS");
-    let cb = Client::connect_with(
-        &[b.endpoint()],
-        "",
-        ConnectConfig {
-            tls: TlsFiles::default(),
-            credentials: Some(Credentials::new("root", "root-pw")),
-        },
-    )
-    .await
-    .expect("connect to B as root");
+    let cb = as_root(&b).await;
     let password = dir.join("watcher.pw");
     std::fs::write(&password, "watch-pw\n").unwrap();
     let config = dir.join("clusters.toml");
@@ -187,6 +178,33 @@ async fn history_is(s: &Serve, name: &str, want: &[(String, i64, Value)]) {
 
 fn term(holder: &str, token: i64, cause: Value) -> (String, i64, Value) {
     (holder.to_owned(), token, cause)
+}
+
+/// `/readyz` once `ready(status, text)` holds (within 20 s).
+async fn readyz_when(s: &Serve, ready: impl Fn(u16, &str) -> bool) -> (u16, String) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, text) = readyz(s).await;
+        if ready(status, &text) {
+            return (status, text);
+        }
+        assert!(Instant::now() < deadline, "readyz: {status} {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The test's own client of an etcd with authentication, as root.
+async fn as_root(etcd: &Etcd) -> Client {
+    Client::connect_with(
+        &[etcd.endpoint()],
+        "",
+        ConnectConfig {
+            tls: TlsFiles::default(),
+            credentials: Some(Credentials::new("root", "root-pw")),
+        },
+    )
+    .await
+    .expect("connect as root")
 }
 
 async fn readyz(s: &Serve) -> (u16, String) {
@@ -362,17 +380,11 @@ async fn two_clusters_one_serve_each_history_its_own_log() {
 
     // A dies: /readyz names it, its lanes go unknown, B keeps recording.
     c.a.kill().await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (status, text) = readyz(&s).await;
-        if status == 503 {
-            assert!(text.contains("cluster a"), "{text}");
-            assert!(text.contains("cluster b: ready"), "{text}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "readyz never named A: {text}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (status, text) = readyz_when(&s, |status, _| status == 503).await;
+    assert!(
+        text.contains("cluster a") && text.contains("cluster b: ready"),
+        "{status} {text}"
+    );
     let b2 = lead(&c.cb, "db", "b-two").await;
     let b2_token = b2.token();
     history_is(
@@ -456,17 +468,9 @@ async fn two_clusters_one_serve_each_history_its_own_log() {
     // Restarted while A is down: serve starts, says A is not watched, and
     // B's history is whole.
     let s = serve(dir.path(), &c).await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (status, text) = readyz(&s).await;
-        if text.contains("cluster b: ready") {
-            assert_eq!(status, 503, "{text}");
-            assert!(text.contains("not ready: cluster a not watched"), "{text}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "B never ready: {text}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (status, text) = readyz_when(&s, |_, t| t.contains("cluster b: ready")).await;
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("not ready: cluster a not watched"), "{text}");
     history_is(
         &s,
         "b/db",
@@ -602,21 +606,13 @@ async fn a_cluster_down_at_start_is_watched_once_it_answers() {
         &[],
     )
     .await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (status, text) = readyz(&s).await;
-        if text.contains("cluster x: ready") {
-            assert_eq!(status, 503, "{text}");
-            assert!(text.contains("cluster y: not ready: etcd at"), "{text}");
-            assert!(
-                text.contains("has not answered since serve started"),
-                "{text}"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "x never ready: {text}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (status, text) = readyz_when(&s, |_, t| t.contains("cluster x: ready")).await;
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("cluster y: not ready: etcd at"), "{text}");
+    assert!(
+        text.contains("has not answered since serve started"),
+        "{text}"
+    );
     let cx = Client::connect(&[x.endpoint()], "").await.unwrap();
     let xl = lead(&cx, "jobs", "x-holder").await;
     history_is(&s, "x/jobs", &[term("x-holder", xl.token(), Value::Null)]).await;
@@ -640,16 +636,7 @@ async fn a_cluster_down_at_start_is_watched_once_it_answers() {
     // y answers: serve connects (its retries back off to 30 s at most;
     // here within a few), and records it.
     y.restart().await;
-    let cy = Client::connect_with(
-        &[y.endpoint()],
-        "",
-        ConnectConfig {
-            tls: TlsFiles::default(),
-            credentials: Some(Credentials::new("root", "root-pw")),
-        },
-    )
-    .await
-    .unwrap();
+    let cy = as_root(&y).await;
     let yl = lead(&cy, "jobs", "y-holder").await;
     history_is(&s, "y/jobs", &[term("y-holder", yl.token(), Value::Null)]).await;
     let (status, text) = readyz(&s).await;

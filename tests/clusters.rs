@@ -585,19 +585,26 @@ async fn a_cluster_down_at_start_is_watched_once_it_answers() {
         &[],
         &[("watcher", "watch-pw", "reader", "read")],
     );
+    // z: down at start too, and its user may read nothing.
+    let mut z = Etcd::start().await;
+    enable_auth(&z.endpoint(), &[], &[("nobody", "watch-pw", "none", "")]);
     std::fs::write(dir.path().join("pw"), "watch-pw\n").unwrap();
     let config = dir.path().join("clusters.toml");
     std::fs::write(
         &config,
         format!(
             "[[cluster]]\nname = \"x\"\nendpoints = \"{}\"\n\n[[cluster]]\nname = \"y\"\n\
-             endpoints = \"{}\"\nuser = \"watcher\"\npassword-file = \"pw\"\n",
+             endpoints = \"{}\"\nuser = \"watcher\"\npassword-file = \"pw\"\n\n\
+             [[cluster]]\nname = \"z\"\nendpoints = \"{}\"\nuser = \"nobody\"\n\
+             password-file = \"pw\"\n",
             x.endpoint(),
-            y.endpoint()
+            y.endpoint(),
+            z.endpoint()
         ),
     )
     .unwrap();
     y.kill().await;
+    z.kill().await;
     let config = config.display().to_string();
     let s = Serve::start(
         &[x.endpoint()],
@@ -639,9 +646,16 @@ async fn a_cluster_down_at_start_is_watched_once_it_answers() {
     let cy = as_root(&y).await;
     let yl = lead(&cy, "jobs", "y-holder").await;
     history_is(&s, "y/jobs", &[term("y-holder", yl.token(), Value::Null)]).await;
-    let (status, text) = readyz(&s).await;
-    assert_eq!(status, 200, "{text}");
+    readyz_when(&s, |_, t| t.contains("cluster y: ready")).await;
     assert!(s.log_text().contains("cluster \"y\": connected to etcd"));
+    // z answers, but its user may not read what the watcher watches: said
+    // in /readyz with what to do, never watched blind.
+    z.restart().await;
+    let (status, text) =
+        readyz_when(&s, |_, t| t.contains("cluster z: not ready: etcd denied")).await;
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("grant-permission"), "{text}");
+    assert!(text.contains("cluster y: ready"), "{text}");
     assert_eq!(s.stop().await, Some(0));
     drop((xl, yl));
 }

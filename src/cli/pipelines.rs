@@ -349,32 +349,27 @@ impl Pipeline {
     }
 
     /// The client: the one made at start, or one made once etcd answers
-    /// (`None`: serve stopped first).
+    /// and grants the reads the watcher needs (`None`: serve stopped
+    /// first).
     async fn connected(&mut self) -> Option<Client> {
         if let Some(c) = self.watched.client.clone() {
             return Some(c);
         }
-        let at = self.watched.connector.endpoints().join(",");
-        let mut wait = Duration::from_secs(1);
-        loop {
-            match self.watched.connector.connect().await {
-                Ok(c) => {
-                    self.readiness.set_connect_problem(None);
-                    eprintln!(
-                        "tenure: {}: connected to etcd at {at}",
-                        in_cluster(&self.watched.name)
-                    );
-                    return Some(c);
-                }
-                Err(e) => self.readiness.set_connect_problem(Some(format!(
-                    "etcd at {at} has not answered since serve started ({e}); trying again"
-                ))),
-            }
-            if self.paused(wait).await {
-                return None;
-            }
-            wait = (wait * 2).min(MAX_RETRY);
-        }
+        let w = self.watched.clone();
+        let at = w.connector.endpoints().join(",");
+        let client = self
+            .retried(|| async {
+                let c = w.connector.connect().await.map_err(|e| {
+                    format!("etcd at {at} has not answered since serve started ({e})")
+                })?;
+                read_access(&c, &w.sources, w.sources_only)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(c)
+            })
+            .await?;
+        eprintln!("tenure: {}: connected to etcd at {at}", in_cluster(&w.name));
+        Some(client)
     }
 
     /// Its watch configuration: the one read at start, or read now
@@ -383,18 +378,31 @@ impl Pipeline {
         if let Some(cfg) = self.cfg.take() {
             return Some(cfg);
         }
+        let (w, max) = (self.watched.clone(), self.common.max_elections);
+        self.retried(|| async {
+            watch_config(client, w.sources.clone(), w.sources_only, max)
+                .await
+                .map_err(|e| format!("{e:#}"))
+        })
+        .await
+    }
+
+    /// `attempt` until it succeeds, backing off from 1 s to [`MAX_RETRY`],
+    /// each failure said in `/readyz`; `None` when serve stops first.
+    async fn retried<T, F>(&mut self, mut attempt: impl FnMut() -> F) -> Option<T>
+    where
+        F: std::future::Future<Output = Result<T, String>>,
+    {
         let mut wait = Duration::from_secs(1);
         loop {
-            let w = &self.watched;
-            let sources = w.sources.clone();
-            match watch_config(client, sources, w.sources_only, self.common.max_elections).await {
-                Ok(cfg) => {
+            match attempt().await {
+                Ok(t) => {
                     self.readiness.set_connect_problem(None);
-                    return Some(cfg);
+                    return Some(t);
                 }
-                Err(e) => self
+                Err(why) => self
                     .readiness
-                    .set_connect_problem(Some(format!("{e:#}; trying again"))),
+                    .set_connect_problem(Some(format!("{why}; trying again"))),
             }
             if self.paused(wait).await {
                 return None;
@@ -431,4 +439,33 @@ pub(super) async fn watch_config(
         sources: Some(sources),
         ..WatchConfig::default()
     })
+}
+
+/// The key ranges a serve watches in a cluster of this `prefix` and
+/// these sources (none where the sources overlap: that is refused, with
+/// the reason, by [`watch_config`]).
+pub(super) fn watched_ranges(
+    prefix: &str,
+    sources: &[crate::layout::Source],
+    sources_only: bool,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    crate::layout::Sources::for_serve(prefix, sources.to_vec(), sources_only)
+        .map(|s| s.ranges())
+        .unwrap_or_default()
+}
+
+/// Whether etcd lets `client` read what the watcher will watch: a
+/// permission, user or TLS problem is an error now, not a watcher retrying
+/// forever. Bounded (1 s): a frozen etcd must not hold serve up, and an
+/// unreachable one is not an error (the watcher waits for it).
+pub(super) async fn read_access(
+    client: &Client,
+    sources: &[crate::layout::Source],
+    sources_only: bool,
+) -> Result<(), crate::election::Error> {
+    let ranges = watched_ranges(client.keys().prefix(), sources, sources_only);
+    match tokio::time::timeout(Duration::from_secs(1), client.check_read_access(&ranges)).await {
+        Ok(checked) => checked,
+        Err(_) => Ok(()),
+    }
 }

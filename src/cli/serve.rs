@@ -19,7 +19,7 @@ use crate::history::{Db, Store};
 use crate::telemetry::{self, Metrics, MetricsOptions};
 // Issue 15: a SQLite file of one's own, or a PostgreSQL history shared by replicas.
 pub use super::clusters::{ClusterFlag, Connector, Watched};
-use super::pipelines::{in_cluster, watch_config, Common, Inbox, Member};
+use super::pipelines::{in_cluster, read_access, watch_config, Common, Inbox, Member};
 use super::replica::{self, History};
 use crate::watch::WatchConfig;
 use crate::web::api::RateLimiter;
@@ -141,18 +141,10 @@ pub async fn run(client: Client, cmd: ServeCommand) -> anyhow::Result<i32> {
     let metrics = MetricsOptions {
         per_election_detail,
     };
-    // A user without read permission (or a TLS or password problem) is an
-    // error now, not a watcher retrying forever. Write permission is not
-    // needed: with a read-only role the mutating API answers 403. Bounded:
-    // a frozen etcd must not delay serving the history (the watcher waits).
-    // (A --source that cannot be read is refused, with the reason, when
-    // the watcher's configuration is made.)
-    let ranges = watched_ranges(&args, client.keys());
-    if let Ok(checked) =
-        tokio::time::timeout(Duration::from_secs(1), client.check_read_access(&ranges)).await
-    {
-        checked?;
-    }
+    // Write permission is not needed: with a read-only role the mutating
+    // API answers 403. (A --source that cannot be read is refused, with the
+    // reason, when the watcher's configuration is made.)
+    read_access(&client, &args.sources, args.sources_only).await?;
     run_with(client, args, metrics, async {
         let _ = shutdown_signal().await;
     })
@@ -178,19 +170,11 @@ pub async fn run_many(global: &super::Global, cmd: ServeCommand) -> anyhow::Resu
         return Ok(None);
     };
     for c in &clusters {
-        // One that did not answer is checked when it does (its watcher).
-        let Some(client) = &c.client else { continue };
-        let ranges = crate::layout::Sources::for_serve(
-            client.keys().prefix(),
-            c.sources.clone(),
-            c.sources_only,
-        )
-        .map(|s| s.ranges())
-        .unwrap_or_default();
-        if let Ok(checked) =
-            tokio::time::timeout(Duration::from_secs(1), client.check_read_access(&ranges)).await
-        {
-            checked.with_context(|| in_cluster(&c.name))?;
+        // One that did not answer is checked when it does (its pipeline).
+        if let Some(client) = &c.client {
+            read_access(client, &c.sources, c.sources_only)
+                .await
+                .with_context(|| in_cluster(&c.name))?;
         }
     }
     let metrics = MetricsOptions {
@@ -681,14 +665,11 @@ fn serve_event(kind: ClusterEventKind) -> ClusterEvent {
     }
 }
 
-/// The key ranges a serve with `args` watches, for its access check and
-/// the message when etcd denies them (none where the sources overlap:
-/// that is refused, with the reason, by [`watch_config`]).
+/// The key ranges a serve with `args` watches, for the message when etcd
+/// denies them.
 pub(crate) fn watched_ranges(
     args: &ServeArgs,
     keys: &crate::election::Keys,
 ) -> Vec<(Vec<u8>, Vec<u8>)> {
-    crate::layout::Sources::for_serve(keys.prefix(), args.sources.clone(), args.sources_only)
-        .map(|s| s.ranges())
-        .unwrap_or_default()
+    super::pipelines::watched_ranges(keys.prefix(), &args.sources, args.sources_only)
 }

@@ -109,11 +109,6 @@ impl AppState {
         })
     }
 
-    /// The readiness of `t`'s cluster.
-    pub fn readiness_of(&self, t: &Target) -> &Arc<Readiness> {
-        self.view(t).map_or(&self.readiness, |v| &v.readiness)
-    }
-
     /// What `t`'s cluster's watcher reads (`None`: not connected yet).
     pub fn sources_of(&self, t: &Target) -> Option<&Sources> {
         match self.view(t) {
@@ -122,44 +117,63 @@ impl AppState {
         }
     }
 
-    /// The history's name of the cluster of `election` (`Some("")` for
-    /// the one cluster; `None` when the name is not a configured cluster's).
-    fn cluster_scope(&self, election: &str) -> Option<Option<&str>> {
-        if self.clusters.is_empty() {
-            return Some(None);
-        }
-        let (c, _) = election.split_once('/')?;
-        self.clusters
-            .iter()
-            .find(|v| &*v.name == c)
-            .map(|v| Some(&*v.name))
-    }
-
     /// Since when nothing of `election`'s cluster has been watched (`None`:
     /// watched now); see [`Readiness::unwatched_since`]. Blocking.
     pub fn unwatched_since_of(&self, election: &str) -> Option<i64> {
-        match self.cluster_scope(election) {
-            Some(None) => self.readiness.unwatched_since(&self.history),
-            Some(Some(c)) => self
-                .clusters
-                .iter()
-                .find(|v| &*v.name == c)
-                .and_then(|v| v.readiness.unwatched_since_in(&self.history, Some(c))),
-            // Not a configured cluster's: not watched by this server.
-            None => Some(0),
-        }
+        self.unwatched().of(election)
     }
 
-    /// Since when the clusters' watchers were not all live: the earliest of
-    /// the clusters that are not (`None`: all are). Blocking.
-    pub fn unwatched_since_any(&self) -> Option<i64> {
+    /// Since when each cluster has not been watched, each read once (a
+    /// page asks it for every lane). Blocking.
+    pub fn unwatched(&self) -> Unwatched {
         if self.clusters.is_empty() {
-            return self.readiness.unwatched_since(&self.history);
+            return Unwatched {
+                one: self.readiness.unwatched_since(&self.history),
+                clusters: Vec::new(),
+            };
         }
+        let clusters = self
+            .clusters
+            .iter()
+            .map(|v| {
+                let since = v.readiness.unwatched_since_in(&self.history, Some(&v.name));
+                (v.name.clone(), since)
+            })
+            .collect();
+        Unwatched {
+            one: None,
+            clusters,
+        }
+    }
+}
+
+/// Since when each cluster has not been watched (`None`: watched now).
+pub struct Unwatched {
+    /// The one cluster's, without `--cluster`.
+    one: Option<i64>,
+    clusters: Vec<(Arc<str>, Option<i64>)>,
+}
+
+impl Unwatched {
+    /// `election`'s cluster's; a name of no configured cluster was not
+    /// watched at all by this server.
+    pub fn of(&self, election: &str) -> Option<i64> {
+        if self.clusters.is_empty() {
+            return self.one;
+        }
+        let cluster = election.split_once('/').map(|(c, _)| c);
         self.clusters
             .iter()
-            .filter_map(|v| v.readiness.unwatched_since_in(&self.history, Some(&v.name)))
-            .min()
+            .find(|(name, _)| Some(&**name) == cluster)
+            .map_or(Some(0), |(_, since)| *since)
+    }
+
+    /// The earliest of every cluster's (`None`: all are watched).
+    pub fn any(&self) -> Option<i64> {
+        if self.clusters.is_empty() {
+            return self.one;
+        }
+        self.clusters.iter().filter_map(|(_, since)| *since).min()
     }
 }
 

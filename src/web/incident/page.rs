@@ -131,7 +131,8 @@ async fn load_window(
         if !state.clusters.is_empty() {
             w.add_cluster_marks(&reader)?;
         }
-        w.set_unwatched(|e| state.unwatched_since_of(e), state.unwatched_since_any());
+        let unwatched = state.unwatched();
+        w.set_unwatched(|e| unwatched.of(e), unwatched.any());
         Ok::<_, crate::history::HistoryError>(w)
     })
     .await;

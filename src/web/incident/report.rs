@@ -563,7 +563,8 @@ pub(super) async fn report(
         if !state.clusters.is_empty() {
             w.add_cluster_marks(&reader)?;
         }
-        w.set_unwatched(|e| state.unwatched_since_of(e), state.unwatched_since_any());
+        let unwatched = state.unwatched();
+        w.set_unwatched(|e| unwatched.of(e), unwatched.any());
         if let Some(c) = &cluster {
             // One cluster's report: its etcd events, and serve's own.
             w.cluster

@@ -126,7 +126,6 @@ struct RenewBody {
 }
 
 async fn renew(
-    State(_): State<Arc<AppState>>,
     Mutation {
         name,
         client,
@@ -158,7 +157,6 @@ struct ResignBody {
 }
 
 async fn resign(
-    State(_): State<Arc<AppState>>,
     Mutation {
         name,
         client,
@@ -180,7 +178,6 @@ struct FenceBody {
 }
 
 async fn fence(
-    State(_): State<Arc<AppState>>,
     Mutation {
         name, client, body, ..
     }: Mutation<FenceBody>,

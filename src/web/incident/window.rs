@@ -103,8 +103,8 @@ pub struct Window {
     /// clusters: the earliest of theirs; each lane has its own.
     pub unwatched_since: Option<i64>,
     /// Several clusters (issue 25): the gaps and replays of each, by its
-    /// fleet-wide name (`CLUSTER/`), where it has any. Revisions are a
-    /// cluster's own: a lane reads its own cluster's.
+    /// fleet-wide name (`CLUSTER/`). Revisions are a cluster's own: a lane
+    /// reads its own cluster's.
     pub clusters: std::collections::BTreeMap<String, FleetMarks>,
 }
 
@@ -166,9 +166,8 @@ impl Window {
                 .into_iter()
                 .filter(|e| e.election == name)
                 .collect();
-            if !events.is_empty() {
-                self.clusters.insert(name.to_owned(), fleet_marks(&events));
-            }
+            // Read once per cluster, marks or none.
+            self.clusters.insert(name.to_owned(), fleet_marks(&events));
         }
         Ok(())
     }

@@ -50,6 +50,33 @@ async fn term(serve: &Serve, election: &str, token: i64, within: Duration) -> Va
 }
 
 /// A real etcd, a temp dir, and a ready `tenure serve` recording into it.
+/// Waits until the holder of `token` has published that it began acting:
+/// `tenure campaign` sends that record in the background once its command
+/// runs, so a fault injected right after `Holder::start` could otherwise
+/// land before it (then the record is lost or late, rightly, and the test
+/// would be checking a race of its own making).
+async fn acting_began(etcd: &Etcd, election: &str, token: i64) {
+    let raw = etcd.client().await;
+    let key = format!("election/~acting/{election}");
+    wait_until_async(
+        "the holder published acting's start",
+        Duration::from_secs(10),
+        || {
+            let (mut raw, key) = (raw.clone(), key.clone());
+            async move {
+                let Ok(resp) = raw.get(key, None).await else {
+                    return false;
+                };
+                resp.kvs().first().is_some_and(|kv| {
+                    serde_json::from_slice::<Value>(kv.value())
+                        .is_ok_and(|r| r["token"] == token && !r["began_ms"].is_null())
+                })
+            }
+        },
+    )
+    .await;
+}
+
 async fn world() -> (Etcd, tempfile::TempDir, Serve) {
     let etcd = Etcd::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -103,8 +130,10 @@ async fn a_resign_on_sigterm_gives_the_margin_the_test_observed() {
     assert_eq!(t["acting_started_late"], false);
     assert_eq!(t["acting_stopped_late"], false);
     // The test's record: the key went `deleted − last` after the last act
-    // (its watch adds its latency; the acts come every 20 ms).
-    agrees("resign", margin(&t), ms(deleted - last), 100.0);
+    // (its watch adds its latency, the acts come every 20 ms, and a loaded
+    // machine delays both: a missing or misplaced record is off by
+    // seconds).
+    agrees("resign", margin(&t), ms(deleted - last), 250.0);
     assert!(margin(&t).0 >= 0, "{t}");
 }
 
@@ -196,8 +225,10 @@ async fn a_whole_holder_frozen_past_its_ttl_gives_a_negative_margin_and_an_overl
         "[figure] overlap {overlap_ms} ms in serve, {:.0} ms by the test's record",
         -independent
     );
+    // (Less by at most how much later serve's watch saw the next key than
+    // the test's did.)
     assert!(
-        overlap_ms as f64 >= -independent - 5.0,
+        overlap_ms as f64 >= -independent - 60.0,
         "overlap {overlap_ms} ms, observed {:.0} ms",
         -independent
     );
@@ -257,6 +288,7 @@ async fn a_holder_cut_off_from_etcd_publishes_late_and_is_marked_so() {
     let proxy = Proxy::start(etcd.client_addr()).await;
     let mut h = Holder::start(&proxy.endpoint(), "act-cut", dir.path(), &["--ttl", "3"]).await;
     let keylog = KeyLog::start(etcd.client().await, "election/act-cut").await;
+    acting_began(&etcd, "act-cut", h.token).await;
     proxy.partition();
     let deleted = keylog.deleted(Duration::from_secs(10)).await;
     let last = h.last_act();
@@ -275,6 +307,7 @@ async fn a_holder_killed_with_9_is_bounded_by_its_guards_deadline() {
     let (etcd, dir, s) = world().await;
     let h = Holder::start(&etcd.endpoint(), "act-killed", dir.path(), &["--ttl", "4"]).await;
     let keylog = KeyLog::start(etcd.client().await, "election/act-killed").await;
+    acting_began(&etcd, "act-killed", h.token).await;
     kill(h.tenure_pid(), Signal::SIGKILL).unwrap();
     dead_at(h.pgid, Duration::from_secs(5)).await;
     let last = h.last_act();
@@ -382,8 +415,9 @@ async fn a_depose_with_nobody_next_is_measured_against_the_leases_end() {
         "{m} vs {:.0}",
         ms(gone - last)
     );
+    // The group's reap and the act loop's period, on a loaded machine.
     assert!(
-        ms(alive - last) - (m as f64) <= 100.0,
+        ms(alive - last) - (m as f64) <= 250.0,
         "{m} vs {:.0}",
         ms(alive - last)
     );
@@ -426,12 +460,15 @@ async fn a_depose_with_a_waiter_shows_the_grace_as_an_overlap() {
         "[figure] depose with a waiter: overlap {overlap} ms in serve, the old command acted {observed:.0} ms into the next term by the test's record (its 0.75 s grace)"
     );
     assert!(observed > 0.0);
+    // serve and the test each see the next key from their own watch: under
+    // load one sees it tens of ms after the other (a missing overlap is
+    // off by the whole 0.75 s grace).
     assert!(
-        overlap as f64 >= observed - 5.0,
+        overlap as f64 >= observed - 60.0,
         "{overlap} vs {observed:.0}"
     );
     assert!(
-        overlap as f64 <= observed + 100.0,
+        overlap as f64 <= observed + 250.0,
         "{overlap} vs {observed:.0}"
     );
     let _ = next.child.start_kill();
@@ -456,7 +493,9 @@ async fn a_library_holder_deposed_and_dropped_reports_its_end_without_claiming_i
     let ended = t["ended_at_ms"].as_i64().unwrap();
     let after = stopped - ended;
     println!("[figure] library, deposed, dropped 200 ms after the loss: acting stopped {after} ms after the deposition");
-    assert!((150..1_000).contains(&after), "{t}");
+    // 200 ms after the loss; the loss itself and serve's two watch
+    // latencies (the term's start, the deletion) move it by tens of ms.
+    assert!((100..1_500).contains(&after), "{t}");
     // Its lease ended by its revoke, unconfirmed when the record was
     // written, and nobody followed: the margin is unknown, not a guess.
     assert!(t["margin_ms"].is_null(), "{t}");

@@ -135,8 +135,10 @@ async fn whole_holder_frozen_past_its_ttl_dies_at_once_when_resumed() {
         "[figure] whole holder frozen past its TTL (2 s): command group dead {:.0} ms after SIGCONT",
         ms(dead - resumed)
     );
+    // Killed at once on waking (no grace, no wait for a renewal round);
+    // 800 ms leaves room for a loaded machine's scheduling.
     assert!(
-        dead - resumed < 500_000_000,
+        dead - resumed < 800_000_000,
         "dead {:.0} ms after resuming",
         ms(dead - resumed)
     );
@@ -155,8 +157,10 @@ async fn kill_9_of_tenure_takes_the_whole_group_down() {
         "[figure] kill -9 of tenure campaign: command group dead {:.0} ms later",
         ms(dead - killed)
     );
+    // Without the guard's parent-death signal the group would run on until
+    // the lease (10 s) expired; 1 s leaves room for a loaded machine.
     assert!(
-        dead - killed < 300_000_000,
+        dead - killed < 1_000_000_000,
         "dead {:.0} ms after kill -9",
         ms(dead - killed)
     );
@@ -216,7 +220,8 @@ async fn a_command_flooding_an_unread_stderr_is_still_stopped_on_time() {
         "[figure] stderr full: command group dead {:.0} ms after the deposition",
         ms(dead - before)
     );
-    assert!(dead - before < 1_500_000_000);
+    // A full stderr would block tenure for good; 3 s is a loaded machine.
+    assert!(dead - before < 3_000_000_000);
     let code = tokio::time::timeout(Duration::from_secs(10), child.wait())
         .await
         .expect("tenure exits though its stderr is full")
@@ -404,8 +409,9 @@ async fn a_deletion_without_tenures_marker_kills_at_once() {
         "[figure] a deletion without tenure's marker (TTL 10 s, grace 2.25 s): command group dead {:.0} ms later",
         ms(dead - before)
     );
+    // Given the grace, the group would live 2.25 s more.
     assert!(
-        dead - before < 400_000_000,
+        dead - before < 1_200_000_000,
         "dead {:.0} ms after the deletion: the grace was given",
         ms(dead - before)
     );

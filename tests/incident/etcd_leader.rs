@@ -155,7 +155,14 @@ async fn etcd_leader_killed_recorded_once_reelections_on_one_timeline_report_mat
     tokio::time::sleep(Duration::from_secs(5)).await;
     let all = get_json(&ev_url).await;
     let changes = leader_changes(&all);
-    assert_eq!(changes.len(), 2, "{changes:#?}");
+    // Each change once: raft terms strictly rising. Usually exactly two
+    // (the first seen, the kill's); a starved survivor on a loaded machine
+    // can hold one more election, which is then recorded too.
+    let terms: Vec<u64> = changes
+        .iter()
+        .map(|c| c["raft_term"].as_u64().expect("term"))
+        .collect();
+    assert!(terms.windows(2).all(|w| w[0] < w[1]), "{changes:#?}");
     let change = &changes[1];
     assert!(
         change["raft_term"].as_u64().expect("term") > term_before,
@@ -163,25 +170,26 @@ async fn etcd_leader_killed_recorded_once_reelections_on_one_timeline_report_mat
     );
     assert_eq!(change["previous_raft_term"].as_u64(), Some(term_before));
     assert_eq!(
-        change["leader_id"].as_str(),
-        Some(format!("{:x}", cluster.member_id(new_leader)).as_str())
+        changes[changes.len() - 1]["leader_id"].as_str(),
+        Some(format!("{:x}", cluster.member_id(new_leader)).as_str()),
+        "{changes:#?}"
     );
     assert!(change["at_ms"].as_i64().expect("at") >= killed_at);
     let nb = change["not_before_ms"]
         .as_i64()
         .expect("bounded: seen by the poller");
     assert!(nb <= change["at_ms"].as_i64().expect("at"));
+    // The killed member is said unreachable once (a live member whose
+    // status answer was late on a loaded machine may be said so too).
+    let killed = format!("{:x}", cluster.member_id(leader));
     let unreachable: Vec<&Value> = all["events"]
         .as_array()
         .expect("events")
         .iter()
         .filter(|e| e["type"] == "member_unreachable")
+        .filter(|e| e["member_id"].as_str() == Some(killed.as_str()))
         .collect();
-    assert_eq!(unreachable.len(), 1, "{unreachable:#?}");
-    assert_eq!(
-        unreachable[0]["member_id"].as_str(),
-        Some(format!("{:x}", cluster.member_id(leader)).as_str())
-    );
+    assert_eq!(unreachable.len(), 1, "{all:#?}");
     assert_eq!(
         all["events"]
             .as_array()

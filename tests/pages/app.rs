@@ -82,7 +82,8 @@ pub async fn serve(store: &Store, endpoint: String, etcd_up: bool) -> App {
     let client = Client::connect(&[endpoint], "")
         .await
         .expect("client")
-        .with_op_timeout(Duration::from_millis(500));
+        // What serve gives its page reads: 500 ms could run out on a loaded machine.
+        .with_op_timeout(Duration::from_millis(1_500));
     let readiness = Arc::new(Readiness::default());
     readiness.apply(&Update::Watch(WatchStatus::EtcdUp(etcd_up)));
     readiness.apply(&Update::Watch(WatchStatus::CaughtUp { revision: 140 }));

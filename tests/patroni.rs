@@ -99,6 +99,17 @@ fn roles(events: &[DcsEvent], name: &str) -> Vec<String> {
     out
 }
 
+/// The member's roles went `from`, then `via`, then `to`. Patroni writes
+/// its member key once per loop: `via` (a promotion or demotion in
+/// progress) is missing when it ended between two loops (seen on a loaded
+/// host), so it may be skipped, never replaced by something else.
+fn passes(roles: &[String], from: &str, via: &str, to: &str, member: &str) {
+    assert!(
+        roles == [from, via, to] || roles == [from, to],
+        "{member}: {roles:?}, expected {from} → ({via}) → {to}"
+    );
+}
+
 /// Waits for a put of `history` with `n` entries; returns its last entry.
 async fn history_entry(log: &DcsLog, n: usize) -> support::patroni::HistoryEntry {
     let e = log
@@ -261,15 +272,19 @@ async fn patroni_keys_through_bootstrap_switchover_restart_and_crash_failover() 
     assert_eq!((h.timeline, h.reason.as_str()), (1, PROMOTION_REASON));
     assert_eq!(h.leader.as_deref(), Some(b.as_str()));
     assert!(h.at.is_some(), "{h:?}");
-    assert_eq!(
-        roles(&since(&log, mark), &a),
-        ["primary", "demoted", "replica"],
-        "{a}"
+    passes(
+        &roles(&since(&log, mark), &a),
+        "primary",
+        "demoted",
+        "replica",
+        &a,
     );
-    assert_eq!(
-        roles(&since(&log, mark), &b),
-        ["replica", "promoted", "primary"],
-        "{b}"
+    passes(
+        &roles(&since(&log, mark), &b),
+        "replica",
+        "promoted",
+        "primary",
+        &b,
     );
     let gap = put.at.saturating_duration_since(del.at);
     summary.push(format!(
@@ -386,7 +401,12 @@ async fn patroni_keys_through_bootstrap_switchover_restart_and_crash_failover() 
         .map(String::as_str)
         .skip_while(|r| *r == "replica")
         .collect();
-    assert_eq!(c_roles, ["promoted", "primary"], "{c}");
+    // `promoted` is written only if Patroni's loop touched the member while
+    // the promotion ran (a loaded host's loop may come after it).
+    assert!(
+        c_roles == ["promoted", "primary"] || c_roles == ["primary"],
+        "{c}: {c_roles:?}"
+    );
     assert!(
         !pg.pg_is_in_recovery(&b),
         "{b}'s PostgreSQL a primary still: two primaries"

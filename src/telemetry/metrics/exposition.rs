@@ -264,7 +264,7 @@ fn write_family(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
                     Id::FencingToken => s.fencing_token as f64,
                     Id::HasLeader => s.has_leader as f64,
                     Id::LeaderChanges => s.leader_changes as f64,
-                    Id::Leaderless if e.shows_leaderless() => s.leaderless,
+                    Id::Leaderless if e.shows_leaderless() => s.leaderless_ms as f64 / 1000.0,
                     Id::TermStart => s.term_start,
                     _ => continue,
                 };

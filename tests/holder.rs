@@ -583,14 +583,16 @@ async fn a_late_answered_revoke_is_not_reported_as_failed() {
     let c = tenure_client(&etcd).await;
     let n = name("late-revoke");
     let opts = CampaignOptions::new(Ttl::from_secs(30).expect("ttl"));
+    // Counted before a leads: a's own term watch may open after
+    // `campaign_wait` returns, and must not pass for b's.
+    let watchers = support::prom::etcd_watchers(&etcd.endpoint())
+        .await
+        .unwrap_or(0.0);
     let a = c
         .campaign_wait(&n, "a", &opts, None)
         .await
         .expect("a leads");
     let mut raw = c.etcd();
-    let watchers = support::prom::etcd_watchers(&etcd.endpoint())
-        .await
-        .unwrap_or(0.0);
     // b waits through the proxy, with a 1 s request timeout.
     let child = spawn(
         &proxy.endpoint(),
@@ -604,13 +606,14 @@ async fn a_late_answered_revoke_is_not_reported_as_failed() {
         assert!(Instant::now() < deadline, "b never granted its lease");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // And b waits: its campaign was answered and it watches the key. A
-    // SIGTERM while its campaign's put is still in flight (a loaded CI run)
-    // is another path, which this test is not about.
+    // And b waits: its campaign was answered and it watches the key (two
+    // watches more than before a led: a's on its term, b's). A SIGTERM
+    // while b's campaign is still in flight (a loaded CI run) is another
+    // path, which this test is not about.
     while support::prom::etcd_watchers(&etcd.endpoint())
         .await
         .unwrap_or(0.0)
-        <= watchers
+        < watchers + 2.0
     {
         assert!(Instant::now() < deadline, "b never waited");
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -159,12 +159,13 @@ async fn terms(s: &Serve, name: &str) -> Vec<(String, i64, Value)> {
         .collect()
 }
 
-/// Waits until serve's history of `name` holds exactly `want`.
 /// How long a wait on serve may take: a cluster that was down is retried
 /// with back-off up to 30 s between attempts (on a loaded machine its
 /// restart can land just after one), then connected and configured.
 const SETTLE: Duration = Duration::from_secs(45);
 
+/// Waits until serve's history of `name` holds exactly `want` (within
+/// [`SETTLE`]).
 async fn history_is(s: &Serve, name: &str, want: &[(String, i64, Value)]) {
     let deadline = Instant::now() + SETTLE;
     loop {
@@ -185,7 +186,7 @@ fn term(holder: &str, token: i64, cause: Value) -> (String, i64, Value) {
     (holder.to_owned(), token, cause)
 }
 
-/// `/readyz` once `ready(status, text)` holds (within 20 s).
+/// `/readyz` once `ready(status, text)` holds (within [`SETTLE`]).
 async fn readyz_when(s: &Serve, ready: impl Fn(u16, &str) -> bool) -> (u16, String) {
     let deadline = Instant::now() + SETTLE;
     loop {

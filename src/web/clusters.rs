@@ -118,9 +118,19 @@ impl AppState {
     }
 
     /// Since when nothing of `election`'s cluster has been watched (`None`:
-    /// watched now); see [`Readiness::unwatched_since`]. Blocking.
+    /// watched now); see [`Readiness::unwatched_since`]. Reads that cluster
+    /// alone (a page of many lanes reads each once: [`AppState::unwatched`]).
+    /// Blocking.
     pub fn unwatched_since_of(&self, election: &str) -> Option<i64> {
-        self.unwatched().of(election)
+        if self.clusters.is_empty() {
+            return self.readiness.unwatched_since(&self.history);
+        }
+        self.clusters
+            .iter()
+            .find(|v| Some(&*v.name) == cluster_of(election))
+            .map_or(NOT_WATCHED_HERE, |v| {
+                v.readiness.unwatched_since_in(&self.history, Some(&v.name))
+            })
     }
 
     /// Since when each cluster has not been watched, each read once (a
@@ -147,6 +157,15 @@ impl AppState {
     }
 }
 
+/// What "not watched since" says of a name of no configured cluster:
+/// this server never watched it.
+const NOT_WATCHED_HERE: Option<i64> = Some(0);
+
+/// The cluster part of a fleet name `CLUSTER/NAME` (several clusters).
+fn cluster_of(election: &str) -> Option<&str> {
+    election.split_once('/').map(|(c, _)| c)
+}
+
 /// Since when each cluster has not been watched (`None`: watched now).
 pub struct Unwatched {
     /// The one cluster's, without `--cluster`.
@@ -161,11 +180,10 @@ impl Unwatched {
         if self.clusters.is_empty() {
             return self.one;
         }
-        let cluster = election.split_once('/').map(|(c, _)| c);
         self.clusters
             .iter()
-            .find(|(name, _)| Some(&**name) == cluster)
-            .map_or(Some(0), |(_, since)| *since)
+            .find(|(name, _)| Some(&**name) == cluster_of(election))
+            .map_or(NOT_WATCHED_HERE, |(_, since)| *since)
     }
 
     /// The earliest of every cluster's (`None`: all are watched).

@@ -408,7 +408,11 @@ impl Need {
             // checks the whole range, so the grant is that range. With
             // --source: exactly each source's prefixes.
             Command::Serve(cmd) => {
-                let ranges = serve::watched_ranges(&cmd.args, keys);
+                let ranges = pipelines::watched_ranges(
+                    keys.prefix(),
+                    &cmd.args.sources,
+                    cmd.args.sources_only,
+                );
                 let shown = |start: &[u8], end: &[u8]| {
                     let (start, end) =
                         (String::from_utf8_lossy(start), String::from_utf8_lossy(end));

@@ -442,8 +442,9 @@ pub(super) async fn watch_config(
 }
 
 /// The key ranges a serve watches in a cluster of this `prefix` and
-/// these sources (none where the sources overlap: that is refused, with
-/// the reason, by [`watch_config`]).
+/// these sources, for its access check and the message when etcd denies
+/// them (none where the sources overlap: that is refused, with the
+/// reason, by [`watch_config`]).
 pub(super) fn watched_ranges(
     prefix: &str,
     sources: &[crate::layout::Source],

@@ -664,12 +664,3 @@ fn serve_event(kind: ClusterEventKind) -> ClusterEvent {
         kind,
     }
 }
-
-/// The key ranges a serve with `args` watches, for the message when etcd
-/// denies them.
-pub(crate) fn watched_ranges(
-    args: &ServeArgs,
-    keys: &crate::election::Keys,
-) -> Vec<(Vec<u8>, Vec<u8>)> {
-    super::pipelines::watched_ranges(keys.prefix(), &args.sources, args.sources_only)
-}

@@ -49,7 +49,6 @@ async fn term(serve: &Serve, election: &str, token: i64, within: Duration) -> Va
     }
 }
 
-/// A real etcd, a temp dir, and a ready `tenure serve` recording into it.
 /// Waits until the holder of `token` has published that it began acting:
 /// `tenure campaign` sends that record in the background once its command
 /// runs, so a fault injected right after `Holder::start` could otherwise
@@ -77,6 +76,7 @@ async fn acting_began(etcd: &Etcd, election: &str, token: i64) {
     .await;
 }
 
+/// A real etcd, a temp dir, and a ready `tenure serve` recording into it.
 async fn world() -> (Etcd, tempfile::TempDir, Serve) {
     let etcd = Etcd::start().await;
     let dir = tempfile::tempdir().unwrap();

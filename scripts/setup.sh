@@ -4,10 +4,11 @@
 #   scripts/setup.sh --test   also what the tests drive for real: Prometheus (prometheus,
 #                             promtool), Chromium and ChromeDriver, the fault tools, and
 #                             openssl (test certificates), PostgreSQL (the shared
-#                             history's tests), Go and etcd's Go client (the Go
-#                             interop tests), etcd 3.5.16 and 3.5.30 (Debian trixie's
-#                             and sid's packages) in /opt/tenure-etcd-VERSION, and Patroni
-#                             (PyPI, pinned) in the venv /opt/tenure-patroni
+#                             history's tests), etcd 3.5.16 and 3.5.30 (Debian trixie's
+#                             and sid's packages) and 3.6, 3.7 (built with the machine's
+#                             Go from etcd's modules) in /opt/tenure-etcd-VERSION, etcd's
+#                             Go client per line (the Go interop tests, module mode), and
+#                             Patroni (PyPI, pinned) in the venv /opt/tenure-patroni
 set -euo pipefail
 
 need=()
@@ -30,9 +31,6 @@ if [ "${1:-}" = "--test" ]; then
   # tests/postgres.rs and the bench's pg measurement start their own PostgreSQL server
   # (initdb, postgres) and use psql.
   { ls /usr/lib/postgresql/*/bin/postgres && command -v psql; } >/dev/null 2>&1 || need+=(postgresql)
-  # tests/go_interop.rs builds a Go service on etcd's own clientv3/concurrency (GOPATH mode).
-  { command -v go && [ -d /usr/share/gocode/src/go.etcd.io/etcd/clientv3 ]; } >/dev/null 2>&1 ||
-    need+=(golang-go golang-etcd-server-dev)
   # tests/patroni.rs runs Patroni from a venv on Debian's python3 (below); Debian keeps
   # the venv module's ensurepip in python3-venv.
   /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
@@ -85,6 +83,51 @@ fetch_etcd() { # suite version
 if [ "${1:-}" = "--test" ]; then
   fetch_etcd trixie 3.5.16
   fetch_etcd sid 3.5.30
+fi
+
+# Go: the machine's own (1.26, with Go's module proxy); nothing here installs a second one.
+# Every Go program is built in module mode from a committed go.mod and go.sum.
+need_go() {
+  if ! command -v go >/dev/null 2>&1 || ! go version | grep -qE 'go1\.(2[2-9]|[3-9][0-9])'; then
+    echo "setup: the tests need Go 1.22 or newer on PATH (this machine's is /usr/local/go/bin/go); found: $(go version 2>/dev/null || echo none)" >&2
+    return 1
+  fi
+}
+
+# etcd 3.6 and 3.7, built from etcd's own modules (scripts/etcd/LINE/go.mod pins the patch
+# release; its go.sum is committed) into /opt/tenure-etcd-VERSION/bin, once: the tree is
+# kept between runs. Building all three binaries takes about 2 minutes on 2 cores.
+build_etcd() { # line
+  local mod version dir
+  mod="$(cd "$(dirname "$0")" && pwd)/etcd/$1"
+  version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print substr($2, 2); exit}' "$mod/go.mod")
+  dir="/opt/tenure-etcd-$version"
+  [ -x "$dir/bin/etcd" ] && [ -x "$dir/bin/etcdctl" ] && [ -x "$dir/bin/etcdutl" ] && return 0
+  echo "setup: building etcd $version from its modules into $dir" >&2
+  mkdir -p "$dir/bin"
+  local b
+  for b in server:etcd etcdctl:etcdctl etcdutl:etcdutl; do
+    (cd "$mod" && GOFLAGS=-buildvcs=false go build -mod=readonly -trimpath -o "$dir/bin/${b#*:}.tmp" "go.etcd.io/etcd/${b%%:*}/v3") >&2
+    mv "$dir/bin/${b#*:}.tmp" "$dir/bin/${b#*:}"
+  done
+  "$dir/bin/etcd" --version | head -1 >&2
+}
+
+# The Go interop tests' etcdactor (tests/go/etcdactor): one modfile per client line; its
+# modules are fetched and compiled here, so the tests' own builds only link.
+warm_etcdactor() {
+  local src m
+  src="$(cd "$(dirname "$0")/.." && pwd)/tests/go/etcdactor"
+  for m in go.3.5.mod go.mod go.3.7.mod; do
+    (cd "$src" && GOFLAGS=-buildvcs=false go build -mod=readonly -modfile "$m" -o /dev/null .) >&2
+  done
+}
+
+if [ "${1:-}" = "--test" ]; then
+  need_go
+  build_etcd 3.6
+  build_etcd 3.7
+  warm_etcdactor
 fi
 
 # Patroni (tests/patroni.rs, tests/support/patroni.rs) in a venv of its own on Debian's

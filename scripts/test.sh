@@ -15,14 +15,24 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --locked --no-fail-fast --all-targets 2>&1 | tee "$log" || status=$?
-# The election, watch, serve, interop, Go interop, queue, holder-safety, acting, Patroni, sources and fault suites (fast groups) again against
-# etcd 3.5.30 (Debian sid's, fetched by setup.sh; its etcd, etcdctl and etcdutl first in PATH;
-# the harness takes the server from TENURE_TEST_ETCD_BIN). The first run above is Debian's 3.4.23.
-etcd35="${TENURE_ETCD35_DIR:-/opt/tenure-etcd-3.5.30}"
-PATH="$etcd35/bin:$PATH" TENURE_TEST_ETCD_BIN="$etcd35/bin/etcd" \
-  cargo test --locked --no-fail-fast --test election --test watch --test serve --test interop \
-  --test causes --test faults --test belief --test holder --test queue --test go_interop \
-  --test patroni --test restore --test edges --test sources --test patroni_source --test acting 2>&1 | tee -a "$log" || status=$?
+# The suites that talk to etcd again on each other etcd line: 3.5.30 (Debian sid's, fetched
+# by setup.sh) and 3.6, 3.7 (built by setup.sh from etcd's modules). Each line's etcd,
+# etcdctl and etcdutl come first in PATH; the harness takes the server from
+# TENURE_TEST_ETCD_BIN and builds the Go interop client of the same line. The first run
+# above is Debian bookworm's 3.4.23.
+etcd_suites=(election watch serve interop causes faults belief holder queue go_interop
+  patroni restore edges sources patroni_source acting clusters auth tls)
+on_etcd() { # dir
+  local args=() t
+  for t in "${etcd_suites[@]}"; do args+=(--test "$t"); done
+  echo "== the etcd suites on $("$1/bin/etcd" --version | head -1)"
+  PATH="$1/bin:$PATH" TENURE_TEST_ETCD_BIN="$1/bin/etcd" \
+    cargo test --locked --no-fail-fast "${args[@]}" 2>&1 | tee -a "$log" || status=$?
+}
+on_etcd "${TENURE_ETCD35_DIR:-/opt/tenure-etcd-3.5.30}"
+for mod in scripts/etcd/*/go.mod; do
+  on_etcd "/opt/tenure-etcd-$(awk '$1 == "go.etcd.io/etcd/server/v3" {print substr($2, 2); exit}' "$mod")"
+done
 # The benchmarks' smoke mode: every measurement, tiny (full runs: BENCHMARKS.md).
 cargo test --locked --bench bench -- --smoke 2>&1 | tee -a "$log" || status=$?
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }

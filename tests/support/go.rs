@@ -3,9 +3,11 @@
 //! `Mutex`), scripted line by line. One [`GoActor`] is one Go service with
 //! one `concurrency.Session` (one lease) for its whole life.
 //!
-//! The program is built once per test binary into `target/go-etcdactor`
-//! (GOPATH mode against Debian's `golang-etcd-server-dev`), and not at all
-//! when that binary is newer than `main.go`.
+//! The program is built in module mode with the machine's Go, once per test
+//! binary and client line into `target/go-etcdactor-LINE`, against
+//! `go.etcd.io/etcd/client/v3` of the server's own line (committed go.mod
+//! and go.sum per line), and not at all when that binary is newer than
+//! `main.go` and its modfile.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -18,8 +20,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
-const INSTALL: &str = "apt-get install golang-go golang-etcd-server-dev (scripts/setup.sh --test)";
-const GOPATH: &str = "/usr/share/gocode";
+use super::member::etcd_version;
+
+const INSTALL: &str = "Go 1.26 on PATH (the machine's) and Go's module proxy; scripts/setup.sh --test downloads the modules";
 /// How long one scripted answer may take by default.
 pub const ANSWER: Duration = Duration::from_secs(10);
 
@@ -38,49 +41,67 @@ fn mtime(p: &Path) -> Option<SystemTime> {
     std::fs::metadata(p).and_then(|m| m.modified()).ok()
 }
 
-/// The built `etcdactor` (built at most once per test binary).
-pub fn etcdactor_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(build).clone()
+/// The client line built against the etcd under test: the server's own
+/// minor line (`go.3.5.mod`, `go.mod` for 3.6, `go.3.7.mod`), and 3.5's for
+/// a 3.4 server (3.4's client is not a `client/v3` module; 3.5's speaks to
+/// 3.4 as etcd's compatibility promise says).
+pub fn client_line() -> &'static str {
+    client_line_for(&etcd_version())
 }
 
-fn build() -> PathBuf {
-    let out = target_dir().join("go-etcdactor");
-    let main = source_dir().join("main.go");
-    if let (Some(bin), Some(src)) = (mtime(&out), mtime(&main)) {
-        if bin > src {
+fn client_line_for(version: &str) -> &'static str {
+    let v = version.rsplit(' ').next().unwrap_or("");
+    if v.starts_with("3.7.") {
+        "3.7"
+    } else if v.starts_with("3.6.") {
+        "3.6"
+    } else {
+        "3.5"
+    }
+}
+
+/// The modfile of a client line, relative to the module's folder.
+fn modfile(line: &str) -> String {
+    if line == "3.6" {
+        "go.mod".into()
+    } else {
+        format!("go.{line}.mod")
+    }
+}
+
+/// The built `etcdactor` for the etcd under test (built at most once per
+/// test binary and client line).
+pub fn etcdactor_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| build(client_line())).clone()
+}
+
+fn build(line: &str) -> PathBuf {
+    let out = target_dir().join(format!("go-etcdactor-{line}"));
+    let sources = ["main.go".to_owned(), modfile(line)].map(|f| mtime(&source_dir().join(f)));
+    if let Some(bin) = mtime(&out) {
+        if sources.iter().all(|s| s.is_some_and(|s| bin > s)) {
             return out;
         }
     }
-    let go_ok = std::process::Command::new("go")
-        .arg("version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !go_ok
-        || !Path::new(GOPATH)
-            .join("src/go.etcd.io/etcd/clientv3")
-            .is_dir()
-    {
-        panic!("the Go interop tests need Go and etcd's Go client: {INSTALL}");
-    }
     // Build beside the final name, then rename: another test binary that
     // builds at the same time never runs a half-written file.
-    let tmp = target_dir().join(format!("go-etcdactor.{}.tmp", std::process::id()));
+    let tmp = target_dir().join(format!("go-etcdactor-{line}.{}.tmp", std::process::id()));
     let built = std::process::Command::new("go")
-        .args(["build", "-o"])
+        .args(["build", "-mod=readonly", "-modfile"])
+        .arg(modfile(line))
+        .arg("-o")
         .arg(&tmp)
         .arg(".")
         .current_dir(source_dir())
-        .env("GOPATH", GOPATH)
-        .env("GO111MODULE", "off")
-        .env("GOFLAGS", "")
-        .env("GOCACHE", target_dir().join("go-cache"))
+        .env("GO111MODULE", "on")
+        .env("GOFLAGS", "-buildvcs=false")
         .output()
         .unwrap_or_else(|e| panic!("run go build: {e}; {INSTALL}"));
     assert!(
         built.status.success(),
-        "go build of tests/go/etcdactor failed ({INSTALL}):\n{}",
+        "go build of tests/go/etcdactor ({}) failed ({INSTALL}):\n{}",
+        modfile(line),
         String::from_utf8_lossy(&built.stderr)
     );
     std::fs::rename(&tmp, &out).expect("rename the built etcdactor");

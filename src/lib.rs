@@ -29,6 +29,7 @@ pub mod layout;
 pub mod task;
 #[cfg(feature = "server")]
 pub mod telemetry;
+pub mod text;
 pub mod watch;
 #[cfg(feature = "server")]
 pub mod web;

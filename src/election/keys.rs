@@ -185,11 +185,7 @@ fn truncate_for_message(s: &str) -> String {
     if s.len() <= MAX {
         return s.to_owned();
     }
-    let mut end = MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes)", &s[..end], s.len())
+    format!("{}… ({} bytes)", crate::text::cut(s, MAX), s.len())
 }
 
 /// A fence value: the token zero-padded to 20 digits, so byte order is

@@ -107,11 +107,7 @@ fn holder_of(value: &[u8]) -> String {
     if s.len() <= MAX_CANDIDATE_LEN {
         return s.into_owned();
     }
-    let mut end = MAX_CANDIDATE_LEN;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
+    format!("{}…", crate::text::cut(&s, MAX_CANDIDATE_LEN))
 }
 
 /// All elections under the prefix, as of the last applied revision.

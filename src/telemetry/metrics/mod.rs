@@ -63,8 +63,10 @@
 //! Holders come from etcd values, which anyone with write access can set:
 //! the `holder` label is capped at [`MAX_HOLDER_LABEL_BYTES`] bytes, cut on a
 //! char boundary (two holders sharing such a prefix share a label value).
-//! Election names are validated by the watcher; they are capped at
-//! [`MAX_ELECTION_LABEL_BYTES`] as well, which never changes a valid name.
+//! Election names are validated by the watcher; a name over
+//! [`MAX_ELECTION_LABEL_BYTES`] (a `--source`'s, up to 511 bytes) is
+//! labelled by its first bytes, `~` and a 64-bit hash of the whole name
+//! ([`election_label`]), so no series speaks for two elections.
 //! Label values are escaped as the text format requires (`\`, `"` and
 //! newlines); nothing here panics on any string.
 
@@ -99,15 +101,14 @@ pub const MAX_HOLDER_LABEL_BYTES: usize = 128;
 pub const MAX_ELECTION_LABEL_BYTES: usize = crate::election::keys::MAX_NAME_LEN;
 
 /// `s` cut to at most `max` bytes, on a char boundary.
-pub fn cap_label(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
+pub use crate::text::cut as cap_label;
+
+/// The `election` label of `name`: the name itself up to
+/// [`MAX_ELECTION_LABEL_BYTES`]; a longer one (a `--source` may name
+/// elections up to 511 bytes) is cut and tagged with its hash, so each
+/// name keeps series of its own (`crate::text::label_of`).
+pub fn election_label(name: &str) -> std::borrow::Cow<'_, str> {
+    crate::text::label_of(name, MAX_ELECTION_LABEL_BYTES)
 }
 
 /// What [`Metrics`] exposes beyond its default families.
@@ -191,7 +192,8 @@ impl Metrics {
         elections: &'a mut BTreeMap<String, Box<Election>>,
         name: &str,
     ) -> Option<&'a mut Box<Election>> {
-        let name = cap_label(name, MAX_ELECTION_LABEL_BYTES);
+        let name = election_label(name);
+        let name = &*name;
         if !elections.contains_key(name) {
             elections.insert(
                 name.to_owned(),
@@ -212,12 +214,12 @@ impl Metrics {
         if events.len() < MANY {
             return;
         }
-        let mut missing: Vec<&str> = events
+        let mut missing: Vec<std::borrow::Cow<'_, str>> = events
             .iter()
             .filter(|e| !matches!(e.kind, EventKind::Gap { .. } | EventKind::Reset { .. }))
             .filter(|e| !e.election.is_empty())
-            .map(|e| cap_label(&e.election, MAX_ELECTION_LABEL_BYTES))
-            .filter(|n| !elections.contains_key(*n))
+            .map(|e| election_label(&e.election))
+            .filter(|n| !elections.contains_key(&**n))
             .collect();
         if missing.len() < MANY {
             return;
@@ -228,7 +230,7 @@ impl Metrics {
         let known = std::mem::take(elections);
         let new = missing
             .into_iter()
-            .map(|n| (n.to_owned(), Box::new(Election::new(detail))));
+            .map(|n| (n.into_owned(), Box::new(Election::new(detail))));
         // Both sorted: the build sorts (stably, a merge of two runs) and
         // fills the tree in order.
         *elections = known.into_iter().chain(new).collect();
@@ -325,8 +327,8 @@ impl Metrics {
                 lease_id,
                 remaining_seconds,
             } => {
-                let name = cap_label(election, MAX_ELECTION_LABEL_BYTES);
-                if let Some(e) = self.lock().get_mut(name) {
+                let name = election_label(election);
+                if let Some(e) = self.lock().get_mut(&*name) {
                     e.sample_lease(*lease_id, *remaining_seconds);
                 }
             }
@@ -338,9 +340,9 @@ impl Metrics {
                 }
             }
             Update::Forgotten { election } => {
-                let name = cap_label(election, MAX_ELECTION_LABEL_BYTES);
+                let name = election_label(election);
                 let mut elections = self.lock();
-                if let Some(e) = elections.remove(name) {
+                if let Some(e) = elections.remove(&*name) {
                     self.p.candidates_waiting.sub(e.waiting as i64);
                 }
                 self.p.elections.set(elections.len() as i64);
@@ -367,10 +369,21 @@ impl Metrics {
     }
 
     /// [`render`](Self::render) with the per-election series of only the
-    /// elections `keep` accepts (`/metrics?match=GLOB`; `|_| false` leaves
-    /// the process and fleet-wide families alone, `/metrics?scope=fleet`).
+    /// elections `keep` accepts (`/metrics?match=GLOB`). `keep` runs
+    /// outside the lock that every recorded batch takes: the names are
+    /// copied under it (one clone each), matched without it, and the
+    /// matching ones rendered under it again, so a costly filter delays
+    /// no recording. An election gone in between is left out.
     pub fn render_matching(&self, keep: &dyn Fn(&str) -> bool) -> String {
-        self.render_selected(crate::events::now_ms(), Some(keep))
+        let names: Vec<String> = self.lock().keys().cloned().collect();
+        let kept: Vec<String> = names.into_iter().filter(|n| keep(n)).collect();
+        self.render_selected(crate::events::now_ms(), Some(&kept))
+    }
+
+    /// The process and fleet-wide families alone, no per-election series
+    /// (`/metrics?scope=fleet`).
+    pub fn render_fleet(&self) -> String {
+        self.render_selected(crate::events::now_ms(), Some(&[]))
     }
 
     /// [`render`](Self::render) as if the wall clock said `now_ms` (unix
@@ -380,9 +393,10 @@ impl Metrics {
         self.render_selected(now_ms, None)
     }
 
-    /// Renders at `now_ms` the elections `keep` accepts (all with `None`).
-    /// Elections are kept in name order, so nothing is sorted here.
-    fn render_selected(&self, now_ms: i64, keep: Option<&dyn Fn(&str) -> bool>) -> String {
+    /// Renders at `now_ms` the elections named in `only` (sorted, as the
+    /// map's keys are; all with `None`). Elections are kept in name order,
+    /// so nothing is sorted here.
+    fn render_selected(&self, now_ms: i64, only: Option<&[String]>) -> String {
         let mut elections = self.lock();
         if !self.paused.load(Ordering::Relaxed) {
             for e in elections.values_mut() {
@@ -391,12 +405,15 @@ impl Metrics {
         }
         // Render while holding the lock, so the output is one consistent state.
         let registry = self.registry.gather();
-        let selected: Vec<(&str, &Election)> = elections
-            .iter()
-            .map(|(n, e)| (n.as_str(), &**e))
-            .filter(|(n, _)| keep.is_none_or(|k| k(n)))
-            .collect();
-        let hint = if keep.is_none() {
+        let selected: Vec<(&str, &Election)> = match only {
+            None => elections.iter().map(|(n, e)| (n.as_str(), &**e)).collect(),
+            Some(names) => names
+                .iter()
+                .filter_map(|n| elections.get_key_value(n.as_str()))
+                .map(|(n, e)| (n.as_str(), &**e))
+                .collect(),
+        };
+        let hint = if only.is_none() {
             self.last_len.load(Ordering::Relaxed)
         } else {
             0
@@ -410,7 +427,7 @@ impl Metrics {
         );
         drop(selected);
         drop(elections);
-        if keep.is_none() {
+        if only.is_none() {
             self.last_len.store(out.len(), Ordering::Relaxed);
         }
         out

@@ -110,7 +110,14 @@ async fn the_list_pages_by_cursor_while_elections_come_and_go() {
     // The default page and the bounds.
     let doc = get_json(&format!("{base}/api/v1/elections")).await;
     assert_eq!(doc["limit"].as_u64(), Some(1000));
-    for bad in ["limit=0", "limit=10001", "limit=ten", "cursor=xyz"] {
+    for bad in [
+        "limit=0",
+        "limit=10001",
+        "limit=ten",
+        "cursor=xyz",
+        "cursor=7a",
+        "cursor=61",
+    ] {
         let r = http()
             .get(format!("{base}/api/v1/elections?{bad}"))
             .send()

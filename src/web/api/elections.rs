@@ -17,6 +17,7 @@ use super::{blocking, ApiError};
 use crate::election::Leader;
 use crate::events::now_ms;
 use crate::history::{self, format_ms, HistoryError, PageFrom, Query as HistoryQuery};
+use crate::text::fnv1a;
 use crate::web::pages::urls::query_pairs;
 use crate::web::AppState;
 
@@ -99,19 +100,28 @@ impl ListParams {
     }
 }
 
-/// A page's cursor: the last name of the page, in hex (opaque, URL-safe).
+/// A page's cursor: the last name of the page in hex (opaque, URL-safe),
+/// then `.` and the 64-bit FNV-1a hash of the name (`crate::text`), so that a cursor this API
+/// did not give (typed, cut, edited) is refused rather than read as a name:
+/// a random one passes with a chance of one in 2^64. Not a secret: any
+/// replica reads any replica's cursors.
 fn encode_cursor(name: &str) -> String {
-    name.bytes().map(|b| format!("{b:02x}")).collect()
+    let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("{hex}.{:016x}", fnv1a(name.as_bytes()))
 }
 
 fn decode_cursor(cursor: &str) -> Option<String> {
-    if cursor.len() % 2 != 0 || !cursor.is_ascii() {
+    let (hex, check) = cursor.split_once('.')?;
+    if hex.len() % 2 != 0 || !hex.is_ascii() || check.len() != 16 {
         return None;
     }
-    let bytes = (0..cursor.len())
+    let bytes = (0..hex.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(&cursor[i..i + 2], 16).ok())
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok())
         .collect::<Option<Vec<u8>>>()?;
+    if u64::from_str_radix(check, 16).ok()? != fnv1a(&bytes) {
+        return None;
+    }
     String::from_utf8(bytes).ok()
 }
 
@@ -289,13 +299,18 @@ mod tests {
         for name in ["a", "team/db", "ünï/cödé", ""] {
             assert_eq!(decode_cursor(&encode_cursor(name)).as_deref(), Some(name));
         }
-        assert_eq!(decode_cursor("6"), None);
-        assert_eq!(decode_cursor("zz"), None);
-        assert_eq!(decode_cursor("ff"), None, "not UTF-8");
-        let p = ListParams::parse(Some("limit=5&cursor=61")).expect("valid");
+        for never_given in ["6", "zz", "7a", "61", "7a.0000000000000000", "", "."] {
+            assert_eq!(decode_cursor(never_given), None, "{never_given}");
+        }
+        let not_utf8 = format!("ff.{:016x}", crate::text::fnv1a(&[0xff]));
+        assert_eq!(decode_cursor(&not_utf8), None, "not UTF-8");
+        let edited = encode_cursor("b").replacen("62", "61", 1);
+        assert_eq!(decode_cursor(&edited), None, "an edited name");
+        let p = ListParams::parse(Some(&format!("limit=5&cursor={}", encode_cursor("a"))))
+            .expect("valid");
         assert_eq!((p.limit, p.after.as_deref()), (5, Some("a")));
         assert_eq!(ListParams::parse(None).expect("valid").limit, LIST_PAGE);
-        for bad in ["limit=0", "limit=x", "limit=10001", "cursor=g"] {
+        for bad in ["limit=0", "limit=x", "limit=10001", "cursor=g", "cursor=7a"] {
             assert!(ListParams::parse(Some(bad)).is_err(), "{bad}");
         }
     }

@@ -252,6 +252,17 @@ async fn bad_input_gets_the_right_status_and_changes_nothing() {
     assert_eq!((st, code(&v)), (StatusCode::UNAUTHORIZED, "unauthorized"));
     let (st, v) = post(&s, url, body.clone(), Some("wrong")).await;
     assert_eq!((st, code(&v)), (StatusCode::UNAUTHORIZED, "unauthorized"));
+    // Credentials come before the body: a caller without them learns
+    // nothing of its schema from a malformed one.
+    for malformed in [json!({"candidat": "x"}), json!([1]), json!("x")] {
+        let (st, v) = post(&s, url, malformed.clone(), None).await;
+        assert_eq!(
+            (st, code(&v)),
+            (StatusCode::UNAUTHORIZED, "unauthorized"),
+            "{malformed}"
+        );
+        assert!(!v.to_string().contains("candidate"), "{v}");
+    }
     for bad in [
         "a%2F..%2Fb",
         "..%2Fx",
@@ -390,6 +401,99 @@ async fn bad_input_gets_the_right_status_and_changes_nothing() {
             .is_some_and(|m| m.contains("--api-token")),
         "{v}"
     );
+}
+
+/// `--read-token`: every read but the probes needs it (bearer or Basic's
+/// password), the API token serves too, and nothing is shown without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_need_the_read_token_when_one_is_set() {
+    const READ: &str = "r3ad-only";
+    let etcd = Etcd::start().await;
+    let mut c = etcd.client().await;
+    c.put("election/secret-db", "db-host-7", None)
+        .await
+        .expect("put");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = serve(&etcd, &dir, &["--api-token", TOKEN, "--read-token", READ]).await;
+    let reads = [
+        "/",
+        "/api/v1/elections",
+        "/api/v1/elections/secret-db",
+        "/metrics",
+        "/timeline",
+        "/elections/secret-db",
+        "/api/v1/report?format=md",
+    ];
+    for path in reads {
+        let r = http().get(s.url(path)).send().await.expect("GET");
+        assert_eq!(
+            r.status(),
+            StatusCode::UNAUTHORIZED,
+            "{path} without a token"
+        );
+        assert!(
+            r.headers()
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("Basic ")),
+            "{path}: a browser is asked for the token"
+        );
+        let body = r.text().await.expect("body");
+        assert!(
+            !body.contains("secret-db") && !body.contains("db-host-7"),
+            "{path}: {body}"
+        );
+        let r = http()
+            .get(s.url(path))
+            .bearer_auth("wrong")
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(
+            r.status(),
+            StatusCode::UNAUTHORIZED,
+            "{path} with a wrong token"
+        );
+        for (how, req) in [
+            ("bearer", http().get(s.url(path)).bearer_auth(READ)),
+            (
+                "basic",
+                http().get(s.url(path)).basic_auth("anyone", Some(READ)),
+            ),
+            ("api token", http().get(s.url(path)).bearer_auth(TOKEN)),
+        ] {
+            let r = req.send().await.expect("GET");
+            assert!(
+                r.status().is_success(),
+                "{path} with the {how}: {}",
+                r.status()
+            );
+        }
+    }
+    let r = http()
+        .get(s.url("/api/v1/elections/secret-db"))
+        .basic_auth("u", Some(READ))
+        .send()
+        .await
+        .expect("GET");
+    let v: Value = r.json().await.expect("json");
+    assert!(
+        v.to_string().contains("db-host-7"),
+        "the reader sees the holder: {v}"
+    );
+    // Probes stay open; the read token does not allow mutating calls.
+    for probe in ["/healthz", "/readyz"] {
+        let r = http().get(s.url(probe)).send().await.expect("GET");
+        assert_eq!(r.status(), StatusCode::OK, "{probe}");
+    }
+    let (st, v) = post(
+        &s,
+        "/api/v1/elections/secret-db/resign",
+        json!({"token": 1}),
+        Some(READ),
+    )
+    .await;
+    assert_eq!((st, code(&v)), (StatusCode::UNAUTHORIZED, "unauthorized"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

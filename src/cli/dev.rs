@@ -116,6 +116,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
         retention: Duration::from_secs(7 * 24 * 3600),
         max_elections: 100_000,
         api_token: None,
+        read_token: None,
         no_auth: true,
         max_ttl: 3600,
         campaign_rate: 100,

@@ -6,7 +6,7 @@
 //!
 //! - gone: `TENURE_PASSWORD`, `ETCDCTL_PASSWORD`, `TENURE_PASSWORD_FILE`
 //!   (the path to the secret: a command that needs etcd gets its own),
-//!   `TENURE_API_TOKEN`, and `TENURE_DB` when its URL holds a password;
+//!   `TENURE_API_TOKEN`, `TENURE_READ_TOKEN`, and `TENURE_DB` when its URL holds a password;
 //! - kept without the password: `TENURE_USER` and `ETCDCTL_USER` given as
 //!   `NAME:PASSWORD` become `NAME`;
 //! - kept: every other variable (endpoints, prefix, TLS file paths, user
@@ -15,11 +15,12 @@
 use std::ffi::OsString;
 
 /// Variables whose value is a secret, or names the file that holds one.
-const SECRETS: [&str; 4] = [
+const SECRETS: [&str; 5] = [
     "TENURE_PASSWORD",
     "ETCDCTL_PASSWORD",
     "TENURE_PASSWORD_FILE",
     "TENURE_API_TOKEN",
+    "TENURE_READ_TOKEN",
 ];
 
 /// Variables of the form `NAME[:PASSWORD]`.
@@ -77,6 +78,7 @@ mod tests {
             ("ETCDCTL_PASSWORD", "pw"),
             ("TENURE_PASSWORD_FILE", "/run/secrets/pw"),
             ("TENURE_API_TOKEN", "tok"),
+            ("TENURE_READ_TOKEN", "rtok"),
             ("TENURE_USER", "app:pa:ss"),
             ("ETCDCTL_USER", "app"),
             ("TENURE_DB", "postgres://app:secret@db/tenure"),

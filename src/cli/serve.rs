@@ -85,6 +85,12 @@ pub struct ServeArgs {
     #[arg(long, env = "TENURE_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
 
+    /// Require this token for every read too (pages, the API, SSE, /metrics; /healthz and
+    /// /readyz stay open): `Authorization: Bearer TOKEN`, or HTTP Basic with the token as the
+    /// password (browsers prompt for it). The --api-token is accepted for reads as well.
+    #[arg(long, env = "TENURE_READ_TOKEN", hide_env_values = true)]
+    pub read_token: Option<String>,
+
     /// Let anyone who can reach the server call the mutating API (trusted networks, `tenure dev`).
     #[arg(long, conflicts_with = "api_token")]
     pub no_auth: bool,
@@ -316,6 +322,7 @@ pub async fn run_clusters(
         live: live.clone(),
         cluster_live: cluster_live.clone(),
         auth: auth_of(&args),
+        read_token: args.read_token.clone().filter(|t| !t.is_empty()),
         api_rate: RateLimiter::new(args.campaign_rate),
         limits: limits_of(&args),
         sources: members[0]

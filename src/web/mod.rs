@@ -310,6 +310,9 @@ pub struct AppState {
     /// etcd's own events as they are recorded (issue 14), for the same feed.
     pub cluster_live: broadcast::Sender<Arc<crate::events::cluster::ClusterEvent>>,
     pub auth: Auth,
+    /// `--read-token`: every read but the probes needs it (or the API
+    /// token); `None`: reads are open.
+    pub read_token: Option<String>,
     pub limits: Limits,
     pub api_rate: api::RateLimiter,
     /// What the watcher reads (the pages read Patroni's members live).
@@ -334,6 +337,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(pages::router())
         .merge(incident::router())
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            api::guard_reads,
+        ))
         .layer(axum::middleware::from_fn(api::trace_requests))
         .with_state(state)
 }

@@ -77,6 +77,7 @@ pub async fn serve(store: &Store) -> (String, tokio::task::JoinHandle<()>) {
         live: tokio::sync::broadcast::channel(16).0,
         cluster_live: tokio::sync::broadcast::channel(16).0,
         auth: Auth::Open,
+        read_token: None,
         api_rate: web::api::RateLimiter::new(limits.campaigns_per_second),
         limits,
         sources: tenure::layout::Sources::tenure(""),

@@ -1,6 +1,7 @@
 //! Who may call the mutating API ([`Auth`]): the bearer token checked in
 //! constant time, and [`Mutation`], the one extractor every mutating
-//! handler takes (body, credential, name).
+//! handler takes (credential, body, name); who may read ([`guard_reads`]:
+//! everyone, or with `--read-token` only those who send it).
 
 use std::sync::Arc;
 
@@ -14,10 +15,11 @@ use super::ApiError;
 use crate::election::ElectionName;
 use crate::web::{AppState, Auth};
 
-/// A mutating call on one election, checked in this order: the route's
-/// name decodes, the JSON body parses (413, 415, 400 `invalid_body`), the
-/// credential is valid (403 `api_disabled`, 401), the name is valid (400
-/// `invalid_name`).
+/// A mutating call on one election, checked in this order: the credential
+/// is valid (403 `api_disabled`, 401: before anything of the request is
+/// read, so a caller without it learns nothing of the body's schema), the
+/// route's name decodes, the JSON body parses (413, 415, 400
+/// `invalid_body`), the name is valid (400 `invalid_name`).
 pub(super) struct Mutation<T> {
     pub(super) name: ElectionName,
     /// The client of the election's cluster (issue 25).
@@ -31,13 +33,12 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for Mutation<T> {
     type Rejection = Response;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        authorize(state, req.headers()).map_err(IntoResponse::into_response)?;
         let (mut parts, body) = req.into_parts();
         let raw = raw_name(&mut parts).await?;
-        let headers = parts.headers.clone();
         let JsonBody(body) = JsonBody::<T>::from_request(Request::from_parts(parts, body), state)
             .await
             .map_err(IntoResponse::into_response)?;
-        authorize(state, &headers).map_err(IntoResponse::into_response)?;
         let target = state
             .target(&raw)
             .map_err(|e| ApiError::from(e).into_response())?;
@@ -84,6 +85,97 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// With a read token (`serve --read-token`), every read (pages, the API's
+/// GETs, SSE, `/metrics`) needs it, or the API token, as `Authorization:
+/// Bearer TOKEN` or as HTTP Basic's password (any user name: what a browser
+/// prompts for, and then sends with the page's own requests). `/healthz`
+/// and `/readyz` stay open for probes; mutating calls are [`Mutation`]'s.
+/// A refusal is 401 `unauthorized` with `WWW-Authenticate: Basic`.
+pub async fn guard_reads(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(read) = &state.read_token else {
+        return next.run(req).await;
+    };
+    let open = matches!(req.uri().path(), "/healthz" | "/readyz");
+    let mutating = !matches!(
+        req.method(),
+        &axum::http::Method::GET | &axum::http::Method::HEAD
+    );
+    if open || mutating {
+        return next.run(req).await;
+    }
+    let given = presented(req.headers());
+    let api = match &state.auth {
+        Auth::Token(t) => Some(t.as_bytes()),
+        _ => None,
+    };
+    let allowed = given.as_deref().is_some_and(|g| {
+        constant_time_eq(g, read.as_bytes()) | api.is_some_and(|a| constant_time_eq(g, a))
+    });
+    if allowed {
+        return next.run(req).await;
+    }
+    let mut refused = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "this tenure serve requires a token for reads (--read-token): send Authorization: \
+         Bearer <read token>, or sign in with the token as the password",
+    )
+    .into_response();
+    refused.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Basic realm=\"tenure\", charset=\"UTF-8\""),
+    );
+    refused
+}
+
+/// The token a request presents: a bearer token, or HTTP Basic's password.
+fn presented(headers: &HeaderMap) -> Option<Vec<u8>> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    if let Some(t) = value.strip_prefix("Bearer ") {
+        return Some(t.trim().as_bytes().to_vec());
+    }
+    let pair = base64_decode(value.strip_prefix("Basic ")?.trim())?;
+    let colon = pair.iter().position(|&b| b == b':')?;
+    Some(pair[colon + 1..].to_vec())
+}
+
+/// Standard base64 with padding (RFC 4648 section 4), as HTTP Basic sends it.
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    fn sextet(c: u8) -> Option<u32> {
+        Some(u32::from(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        }))
+    }
+    let bytes = text.as_bytes();
+    if bytes.len() % 4 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for chunk in bytes.chunks(4) {
+        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
+        if pad > 2 || chunk[..4 - pad].contains(&b'=') {
+            return None;
+        }
+        let mut n = 0u32;
+        for &c in &chunk[..4 - pad] {
+            n = (n << 6) | sextet(c)?;
+        }
+        n <<= 6 * pad as u32;
+        let three = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&three[..3 - pad]);
+    }
+    Some(out)
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = a.len() ^ b.len();
     for i in 0..a.len().max(b.len()) {
@@ -102,5 +194,29 @@ mod tests {
         assert!(!constant_time_eq(b"secret", b"secreT"));
         assert!(!constant_time_eq(b"secret", b"secret2"));
         assert!(!constant_time_eq(b"", b"x"));
+    }
+
+    #[test]
+    fn basic_credentials_are_read_and_garbage_is_not() {
+        assert_eq!(
+            base64_decode("dXNlcjpzM2NyZXQ=").as_deref(),
+            Some(&b"user:s3cret"[..])
+        );
+        assert_eq!(base64_decode("OnM=").as_deref(), Some(&b":s"[..]));
+        assert_eq!(base64_decode("YWJj").as_deref(), Some(&b"abc"[..]));
+        for bad in ["x", "dXNl=cjo", "====", "dXNlcjpz!!!="] {
+            assert_eq!(base64_decode(bad), None, "{bad}");
+        }
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::AUTHORIZATION,
+            "Basic dXNlcjpzM2NyZXQ=".parse().expect("header"),
+        );
+        assert_eq!(presented(&h).as_deref(), Some(&b"s3cret"[..]));
+        h.insert(
+            header::AUTHORIZATION,
+            "Bearer tok ".parse().expect("header"),
+        );
+        assert_eq!(presented(&h).as_deref(), Some(&b"tok"[..]));
     }
 }

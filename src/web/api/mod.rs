@@ -28,6 +28,7 @@ use axum::Router;
 use super::AppState;
 use crate::history::HistoryError;
 
+pub use auth::guard_reads;
 pub use error::ApiError;
 pub use extract::JsonBody;
 pub use limit::RateLimiter;

@@ -241,7 +241,7 @@ pub(super) fn render_metrics(s: &AppState, keep: Option<&dyn Fn(&str) -> bool>) 
             (&*v.name, text)
         })
         .collect();
-    let serve = s.metrics.render_matching(&|_| false);
+    let serve = s.metrics.render_fleet();
     crate::telemetry::merge_clusters(&parts, &serve)
 }
 

@@ -10,8 +10,8 @@ use axum::extract::{RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::incident::glob_match;
 use super::pages::urls::query_pairs;
+use super::shared::glob::Glob;
 use super::AppState;
 use crate::telemetry::CONTENT_TYPE;
 
@@ -70,22 +70,34 @@ pub(super) async fn metrics(State(s): State<Arc<AppState>>, RawQuery(raw): RawQu
         Ok(scope) => scope,
         Err(message) => return (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
     };
+    // A filtered scrape matches every name: one at a time, so scrapes
+    // that loop on costly globs take one core at most, never both from
+    // the recorder. Unfiltered ones need no match and do not wait.
+    static MATCHING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+    let _turn = match &scope {
+        ScrapeScope::Matching(_) => MATCHING.acquire().await.ok(),
+        _ => None,
+    };
     let text = tokio::task::spawn_blocking(move || {
         if !s.clusters.is_empty() {
             // Several clusters: each its own, labelled (issue 25).
             return match &scope {
                 ScrapeScope::All => super::clusters::render_metrics(&s, None),
                 ScrapeScope::Fleet => super::clusters::render_metrics(&s, Some(&|_| false)),
-                ScrapeScope::Matching(glob) => {
-                    super::clusters::render_metrics(&s, Some(&|name| glob_match(glob, name)))
+                ScrapeScope::Matching(pattern) => {
+                    let glob = Glob::new(pattern);
+                    super::clusters::render_metrics(&s, Some(&|name| glob.matches(name)))
                 }
             };
         }
         let metrics = &s.metrics;
         match &scope {
             ScrapeScope::All => metrics.render(),
-            ScrapeScope::Fleet => metrics.render_matching(&|_| false),
-            ScrapeScope::Matching(glob) => metrics.render_matching(&|name| glob_match(glob, name)),
+            ScrapeScope::Fleet => metrics.render_fleet(),
+            ScrapeScope::Matching(pattern) => {
+                let glob = Glob::new(pattern);
+                metrics.render_matching(&|name| glob.matches(name))
+            }
         }
     })
     .await;

@@ -10,7 +10,6 @@ use crate::history::{
     TermRow,
 };
 use crate::web::replays::{self, ReplayMark};
-use crate::web::shared::glob::glob_match;
 use crate::web::timeline::GapMark;
 
 /// The default window: the last hour.
@@ -191,12 +190,13 @@ fn selected(reader: &Reader, sel: &Selection) -> Result<Vec<Activity>, HistoryEr
     };
     let mut active = reader.activity(&q)?;
     if let Some(g) = &sel.glob {
-        active.retain(|a| glob_match(g, &a.election));
+        let g = crate::web::shared::glob::Glob::new(g);
+        active.retain(|a| g.matches(&a.election));
         // Matching elections that were quiet in the window get a lane too.
         let known: std::collections::HashSet<String> =
             active.iter().map(|a| a.election.clone()).collect();
         for e in reader.elections()? {
-            if !known.contains(&e.election) && glob_match(g, &e.election) {
+            if !known.contains(&e.election) && g.matches(&e.election) {
                 active.push(Activity {
                     election: e.election,
                     ..Activity::default()
@@ -300,7 +300,7 @@ fn fleet_marks(events: &[Event]) -> FleetMarks {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::web::shared::glob::glob_match;
 
     #[test]
     fn globs() {

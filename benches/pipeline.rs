@@ -46,6 +46,7 @@ impl Prepared {
             open_terms: vec![],
             cluster_id: None,
             live_at_ms: None,
+            witnesses: Vec::new(),
         };
         let client = self.client;
         let watcher = tokio::spawn(async move {

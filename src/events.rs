@@ -378,7 +378,26 @@ pub struct ResumePoint {
     /// it. `None`: not known.
     #[serde(default)]
     pub live_at_ms: Option<i64>,
+    /// The newest terms of the current timeline that began at or below
+    /// `revision`, ended or not (newest token first, a few): in the same
+    /// timeline, etcd created each one's key at exactly its token, with its
+    /// lease. What the watcher checks at a resume when no open term tells
+    /// (a restore while serve was down, nothing open at `revision`).
+    #[serde(default)]
+    pub witnesses: Vec<Witness>,
 }
+
+/// A term history recorded: etcd created `election`'s key with lease
+/// `lease_id` at revision `token` ([`ResumePoint::witnesses`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Witness {
+    pub election: String,
+    pub token: i64,
+    pub lease_id: i64,
+}
+
+/// How many witnesses a resume point carries.
+pub const WITNESSES: usize = 4;
 
 /// `name` of the cluster `cluster` (issue 25): `CLUSTER/NAME` in the
 /// history, the pages, the API and the URLs of a serve with `--cluster`.

@@ -394,6 +394,89 @@ async fn a_restore_while_serve_is_down_is_recorded_as_a_reset() {
     );
 }
 
+/// A restore while serve was down when no term was open at the revision
+/// history stored: A and B led and resigned, serve stopped; etcd restored
+/// from a snapshot taken while A led; bob and carol campaign, fence and
+/// resign, and etcd passes the stored revision with no leader at it. No
+/// open term tells, but the newest term history recorded (B's) was not
+/// created at its token in the new timeline: a reset, the floor raised,
+/// and what the fence accepted in the new timeline's old range refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_while_serve_is_down_is_a_reset_when_nothing_was_open() {
+    let mut etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (db, snap) = (dir.path().join("history.db"), dir.path().join("snap.db"));
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let serve = Serve::start(&[etcd.endpoint()], &db, &[], &[]).await;
+    serve.ready().await;
+    let id = cluster_id(&etcd).await;
+    let a = lead(&c, "x", "a", 30).await;
+    assert!(a.fence("db").await.expect("fence").accepted);
+    etcd.snapshot_save(&snap).await;
+    a.resign().await.expect("a resigns");
+    let b = lead(&c, "x", "b", 30).await;
+    for _ in 0..20 {
+        assert!(b.fence("db").await.expect("fence").accepted);
+    }
+    b.resign().await.expect("b resigns");
+    let old = revision(&etcd).await;
+    serve.caught_up(old).await;
+    assert_eq!(serve.stop().await, Some(0));
+
+    etcd.restore(&snap, None).await;
+    c.depose(&name("x")).await.expect("depose the restored A");
+    let mut accepted = Vec::new();
+    for who in ["bob", "carol"] {
+        let l = lead(&c, "x", who, 30).await;
+        assert!(l.fence("db").await.expect("fence").accepted);
+        accepted.push(l.token());
+        l.resign().await.expect("resign");
+    }
+    let quiet = revision(&etcd).await;
+    assert!(
+        quiet < old,
+        "the new timeline has no leader at the stored revision {old} (it is at {quiet})"
+    );
+    write(&etcd, (old - quiet + 5) as usize).await;
+    let now = revision(&etcd).await;
+    assert_eq!(cluster_id(&etcd).await, id, "the same cluster id");
+
+    let started = Instant::now();
+    let serve = Serve::start(&[etcd.endpoint()], &db, &[], &[]).await;
+    serve.ready().await;
+    let took = floor_raised(&c, old, started).await;
+    println!(
+        "[figure] restore while serve was down, nothing open at the stored revision: reset \
+         recorded and floor raised {} ms after serve started",
+        took.as_millis()
+    );
+    serve.caught_up(now).await;
+    assert_eq!(serve.stop().await, Some(0));
+    // The new timeline's terms in the old range would have fenced with
+    // tokens the old one had passed: a new campaign is above the floor.
+    let d = lead(&c, "x", "dave", 30).await;
+    assert!(d.token() > old && accepted.iter().all(|&t| t < d.token()));
+    assert!(d.fence("db").await.expect("fence").accepted);
+
+    let reader = Reader::open(&db).expect("reader");
+    let events = reader.events(None, &Query::default()).expect("events");
+    let resets: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Reset {
+                from_revision,
+                previous_cluster_id,
+                cluster_id,
+                ..
+            } => Some((*from_revision, *previous_cluster_id, *cluster_id)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resets, [(old, Some(id), id)], "{events:#?}");
+}
+
 /// The control of 20.2: the same stop, writes past the stored revision and
 /// start, without a restore, records no reset and raises no floor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

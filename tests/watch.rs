@@ -377,6 +377,7 @@ async fn restart_resumes_exactly_and_compaction_gives_a_gap() {
         }],
         cluster_id: None,
         live_at_ms: Some(now_ms()),
+        witnesses: Vec::new(),
     };
     drop(w);
 
@@ -550,6 +551,7 @@ async fn responses_over_4_mib_neither_stall_the_watch_nor_the_snapshot() {
         open_terms,
         cluster_id: None,
         live_at_ms: Some(now_ms()),
+        witnesses: Vec::new(),
     };
     drop(w);
     let bigger = "y".repeat(1_200_000);

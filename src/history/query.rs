@@ -12,7 +12,7 @@ use super::time::format_ms;
 use super::HistoryError;
 use crate::election::{FenceReason, Layout};
 use crate::events::acting::ActingView;
-use crate::events::{EndCause, Event};
+use crate::events::{EndCause, Event, Witness, WITNESSES};
 pub use crate::events::{OpenTerm, ResumePoint};
 
 /// Rows returned when a [`Query`] names no limit.
@@ -129,13 +129,46 @@ pub(super) fn resume_point(
     // The newest arrival stored: what came after `revision` came after it
     // (committed with the resume revision, so never later than it).
     let live_at_ms = newest_arrival(&tx, scope)?;
+    let witnesses = witnesses(&tx, revision, scope)?;
     tx.finish()?;
     Ok(Some(ResumePoint {
         revision,
         open_terms,
         cluster_id,
         live_at_ms,
+        witnesses,
     }))
+}
+
+/// [`ResumePoint::witnesses`]: the newest terms of the current timeline
+/// (of the cluster `scope`, by its names, given unqualified) whose token is
+/// at or below `revision`. One scan of the terms at start.
+fn witnesses(
+    conn: &Connection,
+    revision: i64,
+    scope: Option<&str>,
+) -> Result<Vec<Witness>, HistoryError> {
+    let own = scope
+        .map(|c| crate::events::qualify(c, ""))
+        .unwrap_or_default();
+    let mut stmt = conn.prepare_cached(
+        "SELECT election, token, lease_id FROM terms
+         WHERE epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)
+           AND token <= ?1 AND substr(election, 1, length(?2)) = ?2
+         ORDER BY token DESC LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![revision, own, WITNESSES as i64], |row| {
+        Ok(Witness {
+            election: row.get(0)?,
+            token: row.get(1)?,
+            lease_id: row.get(2)?,
+        })
+    })?;
+    let mut out: Vec<Witness> = rows.collect::<Result<_, _>>()?;
+    for w in &mut out {
+        w.election = w.election[own.len()..].to_owned();
+    }
+    Ok(out)
 }
 
 /// The newest arrival stored (of the cluster `scope` names: its names are

@@ -326,6 +326,15 @@ impl Sources {
 
     /// The source `key` belongs to and what it is to it; `None` (and
     /// [`Role::Ignored`]) outside every source.
+    /// Whether an election called `name` is one these sources read: another
+    /// system's whose names begin with its prefix, or tenure's own (names
+    /// without a leading `/`) where tenure's layout is read.
+    pub fn watches_name(&self, name: &str) -> bool {
+        self.0.iter().any(|s| {
+            s.may_name(name) || (s.layout.name() == tenure::NAME && !name.starts_with('/'))
+        })
+    }
+
     pub fn classify(&self, key: &[u8], lease: i64) -> (Option<&Source>, Role) {
         match self.0.iter().find(|s| s.contains(key)) {
             Some(s) => (Some(s), s.layout.classify(key, lease)),

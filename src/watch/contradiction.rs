@@ -33,6 +33,7 @@
 use std::collections::HashMap;
 
 use super::{Kv, Resume};
+use crate::events::Witness;
 use crate::layout::{Role, Sources};
 
 /// Why `kvs`, every key of the watch range read at `revision` (the resume
@@ -112,6 +113,28 @@ pub(super) fn contradiction(
     None
 }
 
+/// Why `created`, every key of the watch ranges that etcd holds at
+/// revision `w.token` with CreateRevision `w.token`, contradicts the term
+/// history recorded there: in one timeline that revision created the
+/// term's key, with its lease, so it is among them. `None` when it is.
+pub(super) fn witness_missing(sources: &Sources, w: &Witness, created: &[Kv]) -> Option<String> {
+    let there = created.iter().any(|kv| {
+        kv.create_revision == w.token
+            && kv.lease == w.lease_id
+            && matches!(
+                sources.classify(&kv.key, kv.lease).1,
+                Role::Candidate { ref election, .. } if *election == w.election
+            )
+    });
+    (!there).then(|| {
+        format!(
+            "history recorded a term of {} with token {} (lease {:x}); etcd's revision {} created \
+             no such key",
+            w.election, w.token, w.lease_id, w.token
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +168,7 @@ mod tests {
                 .collect(),
             cluster_id: Some(1),
             live_at_ms: None,
+            witnesses: Vec::new(),
         }
     }
 
@@ -197,5 +221,27 @@ mod tests {
         let r = resume(60, &[]);
         let many = [kv("election/a", 5), kv("election/b", 6)];
         assert!(contradiction(&k, &r, &many, 60, 1).is_none());
+    }
+
+    #[test]
+    fn a_witness_is_its_key_created_at_its_token_with_its_lease() {
+        let k = Sources::tenure("");
+        let w = Witness {
+            election: "x".into(),
+            token: 30,
+            lease_id: 7,
+        };
+        let mut ours = kv("election/x", 30);
+        ours.lease = 7;
+        assert_eq!(witness_missing(&k, &w, std::slice::from_ref(&ours)), None);
+        // Nothing created there, another lease, another election.
+        assert!(witness_missing(&k, &w, &[]).is_some());
+        let mut other_lease = ours.clone();
+        other_lease.lease = 8;
+        assert!(witness_missing(&k, &w, &[other_lease]).is_some());
+        let mut other_election = kv("election/y", 30);
+        other_election.lease = 7;
+        assert!(witness_missing(&k, &w, &[other_election]).is_some());
+        assert!(k.watches_name("x") && !k.watches_name("/app/x"));
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use etcd_client::{GetOptions, KeyValue};
 use tokio::sync::mpsc;
 
-use super::contradiction::contradiction;
+use super::contradiction::{contradiction, witness_missing};
 use super::{report_waiting, send, Closed, Kv, OpenTerm, Resume, State, Watcher};
 use super::{MAX_MESSAGE_BYTES, SNAPSHOT_PAGE_KEYS};
 use crate::election::Error;
@@ -36,6 +36,7 @@ impl Watcher {
                 open_terms: open,
                 cluster_id: Some(cluster),
                 live_at_ms,
+                witnesses: Vec::new(),
             }),
             tx,
             true,
@@ -68,7 +69,10 @@ impl Watcher {
                 Ok((kvs, revision, cluster)) => {
                     self.check_progress_order().await;
                     if let (Some(r), false) = (&resume, reset) {
-                        if self.another_timeline(r, at_resume, &kvs, revision, cluster) {
+                        if self
+                            .another_timeline(r, at_resume, &kvs, revision, cluster)
+                            .await
+                        {
                             reset = true;
                             if at_resume {
                                 // Read again, at the new timeline's present.
@@ -104,9 +108,10 @@ impl Watcher {
 
     /// Whether the snapshot (`kvs` at `revision` of `cluster`) is another
     /// timeline than the resume point's: another cluster id, a revision
-    /// behind the stored one (read at the present), or a state the stored
-    /// one cannot have become (a restore under the same cluster id).
-    fn another_timeline(
+    /// behind the stored one (read at the present), a state the stored
+    /// one cannot have become, or a term history recorded that etcd's
+    /// revision did not create (both: a restore under the same cluster id).
+    async fn another_timeline(
         &self,
         r: &Resume,
         at_resume: bool,
@@ -117,9 +122,12 @@ impl Watcher {
         if r.cluster_id.is_some_and(|c| c != cluster) || (!at_resume && revision < r.revision) {
             return true;
         }
-        let Some(why) = contradiction(&self.sources, r, kvs, revision, self.cfg.max_elections)
-        else {
-            return false;
+        let why = match contradiction(&self.sources, r, kvs, revision, self.cfg.max_elections) {
+            Some(why) => why,
+            None => match self.witness_contradiction(r).await {
+                Some(why) => why,
+                None => return false,
+            },
         };
         tracing::warn!(
             stored = r.revision,
@@ -129,6 +137,37 @@ impl Watcher {
              under the same cluster id (a restore from a snapshot)"
         );
         true
+    }
+
+    /// Why etcd contradicts the newest term history recorded at or below
+    /// the stored revision ([`Resume::witnesses`]) whose election is still
+    /// read: asked at that term's token for the keys created there. The
+    /// newest one decides (a timeline diverges at one revision: older
+    /// terms agree if it does). `None` when it agrees, when its revision is
+    /// compacted (not known), or when etcd does not answer.
+    async fn witness_contradiction(&self, r: &Resume) -> Option<String> {
+        let w = r
+            .witnesses
+            .iter()
+            .find(|w| self.sources.watches_name(&w.election))?;
+        let mut kv = self.client.etcd().kv_client();
+        let mut created = Vec::new();
+        for (start, end) in self.sources.ranges() {
+            let opts = GetOptions::new()
+                .with_range(end)
+                .with_revision(w.token)
+                .with_min_create_revision(w.token)
+                .with_max_create_revision(w.token)
+                .with_keys_only();
+            match self.client.op(kv.get(start, Some(opts))).await {
+                Ok(resp) => created.extend(resp.kvs().iter().map(kv_of)),
+                Err(e) => {
+                    tracing::debug!(error = %e, token = w.token, "a witness could not be read");
+                    return None;
+                }
+            }
+        }
+        witness_missing(&self.sources, w, &created)
     }
 
     /// Hands the loaded state on: its statuses, the leases to track, the

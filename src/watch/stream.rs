@@ -276,6 +276,7 @@ impl<'w> Stream<'w> {
             open_terms: open_terms(&self.state),
             cluster_id: Some(self.cluster),
             live_at_ms: Some(self.live_at_ms),
+            witnesses: Vec::new(),
         };
         (self.applied, self.cluster) = self
             .w

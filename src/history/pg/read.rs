@@ -8,7 +8,7 @@ use postgres::{Client, Row, Transaction};
 use super::schema::check_version;
 use super::{connect, redact, Conn};
 use crate::events::cluster::{ClusterBaseline, ClusterEvent};
-use crate::events::Event;
+use crate::events::{Event, Witness, WITNESSES};
 use crate::history::query::{OpenTerm, Query, RefusalRow, ResumePoint, TermRow};
 use crate::history::schema::{CLUSTER_KEY, RESUME_KEY, WATCHED_KEY};
 use crate::history::time::format_ms;
@@ -119,13 +119,36 @@ pub(in crate::history) fn resume_point(
     let live_at_ms: Option<i64> = tx
         .query_one("SELECT max(at_ms) FROM events", &[])?
         .try_get(0)?;
+    let witnesses = witnesses(&mut tx, revision)?;
     tx.commit()?;
     Ok(Some(ResumePoint {
         revision,
         open_terms,
         cluster_id,
         live_at_ms,
+        witnesses,
     }))
+}
+
+/// [`ResumePoint::witnesses`]: the newest terms of the current timeline
+/// whose token is at or below `revision`.
+fn witnesses(tx: &mut Transaction<'_>, revision: i64) -> Result<Vec<Witness>, HistoryError> {
+    let rows = tx.query(
+        "SELECT election, token, lease_id FROM terms
+         WHERE epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)
+           AND token <= $1
+         ORDER BY token DESC LIMIT $2",
+        &[&revision, &(WITNESSES as i64)],
+    )?;
+    rows.iter()
+        .map(|r| {
+            Ok(Witness {
+                election: r.try_get(0)?,
+                token: r.try_get(1)?,
+                lease_id: r.try_get(2)?,
+            })
+        })
+        .collect()
 }
 
 /// The columns of an open term and the timeline condition (the current

@@ -491,6 +491,45 @@ async fn two_clusters_one_serve_each_history_its_own_log() {
     let _ = &c.tls;
 }
 
+/// One etcd named twice (`--cluster a=E --cluster b=E`) is refused at
+/// start with the reason: every election would be recorded twice, and a
+/// campaign to `b/…` answered with `a/…`'s holder. The same etcd under two
+/// names with disjoint prefixes is a configuration that works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_etcd_under_two_names_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let e = Etcd::start().await;
+    let db = dir.path().join("history.db");
+    let a = format!("a={}", e.endpoint());
+    let b = format!("b={}", e.endpoint());
+    let out = refused(&db, &["--cluster", &a, "--cluster", &b]).await;
+    assert!(
+        out.contains("--cluster a and --cluster b are the same etcd"),
+        "{out}"
+    );
+    assert!(out.contains("--prefix"), "says what to do: {out}");
+    let config = dir.path().join("two-prefixes.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[cluster]]\nname = \"a\"\nendpoints = \"{0}\"\nprefix = \"one/\"\n\n\
+             [[cluster]]\nname = \"b\"\nendpoints = \"{0}\"\nprefix = \"two/\"\n",
+            e.endpoint()
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let s = Serve::start(
+        &[e.endpoint()],
+        &dir.path().join("other.db"),
+        &["--config", &config, "--no-auth"],
+        &[],
+    )
+    .await;
+    s.ready().await;
+    assert_eq!(s.stop().await, Some(0));
+}
+
 /// `tenure serve --db DB ARGS…` fails at once: its stderr.
 async fn refused(db: &Path, args: &[&str]) -> String {
     let out = tokio::time::timeout(

@@ -344,6 +344,57 @@ fn read_file(path: &Path, timeout: Duration) -> anyhow::Result<Vec<Spec>> {
         .collect()
 }
 
+/// Key ranges, `[start, end)`.
+type Ranges = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Refuses two `--cluster` names for one etcd (the same cluster id) whose
+/// watched ranges overlap: every election there would be recorded twice,
+/// and a campaign to one name answered with the other's holder. Asked of
+/// the clusters that answered at start (with a count-only read, which any
+/// role that may read its range is allowed); two names on one etcd with
+/// disjoint ranges (two `--prefix`es) are accepted.
+pub async fn refuse_one_etcd_twice(
+    clusters: &[Watched],
+    cfgs: &[Option<crate::watch::WatchConfig>],
+) -> anyhow::Result<()> {
+    let mut seen: Vec<(&str, u64, Ranges)> = Vec::new();
+    for (c, cfg) in clusters.iter().zip(cfgs) {
+        let (Some(name), Some(client), Some(cfg)) = (&c.name, &c.client, cfg) else {
+            continue;
+        };
+        let ranges = cfg.sources_read(client.keys().prefix()).ranges();
+        let Some((start, _)) = ranges.first().cloned() else {
+            continue;
+        };
+        let mut etcd = client.etcd().clone();
+        let count = etcd_client::GetOptions::new().with_count_only();
+        let Some(id) = client
+            .op(etcd.get(start, Some(count)))
+            .await
+            .ok()
+            .and_then(|r| r.header().map(|h| h.cluster_id()))
+        else {
+            continue;
+        };
+        let overlap = |a: &Ranges, b: &Ranges| {
+            a.iter()
+                .any(|(s1, e1)| b.iter().any(|(s2, e2)| s1 < e2 && s2 < e1))
+        };
+        if let Some((other, _, _)) = seen
+            .iter()
+            .find(|(_, i, r)| *i == id && overlap(r, &ranges))
+        {
+            anyhow::bail!(
+                "--cluster {other} and --cluster {name} are the same etcd (cluster id {id:x}) \
+                 watching the same keys: each election would be recorded twice. Name each etcd \
+                 once, or give the two different --prefix values"
+            );
+        }
+        seen.push((name, id, ranges));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

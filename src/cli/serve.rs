@@ -267,6 +267,7 @@ pub async fn run_clusters(
         };
         cfgs.push(cfg);
     }
+    super::clusters::refuse_one_etcd_twice(&clusters, &cfgs).await?;
     let serve_metrics = Arc::new(Metrics::with_options(metrics).context("creating metrics")?);
     let readiness = Arc::new(Readiness::with_max_elections(args.max_elections));
     let first = clusters.iter().find_map(|c| c.client.clone());

@@ -28,9 +28,18 @@ use serde::Serialize;
 use super::EndCause;
 use crate::election::acting::ActingRecord;
 
+/// How much later than its own arrival a version may place acting's end
+/// (the alignment's error beside the watcher's latency): a claim past that
+/// is of a moment that had not come when it was written, and is not taken.
+pub const ARRIVAL_SLACK_MS: i64 = 1_000;
+
 /// The versions of one term's record, merged: later versions fill in what
 /// earlier ones did not say. `late` per part: as the version that first
-/// said it.
+/// said it. Every version that says acting ended is kept as a claim: the
+/// view takes the latest end no claim's own arrival contradicts, so an
+/// early end written by anyone during the term (the record's key may be
+/// written by any client that may write `election/`) never hides a later
+/// true one, and a late one cannot reach past the moment it arrived.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Merged {
     pub record: Option<ActingRecord>,
@@ -38,11 +47,34 @@ pub struct Merged {
     pub ended_late: bool,
     /// The etcd revision of the version that first said acting ended.
     pub end_revision: Option<i64>,
+    /// Each version's end claim.
+    pub ends: Vec<EndClaim>,
+}
+
+/// One version's claim that acting ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndClaim {
+    /// On the holder's clock, from its base.
+    pub ended_ms: i64,
+    /// The etcd revision that wrote it.
+    pub revision: i64,
+    /// When the watcher received it (unix ms).
+    pub arrived_ms: i64,
+    pub late: bool,
 }
 
 impl Merged {
-    /// Adds the version written at etcd revision `revision`.
-    pub fn add(&mut self, r: &ActingRecord, revision: i64) {
+    /// Adds the version written at etcd revision `revision`, received at
+    /// `arrived_ms`.
+    pub fn add(&mut self, r: &ActingRecord, revision: i64, arrived_ms: i64) {
+        if let Some(ended_ms) = r.ended_ms {
+            self.ends.push(EndClaim {
+                ended_ms,
+                revision,
+                arrived_ms,
+                late: r.late,
+            });
+        }
         if r.has_end() && !self.record.as_ref().is_some_and(ActingRecord::has_end) {
             self.end_revision = Some(revision);
         }
@@ -151,16 +183,30 @@ pub fn view(term: &TermFacts, merged: &Merged) -> ActingView {
     };
     let at = |offset: Option<i64>| offset.map(|o| start.saturating_add(o));
     let less = i64::saturating_sub;
+    // The latest end that had come when its version arrived.
+    let claim = merged
+        .ends
+        .iter()
+        .filter(|c| {
+            start.saturating_add(c.ended_ms) <= c.arrived_ms.saturating_add(ARRIVAL_SLACK_MS)
+        })
+        .max_by_key(|c| (c.ended_ms, c.revision));
+    let (ended_ms, ended_late, end_revision) = match (claim, merged.ends.is_empty()) {
+        (Some(c), _) => (Some(c.ended_ms), c.late, Some(c.revision)),
+        // Only impossible claims: acting's end is not known.
+        (None, false) => (None, false, None),
+        (None, true) => (r.ended_ms, merged.ended_late, merged.end_revision),
+    };
     let mut v = ActingView {
         acting_started_ms: at(r.began_ms),
         acting_started_late: merged.began_late,
         acting_stopping_ms: at(r.stopping_ms),
-        acting_stopped_ms: at(r.ended_ms),
+        acting_stopped_ms: at(ended_ms),
         acting_stopped_by_ms: at(r.ended_by_ms),
-        acting_stopped_late: merged.ended_late,
+        acting_stopped_late: ended_late,
         ..ActingView::default()
     };
-    let Some(ended) = r.ended_ms else {
+    let Some(ended) = ended_ms else {
         // Not reported: a guard kills the group `slack` before the lease's
         // earliest expiry, which is no later than etcd's expiry.
         if let (None, Some(slack), Some(EndCause::Expired), Some(end)) = (
@@ -178,7 +224,7 @@ pub fn view(term: &TermFacts, merged: &Merged) -> ActingView {
     // resign's own txn, or before it): acting ended before any successor
     // could start, whatever the clocks say. Revisions, not times.
     let ended_first = matches!(
-        (merged.end_revision, term.ended_revision),
+        (end_revision, term.ended_revision),
         (Some(said), Some(end)) if said <= end
     );
     // A placed moment comes with its bound; where the revisions say
@@ -285,9 +331,53 @@ mod tests {
         // Written after the term's end (revision 100), unless a test
         // says otherwise.
         for r in records {
-            m.add(r, 101);
+            m.add(r, 101, ARRIVED);
         }
         m
+    }
+
+    /// When the tests' records arrived: after every moment they report.
+    const ARRIVED: i64 = 1_000_000;
+
+    #[test]
+    fn an_end_claimed_past_its_own_arrival_is_not_taken() {
+        // Written seconds after the term ended, claiming acting ended an
+        // hour after the term began: a moment that had not come.
+        let mut m = Merged::default();
+        m.add(&record(2, Some(3_600_000), Some(2_750)), 101, 5_000);
+        let f = facts(Some((4_000, EndCause::Expired)), Next::Known(Some(4_000)));
+        let v = view(&f, &m);
+        assert_eq!(
+            (v.acting_stopped_ms, v.overlap_ms, v.margin_ms),
+            (None, None, None)
+        );
+        // A true end arriving with its slack is taken.
+        let mut m = Merged::default();
+        m.add(&record(2, Some(3_500), Some(2_750)), 101, 3_900);
+        assert_eq!(view(&f, &m).acting_stopped_ms, Some(4_500));
+    }
+
+    #[test]
+    fn an_early_end_written_during_the_term_does_not_hide_a_later_true_one() {
+        // Someone writes "acting ended at 500" during the term (revision
+        // 50, before the term's end at 100); the holder's true record
+        // (after the end) says 2_750: the next term began at 3_000, so
+        // 750 ms of overlap, whichever order the versions came in.
+        let f = facts(Some((3_000, EndCause::Expired)), Next::Known(Some(3_000)));
+        let forged = record(2, Some(500), Some(2_000));
+        let true_one = record(2, Some(2_750), Some(2_000));
+        for order in [
+            [(&forged, 50), (&true_one, 101)],
+            [(&true_one, 101), (&forged, 102)],
+        ] {
+            let mut m = Merged::default();
+            for (r, rev) in order {
+                m.add(r, rev, ARRIVED);
+            }
+            let v = view(&f, &m);
+            assert_eq!(v.overlap_ms, Some(750), "{order:?}");
+            assert_eq!(v.acting_stopped_ms, Some(3_750));
+        }
     }
 
     #[test]
@@ -379,7 +469,7 @@ mod tests {
         // end); a queued successor starts in that same revision, placed
         // 2 ms before acting ended by the clocks' jitter.
         let mut m = Merged::default();
-        m.add(&record(2, Some(2_000), Some(2_000)), 100);
+        m.add(&record(2, Some(2_000), Some(2_000)), 100, ARRIVED);
         let f = facts(Some((3_001, EndCause::Resigned)), Next::Known(Some(2_998)));
         let v = view(&f, &m);
         assert_eq!(v.overlap_ms, Some(0));

@@ -156,7 +156,7 @@ impl Found {
         let mut m = Merged::default();
         for (at, revision, r) in self.records.get(&row.token).into_iter().flatten() {
             if r.holder == row.holder && *at >= row.started_at_ms && *at < until {
-                m.add(r, *revision);
+                m.add(r, *revision, *at);
             }
         }
         m.record.as_ref()?;

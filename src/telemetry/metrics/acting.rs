@@ -103,7 +103,9 @@ impl Margins {
                         t.replayed |= replayed;
                     }
                 }
-                EventKind::Acting { record } => self.record(&e.election, record, e.revision),
+                EventKind::Acting { record } => {
+                    self.record(&e.election, record, e.revision, e.at_ms)
+                }
                 _ => continue,
             }
             touched.insert(&e.election);
@@ -120,11 +122,11 @@ impl Margins {
             .find(|t| t.token == token)
     }
 
-    fn record(&mut self, election: &str, record: &ActingRecord, revision: i64) {
+    fn record(&mut self, election: &str, record: &ActingRecord, revision: i64, arrived_ms: i64) {
         if let Some(t) = self.term(election, record.token) {
             // Tokens repeat across etcd timelines: the holder must match.
             if t.holder == record.holder {
-                t.merged.add(record, revision);
+                t.merged.add(record, revision, arrived_ms);
             }
         }
     }

@@ -431,12 +431,13 @@ pub(super) async fn watch_config(
     sources_only: bool,
     max_elections: usize,
 ) -> anyhow::Result<WatchConfig> {
-    let sources = Watcher::sources(client, sources, sources_only)
+    let plan = Watcher::sources(client, sources, sources_only)
         .await
         .context("reading --source")?;
     Ok(WatchConfig {
         max_elections,
-        sources: Some(sources),
+        sources: Some(plan.sources),
+        covering: plan.covering,
         ..WatchConfig::default()
     })
 }

@@ -324,8 +324,6 @@ impl Sources {
             .and_then(|s| s.layout.lease_named(key))
     }
 
-    /// The source `key` belongs to and what it is to it; `None` (and
-    /// [`Role::Ignored`]) outside every source.
     /// Whether an election called `name` is one these sources read: another
     /// system's whose names begin with its prefix, or tenure's own (names
     /// without a leading `/`) where tenure's layout is read.
@@ -335,6 +333,8 @@ impl Sources {
         })
     }
 
+    /// The source `key` belongs to and what it is to it; `None` (and
+    /// [`Role::Ignored`]) outside every source.
     pub fn classify(&self, key: &[u8], lease: i64) -> (Option<&Source>, Role) {
         match self.0.iter().find(|s| s.contains(key)) {
             Some(s) => (Some(s), s.layout.classify(key, lease)),

@@ -82,6 +82,21 @@ pub struct WatchConfig {
     /// What is read ([`Watcher::sources`]); `None`: tenure's own layout
     /// under the client's prefix.
     pub sources: Option<crate::layout::Sources>,
+    /// One watch of this range, covering every source's ranges, instead of
+    /// a watch per range merged in revision order: for an etcd that cannot
+    /// merge them ([`Plan::covering`]). Keys between the sources arrive
+    /// and are ignored (`Sources::classify`).
+    pub covering: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// How a watcher reads its sources ([`Watcher::sources`]).
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub sources: crate::layout::Sources,
+    /// `Some`: one covering watch of this range (several ranges on an etcd
+    /// that cannot merge them, and a role that may read the whole range);
+    /// `None`: a watch per range (one range, or an etcd that merges them).
+    pub covering: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Default for WatchConfig {
@@ -93,6 +108,7 @@ impl Default for WatchConfig {
             lease_samples_per_interval: 200,
             forget_after: Duration::from_secs(3600),
             sources: None,
+            covering: None,
         }
     }
 }
@@ -139,20 +155,20 @@ pub enum SourcesError {
     #[error(transparent)]
     Source(#[from] crate::layout::SourceError),
     #[error(
-        "watching several key ranges needs etcd 3.4.31+ or 3.5.13+, whose progress \
+        "watching several key ranges needs either etcd 3.4.31+ or 3.5.13+, whose progress \
          notifications follow the events they cover and come once a watch caught up (etcd \
-         issues 15220 and 17507); this etcd is {0}. \
-         Upgrade etcd, or watch one source per `tenure serve` (--sources-only)"
+         issues 15220 and 17507), or read access to the one range that covers them all; this \
+         etcd is {version} and denies reading {covering}. Do one of: grant it \
+         (`etcdctl role grant-permission ROLE read {start} {end}`; keys between the sources \
+         are then read and ignored), upgrade etcd, or watch one source per `tenure serve` \
+         (--sources-only)"
     )]
-    Unordered(String),
-    #[error(
-        "watching several key ranges needs etcd 3.4.31+ or 3.5.13+ (etcd issues 15220 and \
-         17507), and \
-         etcd's version could not be read: {0}. etcd 3.5 with authentication tells it to \
-         root only, and over TLS tenure does not ask /version: serve as root, or watch one \
-         source per `tenure serve` (--sources-only)"
-    )]
-    UnknownVersion(String),
+    Unordered {
+        version: String,
+        covering: String,
+        start: String,
+        end: String,
+    },
     #[error("--sources-only needs at least one --source LAYOUT:PREFIX")]
     NoSource,
 }
@@ -171,27 +187,81 @@ impl Watcher {
 
     /// The sources to read: tenure's own under the client's prefix and
     /// `more` (or, `sources_only`, `more` alone), for
-    /// [`WatchConfig::sources`]. Several key ranges are merged in revision
-    /// order, which needs etcd's progress notifications ordered: asked
-    /// here, and refused where they are not, or not known to be.
+    /// [`WatchConfig::sources`], and how. Several key ranges are merged in
+    /// revision order where etcd's progress notifications allow it (its
+    /// version asked here); elsewhere, or where the version cannot be read,
+    /// one watch covers them all if the role may read that range
+    /// ([`Plan::covering`]); else they are refused, with what to do.
     pub async fn sources(
         client: &Client,
         more: Vec<crate::layout::Source>,
         sources_only: bool,
-    ) -> Result<crate::layout::Sources, SourcesError> {
+    ) -> Result<Plan, SourcesError> {
         let sources =
             crate::layout::Sources::for_serve(client.keys().prefix(), more, sources_only)?;
-        if sources.ranges().is_empty() {
+        let ranges = sources.ranges();
+        if ranges.is_empty() {
             return Err(SourcesError::NoSource);
         }
-        if sources.ranges().len() > 1 {
-            match version::etcd_version(client).await {
-                Ok(v) if version::progress_answered_when_synced(&v) => {}
-                Ok(v) => return Err(SourcesError::Unordered(v)),
-                Err(e) => return Err(SourcesError::UnknownVersion(e)),
+        if ranges.len() == 1 {
+            return Ok(Plan {
+                sources,
+                covering: None,
+            });
+        }
+        let version = version::etcd_version(client).await;
+        if version
+            .as_deref()
+            .is_ok_and(version::progress_answered_when_synced)
+        {
+            return Ok(Plan {
+                sources,
+                covering: None,
+            });
+        }
+        let covering = covering_range(&ranges);
+        match client
+            .check_read_access(std::slice::from_ref(&covering))
+            .await
+        {
+            Ok(()) => {
+                tracing::warn!(
+                    version = version.as_deref().unwrap_or("unknown"),
+                    start = %String::from_utf8_lossy(&covering.0),
+                    end = %String::from_utf8_lossy(&covering.1),
+                    "several key ranges on an etcd that cannot merge them: one covering watch, \
+                     keys between the sources ignored"
+                );
+                Ok(Plan {
+                    sources,
+                    covering: Some(covering),
+                })
+            }
+            Err(_) => {
+                let (start, end) = (
+                    String::from_utf8_lossy(&covering.0).into_owned(),
+                    String::from_utf8_lossy(&covering.1).into_owned(),
+                );
+                Err(SourcesError::Unordered {
+                    version: match version {
+                        Ok(v) => v,
+                        Err(e) => format!("of a version that could not be read ({e})"),
+                    },
+                    covering: format!("[{start}, {end})"),
+                    start,
+                    end,
+                })
             }
         }
-        Ok(sources)
+    }
+
+    /// The key ranges the watch stream reads: the covering one, or every
+    /// source's.
+    fn watch_ranges(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        match &self.cfg.covering {
+            Some(c) => vec![c.clone()],
+            None => self.sources.ranges(),
+        }
     }
 
     /// Runs until the receiver of `tx` is dropped.
@@ -279,6 +349,13 @@ impl Watcher {
         }
         Ok(())
     }
+}
+
+/// The one range `[lowest start, highest end)` that covers `ranges`.
+fn covering_range(ranges: &[(Vec<u8>, Vec<u8>)]) -> (Vec<u8>, Vec<u8>) {
+    let start = ranges.iter().map(|r| r.0.clone()).min().unwrap_or_default();
+    let end = ranges.iter().map(|r| r.1.clone()).max().unwrap_or_default();
+    (start, end)
 }
 
 async fn send(tx: &mpsc::Sender<Update>, u: Update) -> Result<(), Closed> {

@@ -89,7 +89,7 @@ impl<'w> Stream<'w> {
             probe_after: w.cfg.probe_after,
             max_message_bytes: super::MAX_MESSAGE_BYTES,
         };
-        let watch = Watch::new(&w.client.etcd(), w.sources.ranges(), applied + 1, opening);
+        let watch = Watch::new(&w.client.etcd(), w.watch_ranges(), applied + 1, opening);
         Ok(Stream {
             w,
             tx,

@@ -8,8 +8,9 @@ pub mod traces;
 pub mod writer;
 
 pub use metrics::{
-    cap_label, merge_clusters, Metrics, MetricsOptions, CONTENT_TYPE, DETAIL_METRIC_NAMES,
-    MAX_ELECTION_LABEL_BYTES, MAX_HOLDER_LABEL_BYTES, METRIC_NAMES, TERM_DURATION_BUCKETS,
+    cap_label, election_label, merge_clusters, Metrics, MetricsOptions, CONTENT_TYPE,
+    DETAIL_METRIC_NAMES, MAX_ELECTION_LABEL_BYTES, MAX_HOLDER_LABEL_BYTES, METRIC_NAMES,
+    TERM_DURATION_BUCKETS,
 };
 pub use traces::{
     layer_from_config, layer_from_env, layer_with_exporter, record, record_event, TracesConfig,

@@ -137,7 +137,9 @@ fn hostile_labels_do_not_panic_and_are_capped() {
             assert!(h.len() <= MAX_HOLDER_LABEL_BYTES);
         }
     }
-    let capped = cap_label(&long_name, MAX_ELECTION_LABEL_BYTES);
+    let labelled = election_label(&long_name);
+    let capped = labelled.as_ref();
+    assert!(capped.len() <= MAX_ELECTION_LABEL_BYTES && capped.contains('~'));
     assert_eq!(
         x.value(
             "tenure_election_lease_remaining_seconds",
@@ -154,6 +156,48 @@ fn hostile_labels_do_not_panic_and_are_capped() {
         .matching("tenure_election_has_leader", &[("election", capped)])
         .is_empty());
     assert!(x.matching(info, &[("election", capped)]).is_empty());
+}
+
+/// Two names longer than the label cap that share their first 128 bytes
+/// (a `--source`'s names go up to 511 bytes) keep a series each: a metric
+/// never speaks for the wrong election.
+#[test]
+fn long_names_that_share_a_prefix_keep_their_own_series() {
+    let m = Metrics::new().unwrap();
+    let t = now_ms();
+    let base = format!("/svc/{}", "n".repeat(480));
+    let names: Vec<String> = (0..20).map(|i| format!("{base}{i:02}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        let token = i as i64 + 1;
+        m.apply(&batch(
+            token,
+            vec![ev(
+                token,
+                t,
+                n,
+                started(token, &format!("h{i}"), token, None),
+            )],
+        ));
+    }
+    let x = Exposition::new(m.render());
+    let labels: std::collections::BTreeSet<&String> = x
+        .samples
+        .iter()
+        .filter(|s| s.name == "tenure_election_leader_info")
+        .filter_map(|s| s.labels.get("election"))
+        .collect();
+    assert_eq!(labels.len(), 20, "{labels:?}");
+    for (i, n) in names.iter().enumerate() {
+        let label = election_label(n);
+        assert!(label.len() <= MAX_ELECTION_LABEL_BYTES);
+        assert_eq!(
+            x.value(
+                "tenure_election_leader_info",
+                &[("election", &label), ("holder", &format!("h{i}"))]
+            ),
+            1.0
+        );
+    }
 }
 
 #[test]

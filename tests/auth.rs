@@ -74,12 +74,25 @@ async fn campaign(ep: &str, name: &str, ttl: &str) -> (Child, Lines<BufReader<Ch
 }
 
 /// `tenure leader NAME --json` as the writer: the token.
+/// The leader's token as `tenure leader --json` says it; `None` when it
+/// names no leader. A command that fails (no answer in its 3 s, a loaded
+/// machine just after an etcd restart) is asked again, twice at most, and
+/// its error printed: a failure is not read as "no leader".
 async fn leader_token(ep: &str, name: &str) -> Option<i64> {
-    let mut cmd = tenure(ep);
-    cmd.args(["--user", "writer:writer-pw", "leader", name, "--json"]);
-    let (out, _) = timed(cmd).await;
-    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-    v["token"].as_i64()
+    for attempt in 1..=3 {
+        let mut cmd = tenure(ep);
+        cmd.args(["--user", "writer:writer-pw", "leader", name, "--json"]);
+        let (out, _) = timed(cmd).await;
+        if let Ok(v) = serde_json::from_slice::<Value>(&out.stdout) {
+            return v["token"].as_i64();
+        }
+        eprintln!(
+            "tenure leader {name}, attempt {attempt}: {:?} {}",
+            out.status.code(),
+            text(&out.stderr)
+        );
+    }
+    panic!("tenure leader {name} failed three times");
 }
 
 async fn terms(s: &Serve, name: &str) -> Vec<Value> {

@@ -99,3 +99,46 @@ async fn a_watch_failing_at_one_revision_makes_readyz_503() {
     let (ok, status, body) = readyz_until(&serve, Duration::from_secs(60), |s, _| s == 200).await;
     assert!(ok, "ready again once the watch delivers: {status} {body}");
 }
+
+/// `/readyz` says ready only once the pages answer from the loaded state:
+/// the snapshot's elections are in the history the overview and the API
+/// list read, not merely received by the watcher. 20,000 elections stand
+/// in etcd before serve starts; the first 200 from `/readyz` is followed at
+/// once by the API list, which must hold all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_means_the_pages_show_the_snapshot() {
+    use etcd_client::{Txn, TxnOp};
+    const N: usize = 20_000;
+    let etcd = Etcd::start().await;
+    let mut raw = etcd.client().await;
+    let names: Vec<usize> = (0..N).collect();
+    for chunk in names.chunks(100) {
+        let ops: Vec<TxnOp> = chunk
+            .iter()
+            .map(|i| TxnOp::put(format!("election/fleet-{i:05}"), "h", None))
+            .collect();
+        raw.txn(Txn::new().and_then(ops)).await.expect("txn");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let serve = Serve::start(&[etcd.endpoint()], &dir.path().join("h.db"), &[], &[]).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if readyz(&serve).await.0 == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let list: serde_json::Value = reqwest::get(serve.url("/api/v1/elections?limit=1"))
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        list["total"].as_u64(),
+        Some(N as u64),
+        "ready, but the list says {list}"
+    );
+    serve.stop().await;
+}

@@ -56,6 +56,15 @@ impl History {
     /// records that it watched until now (issue 20.7: time after the last
     /// such moment, until a watcher is live again, was not watched). The
     /// shared history's writer records its own watcher's.
+    /// Waits until what this serve queued is committed (a local store);
+    /// the shared history's writer commits on its own.
+    pub async fn flush(&self) -> Result<(), HistoryError> {
+        match self {
+            History::Local(store) => store.flush().await.map(|_| ()),
+            History::Shared(_) => Ok(()),
+        }
+    }
+
     pub async fn heartbeat(&self, scope: &Scope, update: &Update) -> Result<(), HistoryError> {
         match update {
             Update::Watch(WatchStatus::CaughtUp { .. }) => self.watched(scope, now_ms()).await,

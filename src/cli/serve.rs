@@ -498,7 +498,12 @@ impl Sinks<'_> {
             floors.on_batch(b);
         }
         m.metrics.apply(u);
-        m.readiness.apply(u);
+        // The first batch (the snapshot) makes /readyz say ready once the
+        // pages can show it: after it is committed, not when it arrives.
+        let first_load = matches!(u, Update::Batch(_)) && !m.readiness.is_loaded();
+        if !first_load {
+            m.readiness.apply(u);
+        }
         // The history, the live feed and the traces name elections as the
         // pages do: `CLUSTER/NAME` with several clusters.
         let named = match u {
@@ -527,6 +532,10 @@ impl Sinks<'_> {
                 let _ = self.live.send(Arc::new(e.clone()));
             }
             store.write(&m.scope, b).await.context("writing history")?;
+        }
+        if first_load {
+            store.flush().await.context("writing history")?;
+            m.readiness.apply(u);
         }
         Ok(())
     }

@@ -150,6 +150,11 @@ impl Readiness {
         }
     }
 
+    /// Whether a batch was applied: the watcher loaded its snapshot.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.load(Ordering::Relaxed)
+    }
+
     pub fn is_ready(&self) -> bool {
         self.watching() && self.not_recording().is_none()
     }

@@ -747,3 +747,82 @@ async fn queued_http_campaigns_lead_in_order_and_a_caller_that_hangs_up_leaves_t
     assert_eq!(st, StatusCode::OK, "{b}");
     assert!(b["token"].as_i64().expect("token") > t_a);
 }
+
+/// A term that ended while serve was down is recorded by the replay at
+/// restart: its end happened at or before the recorded moment, so its
+/// duration is a range. The API says so (`duration_bounds_seconds`), and
+/// the election page's events name the range, never one exact figure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_duration_is_given_as_its_bounds() {
+    use support::fixtures::lead;
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = tenure::election::Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let s = serve(&etcd, &dir, &[]).await;
+    let live = lead(&c, "seen", "a", 30).await;
+    let l = lead(&c, "replayed", "b", 30).await;
+    let token = l.token();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    live.resign().await.expect("resign");
+    let mut raw = etcd.client().await;
+    let rev = raw
+        .get("x", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    s.caught_up(rev).await;
+    assert_eq!(s.stop().await, Some(0));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    l.resign().await.expect("resign while serve is down");
+    let s = serve(&etcd, &dir, &[]).await;
+    let rev = raw
+        .get("x", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    s.caught_up(rev).await;
+
+    let (st, v) = get(&s, "/api/v1/elections/replayed/terms").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let t = &v["terms"][0];
+    assert_eq!(t["token"].as_i64(), Some(token), "{v}");
+    let recorded = t["duration_seconds"].as_f64().expect("ended");
+    let bounds = &t["duration_bounds_seconds"];
+    let (least, most) = (bounds[0].as_f64(), bounds[1].as_f64());
+    assert_eq!(
+        most,
+        Some(recorded),
+        "the start was seen: at most the recorded figure; {v}"
+    );
+    assert!(
+        least.is_some_and(|l| (0.0..recorded).contains(&l) && l >= 0.3),
+        "the end was replayed: at least from the last moment serve watched (it resigned 0.3 s \
+         after it had led that long); {v}"
+    );
+    let (_, seen) = get(&s, "/api/v1/elections/seen/terms").await;
+    assert_eq!(
+        seen["terms"][0]["duration_bounds_seconds"],
+        Value::Null,
+        "{seen}"
+    );
+    let page = http()
+        .get(s.url("/elections/replayed"))
+        .send()
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("body");
+    let ended = page
+        .lines()
+        .find(|l| l.contains(&format!("term {token} ended")))
+        .unwrap_or_else(|| panic!("no end event on the page:\n{page}"));
+    assert!(ended.contains('–'), "the event names the range: {ended}");
+    s.stop().await;
+}

@@ -59,10 +59,11 @@ impl Span {
 #[derive(Debug, Default)]
 pub(super) struct Found {
     records: HashMap<i64, Vec<(i64, i64, ActingRecord)>>,
-    /// (recorded at, from revision, to revision) of gaps, resets and
-    /// `unobserved`: a start recorded by a replay carries the replay's
-    /// arrival time, and cannot be aligned.
-    replayed: Vec<(i64, i64, i64)>,
+    /// (recorded at, from revision, to revision, since) of gaps, resets
+    /// and `unobserved`: a start recorded by a replay carries the replay's
+    /// arrival time, and cannot be aligned; it happened after `since`
+    /// (`None`: not known).
+    replayed: Vec<(i64, i64, i64, Option<i64>)>,
 }
 
 impl Found {
@@ -78,14 +79,19 @@ impl Found {
                 EventKind::Gap {
                     from_revision,
                     to_revision,
-                }
-                | EventKind::Unobserved {
+                } => f
+                    .replayed
+                    .push((e.at_ms, *from_revision, *to_revision, None)),
+                EventKind::Unobserved {
                     from_revision,
                     to_revision,
-                    ..
-                } => f.replayed.push((e.at_ms, *from_revision, *to_revision)),
+                    since_ms,
+                } => f
+                    .replayed
+                    .push((e.at_ms, *from_revision, *to_revision, *since_ms)),
                 EventKind::Reset { from_revision, .. } => {
-                    f.replayed.push((e.at_ms, *from_revision, *from_revision))
+                    f.replayed
+                        .push((e.at_ms, *from_revision, *from_revision, None))
                 }
                 _ => {}
             }
@@ -99,9 +105,16 @@ impl Found {
     }
 
     fn replayed_at(&self, revision: i64, at_ms: i64) -> bool {
+        self.replayed_since(revision, at_ms).is_some()
+    }
+
+    /// `None`: seen as it happened; `Some(since)`: replayed, it happened
+    /// after `since` (`None`: not known when).
+    fn replayed_since(&self, revision: i64, at_ms: i64) -> Option<Option<i64>> {
         self.replayed
             .iter()
-            .any(|(at, lo, hi)| *at == at_ms && (*lo..=*hi).contains(&revision))
+            .find(|(at, lo, hi, _)| *at == at_ms && (*lo..=*hi).contains(&revision))
+            .map(|r| r.3)
     }
 
     fn seen_live(&self, row: &TermRow) -> bool {
@@ -115,6 +128,39 @@ impl Found {
             None => Next::Known(None),
             Some(n) if self.seen_live(n) => Next::Known(Some(n.started_at_ms)),
             Some(_) => Next::Unknown,
+        }
+    }
+
+    /// Each ended term whose start or end was replayed gets its duration's
+    /// bounds ([`TermRow::duration_bounds_seconds`]), as the pages draw
+    /// them: a replayed moment happened at or before its recorded time and
+    /// after its mark's `since` (not known: a gap's, a reset's, or a start
+    /// first seen in a snapshot). Least: the latest start to the earliest
+    /// end (never below 0); most: the earliest start to the latest end.
+    pub fn bound_durations(&self, rows: &mut [TermRow]) {
+        for row in rows {
+            let (Some(end_rev), Some(end_at)) = (row.ended_revision, row.ended_at_ms) else {
+                continue;
+            };
+            let start = match (
+                row.from_snapshot,
+                self.replayed_since(row.started_revision, row.started_at_ms),
+            ) {
+                (true, _) => Some(None),
+                (false, s) => s,
+            };
+            let end = self.replayed_since(end_rev, end_at);
+            if start.is_none() && end.is_none() {
+                continue;
+            }
+            let earliest = |at: i64, r: Option<Option<i64>>| match r {
+                None => Some(at),
+                Some(since) => since.map(|s| s.min(at)),
+            };
+            let secs = |ms: i64| ms as f64 / 1000.0;
+            let least = earliest(end_at, end).map(|e| secs((e - row.started_at_ms).max(0)));
+            let most = earliest(row.started_at_ms, start).map(|s| secs(end_at - s));
+            row.duration_bounds_seconds = Some([least, most]);
         }
     }
 

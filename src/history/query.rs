@@ -69,8 +69,14 @@ pub struct TermRow {
     /// The start was not observed: `started_at_ms` is when the term was
     /// first seen (a snapshot), or what the end event reported.
     pub from_snapshot: bool,
-    /// `None` while the term is open.
+    /// `None` while the term is open. Exact only when
+    /// `duration_bounds_seconds` is `None`.
     pub duration_seconds: Option<f64>,
+    /// A start or an end that was replayed (recorded after the fact: a
+    /// reconnect, a restart, a gap's reload) makes the duration a range:
+    /// `[least, most]`, `most` `None` where the start's earliest moment is
+    /// not known. `None`: both ends were seen as they happened.
+    pub duration_bounds_seconds: Option<[Option<f64>; 2]>,
     /// When its holder acted as leader, and the margin (issue 22); filled
     /// by [`crate::history::Reader::terms`] from the holders' records.
     #[serde(flatten)]
@@ -302,6 +308,7 @@ pub(super) fn terms(
             from_snapshot: row.get(7)?,
             duration_seconds: ended_at_ms
                 .map(|end| end.saturating_sub(started_at_ms) as f64 / 1000.0),
+            duration_bounds_seconds: None,
             acting: Default::default(),
         })
     })?;

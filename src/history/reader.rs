@@ -152,6 +152,7 @@ impl Reader {
             |c| pg::acting(c, election, span.range(), span.limit),
         )?;
         let found = acting::Found::from_events(&records);
+        found.bound_durations(rows);
         if found.is_empty() {
             return Ok(());
         }

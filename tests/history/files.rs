@@ -23,6 +23,7 @@ fn csv_quotes_and_neutralises_formulas() {
         end_cause: Some(EndCause::Superseded),
         from_snapshot: false,
         duration_seconds: Some(1.5),
+        duration_bounds_seconds: None,
         acting: Default::default(),
     };
     let csv = terms_to_csv(&[

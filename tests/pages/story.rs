@@ -140,6 +140,7 @@ pub fn synthetic_terms(n: i64, from: i64, to: i64) -> Vec<TermRow> {
                 end_cause: end.map(|_| EndCause::Expired),
                 from_snapshot: false,
                 duration_seconds: end.map(|e| (e - start) as f64 / 1000.0),
+                duration_bounds_seconds: None,
                 acting: Default::default(),
             }
         })

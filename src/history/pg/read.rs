@@ -213,6 +213,7 @@ pub(in crate::history) fn terms(
                 from_snapshot: row.try_get(7)?,
                 duration_seconds: ended_at_ms
                     .map(|end| end.saturating_sub(started_at_ms) as f64 / 1000.0),
+                duration_bounds_seconds: None,
                 acting: Default::default(),
             })
         })

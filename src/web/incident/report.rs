@@ -608,6 +608,7 @@ mod tests {
             end_cause: None,
             from_snapshot: false,
             duration_seconds: None,
+            duration_bounds_seconds: None,
             acting: Default::default(),
         }
     }

@@ -161,7 +161,13 @@ impl PageInput<'_> {
             capped: h.terms.len() >= history::MAX_LIMIT,
             more_href: more(h.terms.len() > limit),
         };
-        let events: Vec<EventView> = h.events.iter().rev().take(limit).map(event_view).collect();
+        let events: Vec<EventView> = h
+            .events
+            .iter()
+            .rev()
+            .take(limit)
+            .map(|e| event_view(e, &h.replays))
+            .collect();
         let events_info = TableInfo {
             shown: events.len(),
             total: h.events_complete.then_some(h.events.len()),
@@ -620,7 +626,9 @@ fn margin_title(t: &TermRow) -> String {
     s
 }
 
-fn event_view(e: &Event) -> EventView {
+/// One row of the events table; a duration whose ends were replayed is
+/// shown as the range it is known to lie in (`replays`).
+fn event_view(e: &Event, replays: &[ReplayMark]) -> EventView {
     let (details, bad) = match &e.kind {
         EventKind::TermStarted {
             token,
@@ -647,11 +655,16 @@ fn event_view(e: &Event) -> EventView {
             holder,
             cause,
             started_at_ms,
+            started_revision,
             ..
         } => (
             format!(
                 "{holder}'s term {token} ended: {cause}, after {}",
-                format_duration_ms(e.at_ms - started_at_ms)
+                duration_text(
+                    Moment::of(replays, *started_revision, *started_at_ms),
+                    Some(Moment::of(replays, e.revision, e.at_ms)),
+                    e.at_ms
+                )
             ),
             false,
         ),
@@ -787,6 +800,7 @@ mod tests {
             end_cause: Some(EndCause::Resigned),
             from_snapshot,
             duration_seconds: Some(2.5),
+            duration_bounds_seconds: None,
             acting: Default::default(),
         }
     }

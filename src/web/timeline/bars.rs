@@ -63,6 +63,17 @@ pub(super) fn flush_run(
     merged
 }
 
+/// A replayed duration as the range it is known to lie in.
+fn bounded_duration([least, most]: [Option<f64>; 2]) -> String {
+    let ms = |s: f64| format_duration_ms((s * 1000.0).round() as i64);
+    match (least, most) {
+        (Some(l), Some(m)) => format!("{}–{} (replayed)", ms(l), ms(m)),
+        (Some(l), None) => format!("≥ {} (replayed)", ms(l)),
+        (None, Some(m)) => format!("≤ {} (replayed)", ms(m)),
+        (None, None) => "unknown (replayed)".to_owned(),
+    }
+}
+
 pub(super) fn term_bar(v: &Visible<'_>, lane: &Lane, l: usize, scale: &Scale) -> Bar {
     let t = v.term;
     let x0 = scale.x(v.start);
@@ -97,7 +108,10 @@ pub(super) fn term_bar(v: &Visible<'_>, lane: &Lane, l: usize, scale: &Scale) ->
             ""
         },
         end = end_ms.map_or_else(|| "(still leading)".to_owned(), short_time),
-        dur = format_duration_ms(duration),
+        dur = match t.duration_bounds_seconds {
+            None => format_duration_ms(duration),
+            Some(bounds) => bounded_duration(bounds),
+        },
         ongoing = if v.open { " so far" } else { "" },
     );
     Bar {

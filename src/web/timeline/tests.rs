@@ -24,6 +24,7 @@ fn term(token: i64, holder: &str, start: i64, end: Option<i64>) -> TermRow {
         end_cause: end.map(|_| EndCause::Expired),
         from_snapshot: false,
         duration_seconds: end.map(|e| (e - start) as f64 / 1000.0),
+        duration_bounds_seconds: None,
         acting: Default::default(),
     }
 }

@@ -150,6 +150,7 @@ impl Watcher {
             .witnesses
             .iter()
             .find(|w| self.sources.watches_name(&w.election))?;
+        // Not keys-only: etcd 3.7 answers those without each key's lease.
         let mut kv = self.client.etcd().kv_client();
         let mut created = Vec::new();
         for (start, end) in self.sources.ranges() {
@@ -157,8 +158,7 @@ impl Watcher {
                 .with_range(end)
                 .with_revision(w.token)
                 .with_min_create_revision(w.token)
-                .with_max_create_revision(w.token)
-                .with_keys_only();
+                .with_max_create_revision(w.token);
             match self.client.op(kv.get(start, Some(opts))).await {
                 Ok(resp) => created.extend(resp.kvs().iter().map(kv_of)),
                 Err(e) => {

@@ -256,9 +256,11 @@ impl Client {
             TxnOp::get(start, Some(GetOptions::new().with_range(end))),
             TxnOp::get(self.keys.floor_key(), None),
         ];
+        // Not keys-only: etcd 3.7 answers a keys-only range from its index
+        // without each key's lease, and the collision check needs it.
         ops.extend(name.ancestors().map(|m| {
             let (s, e) = self.keys.own_keys_range(&m);
-            TxnOp::get(s, Some(GetOptions::new().with_range(e).with_keys_only()))
+            TxnOp::get(s, Some(GetOptions::new().with_range(e)))
         }));
         ops
     }

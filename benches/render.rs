@@ -199,6 +199,7 @@ fn metrics_render(cfg: &Config) -> Result<Vec<Row>> {
     // before issue 16, 35 per election), rendered alternately with `m`.
     let d = Metrics::with_options(MetricsOptions {
         per_election_detail: true,
+        ..MetricsOptions::default()
     })
     .map_err(|e| anyhow!("metrics: {e}"))?;
     feed(&d);

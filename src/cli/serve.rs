@@ -130,6 +130,22 @@ pub struct ServeCommand {
     /// fleet-wide only).
     #[arg(long, env = "TENURE_PER_ELECTION_DETAIL")]
     pub per_election_detail: bool,
+
+    /// Label other systems' elections (--source) in leader_info{holder} by their holder
+    /// value too. By default that label is empty for them: another system's values (a
+    /// Patroni member's connection URL, an application's key) are not tenure's to publish.
+    #[arg(long, env = "TENURE_SOURCE_HOLDER_LABELS")]
+    pub source_holder_labels: bool,
+}
+
+impl ServeCommand {
+    /// What the metrics expose.
+    fn metrics(&self) -> MetricsOptions {
+        MetricsOptions {
+            per_election_detail: self.per_election_detail,
+            source_holder_labels: self.source_holder_labels,
+        }
+    }
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -140,13 +156,8 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 pub async fn run(client: Client, cmd: ServeCommand) -> anyhow::Result<i32> {
-    let ServeCommand {
-        args,
-        per_election_detail,
-    } = cmd;
-    let metrics = MetricsOptions {
-        per_election_detail,
-    };
+    let metrics = cmd.metrics();
+    let args = cmd.args;
     // Write permission is not needed: with a read-only role the mutating
     // API answers 403. (A --source that cannot be read is refused, with the
     // reason, when the watcher's configuration is made.)
@@ -160,10 +171,8 @@ pub async fn run(client: Client, cmd: ServeCommand) -> anyhow::Result<i32> {
 /// `tenure serve --cluster`/`--config`: connects to every cluster (each
 /// checked for read access, as the one cluster is) and serves them all.
 pub async fn run_many(global: &super::Global, cmd: ServeCommand) -> anyhow::Result<Option<i32>> {
-    let ServeCommand {
-        args,
-        per_election_detail,
-    } = cmd;
+    let metrics = cmd.metrics();
+    let args = cmd.args;
     let Some(clusters) = super::clusters::connect(
         global,
         &args.clusters,
@@ -183,9 +192,6 @@ pub async fn run_many(global: &super::Global, cmd: ServeCommand) -> anyhow::Resu
                 .with_context(|| in_cluster(&c.name))?;
         }
     }
-    let metrics = MetricsOptions {
-        per_election_detail,
-    };
     run_clusters(clusters, args, metrics, async {
         let _ = shutdown_signal().await;
     })

@@ -163,7 +163,11 @@ fn hostile_labels_do_not_panic_and_are_capped() {
 /// never speaks for the wrong election.
 #[test]
 fn long_names_that_share_a_prefix_keep_their_own_series() {
-    let m = Metrics::new().unwrap();
+    let m = Metrics::with_options(MetricsOptions {
+        source_holder_labels: true,
+        ..MetricsOptions::default()
+    })
+    .unwrap();
     let t = now_ms();
     let base = format!("/svc/{}", "n".repeat(480));
     let names: Vec<String> = (0..20).map(|i| format!("{base}{i:02}")).collect();
@@ -243,4 +247,45 @@ fn metrics_are_shared_across_threads() {
         );
     }
     assert_eq!(x.value("tenure_watch_elections", &[]), 4.0);
+}
+
+/// Another system's election (`--source`: names are paths) keeps its
+/// holder values out of the `holder` label unless the operator asks: a
+/// Patroni member's value or an application's key may hold a connection
+/// string, and `/metrics` needs no credentials.
+#[test]
+fn a_foreign_sources_holder_is_no_label_unless_asked() {
+    let t = now_ms();
+    let secret = "postgres://app:s3cret@db:5432/x";
+    for (options, want) in [
+        (MetricsOptions::default(), ""),
+        (
+            MetricsOptions {
+                source_holder_labels: true,
+                ..MetricsOptions::default()
+            },
+            secret,
+        ),
+    ] {
+        let m = Metrics::with_options(options).unwrap();
+        m.apply(&batch(
+            7,
+            vec![
+                ev(7, t, "/app/config", started(7, secret, 7, None)),
+                ev(7, t, "jobs", started(7, "worker-1", 7, None)),
+            ],
+        ));
+        let x = Exposition::new(m.render());
+        let info = "tenure_election_leader_info";
+        assert_eq!(
+            x.value(info, &[("election", "/app/config"), ("holder", want)]),
+            1.0
+        );
+        assert!(!x.text.contains("s3cret") || !want.is_empty(), "{}", x.text);
+        // tenure's own elections are labelled by their holder as always.
+        assert_eq!(
+            x.value(info, &[("election", "jobs"), ("holder", "worker-1")]),
+            1.0
+        );
+    }
 }

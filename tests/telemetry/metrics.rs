@@ -220,6 +220,7 @@ fn per_election_detail_adds_the_histogram_and_term_ends_per_election() {
         base,
         MetricsOptions {
             per_election_detail: true,
+            ..MetricsOptions::default()
         },
     );
     assert!(detailed.options().per_election_detail);
@@ -293,6 +294,7 @@ fn every_family_has_help_and_a_type() {
         now_ms() - 3600 * S,
         MetricsOptions {
             per_election_detail: true,
+            ..MetricsOptions::default()
         },
     );
     let x = Exposition::new(m.render());

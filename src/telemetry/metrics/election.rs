@@ -102,6 +102,9 @@ pub(super) struct Election {
     /// This process saw a term of it end (its current term, or the last
     /// one): from then on `leaderless_seconds_total` has a series.
     lost_leader: bool,
+    /// Its holders' values are not labels (another system's election,
+    /// without `--source-holder-labels`): `leader_info{holder=""}`.
+    hide_holder: bool,
 }
 
 /// A term end, as the fleet-wide families count it.
@@ -113,8 +116,10 @@ pub(super) struct Ended {
 }
 
 impl Election {
-    pub fn new(detail: bool) -> Self {
+    /// `hide_holder`: see the field.
+    pub fn new(detail: bool, hide_holder: bool) -> Self {
         Self {
+            hide_holder,
             series: Series::default(),
             detail: detail.then(Box::default),
             term: None,
@@ -134,7 +139,7 @@ impl Election {
         self.term = Some(Term {
             token: t.token,
             lease_id: t.lease_id,
-            holder_label: cap_label(&t.holder, MAX_HOLDER_LABEL_BYTES).to_owned(),
+            holder_label: holder_label(self.hide_holder, &t.holder).to_owned(),
             // Its duration was not watched whole by this process.
             from_snapshot: true,
         });
@@ -161,7 +166,7 @@ impl Election {
                     if old.token == *token {
                         // The same term again (a resync): nothing started,
                         // but a proclaim may have been missed.
-                        set_holder(&mut old, holder);
+                        set_holder(&mut old, holder_label(self.hide_holder, holder));
                         self.term = Some(old);
                         return None;
                     }
@@ -178,7 +183,7 @@ impl Election {
                 self.term = Some(Term {
                     token: *token,
                     lease_id: *lease_id,
-                    holder_label: cap_label(holder, MAX_HOLDER_LABEL_BYTES).to_owned(),
+                    holder_label: holder_label(self.hide_holder, holder).to_owned(),
                     from_snapshot: *from_snapshot,
                 });
                 None
@@ -225,8 +230,9 @@ impl Election {
                 Some(ended)
             }
             EventKind::LeaderValueChanged { token, holder, .. } => {
+                let label = holder_label(self.hide_holder, holder);
                 if let Some(t) = self.term.as_mut().filter(|t| t.token == *token) {
-                    set_holder(t, holder);
+                    set_holder(t, label);
                 }
                 None
             }
@@ -295,9 +301,17 @@ impl Election {
     }
 }
 
-/// Moves the term's `leader_info` series to `holder` (capped).
-fn set_holder(t: &mut Term, holder: &str) {
-    let label = cap_label(holder, MAX_HOLDER_LABEL_BYTES);
+/// The `holder` label of `holder`: capped, or empty where hidden.
+fn holder_label(hide: bool, holder: &str) -> &str {
+    if hide {
+        ""
+    } else {
+        cap_label(holder, MAX_HOLDER_LABEL_BYTES)
+    }
+}
+
+/// Moves the term's `leader_info` series to `label`.
+fn set_holder(t: &mut Term, label: &str) {
     if label != t.holder_label {
         t.holder_label.clear();
         t.holder_label.push_str(label);
@@ -314,7 +328,7 @@ mod tests {
     #[test]
     fn leaderless_time_does_not_depend_on_when_it_was_accrued() {
         let total = |until: &[i64]| {
-            let mut e = Election::new(false);
+            let mut e = Election::new(false, false);
             e.leaderless_since_ms = Some(0);
             for &at in until {
                 e.accrue_leaderless(at);

@@ -119,6 +119,11 @@ pub struct MetricsOptions {
     /// cause (`tenure_election_term_ends_total`, 5 series): 35 series per
     /// election instead of at most 12. The fleet-wide families stay.
     pub per_election_detail: bool,
+    /// Label other systems' elections' leaders by their holder value too
+    /// (`serve --source-holder-labels`); by default their
+    /// `leader_info{holder}` is empty: a foreign source's values are not
+    /// tenure's to publish on an unauthenticated `/metrics`.
+    pub source_holder_labels: bool,
 }
 
 /// Prometheus metrics of elections, fencing and the watcher; see the module
@@ -197,11 +202,22 @@ impl Metrics {
         if !elections.contains_key(name) {
             elections.insert(
                 name.to_owned(),
-                Box::new(Election::new(self.options.per_election_detail)),
+                Box::new(Election::new(
+                    self.options.per_election_detail,
+                    self.hides_holder(name),
+                )),
             );
             self.p.elections.set(elections.len() as i64);
         }
         elections.get_mut(name)
+    }
+
+    /// Whether `name`'s holders stay out of the `holder` label: another
+    /// system's election (its names are paths, `/app/jobs`: a `--source`'s
+    /// values are that system's, a connection string as often as a host)
+    /// unless [`MetricsOptions::source_holder_labels`].
+    fn hides_holder(&self, name: &str) -> bool {
+        !self.options.source_holder_labels && name.starts_with('/')
     }
 
     /// Creates at once the elections of `events` not yet known, when they
@@ -228,9 +244,10 @@ impl Metrics {
         missing.dedup();
         let detail = self.options.per_election_detail;
         let known = std::mem::take(elections);
-        let new = missing
-            .into_iter()
-            .map(|n| (n.into_owned(), Box::new(Election::new(detail))));
+        let new = missing.into_iter().map(|n| {
+            let hide = self.hides_holder(&n);
+            (n.into_owned(), Box::new(Election::new(detail, hide)))
+        });
         // Both sorted: the build sorts (stably, a merge of two runs) and
         // fills the tree in order.
         *elections = known.into_iter().chain(new).collect();

@@ -673,3 +673,81 @@ async fn a_progress_revision_is_persisted_only_once_confirmed() {
     }
     drop(l);
 }
+
+/// Several ranges merged: a change to one is handed on only once every
+/// other range is known complete up to it, by a progress notification it
+/// asks for. etcd drops the progress request of a watch that starts past
+/// its revision (etcd PR 20229, in 3.5.31 and 3.6.17), as every range of a
+/// quiet etcd does, and the range that saw nothing was deaf to the merge's
+/// asks while it probed its silence: the first change after a quiet spell
+/// longer than the probe interval waited for a stalled reopen (2 to 5.5 s
+/// with the default 5 s interval), was marked unobserved, and every range
+/// reopened every two probe intervals of quiet. Handed on at once now, with
+/// no reopen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_change_after_quiet_is_handed_on_at_once_across_ranges() {
+    let etcd = Etcd::start().await;
+    let mut raw = etcd.client().await;
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let app = tenure::layout::Source::parse("concurrency:/app/").expect("source");
+    // As serve plans it: merged ranges, or one covering watch on an etcd
+    // that cannot merge them (3.4.23).
+    let plan = tenure::watch::Watcher::sources(&c, vec![app], false)
+        .await
+        .expect("sources");
+    let probe_after = Duration::from_secs(2);
+    let cfg = WatchConfig {
+        sources: Some(plan.sources),
+        covering: plan.covering,
+        probe_after,
+        ..fast()
+    };
+    let mut w = start(&c, None, cfg);
+    w.snapshot().await;
+    // Quiet until the middle of the first probe's wait for its answer
+    // (etcd drops the request: nothing to wait for).
+    let quiet = tokio::time::Instant::now() + probe_after * 3 / 2;
+    while let Ok(Some(u)) = tokio::time::timeout_at(quiet, w.rx.recv()).await {
+        w.seen.push(u);
+    }
+    let put = tokio::time::Instant::now();
+    raw.put("election/first", "a", None).await.expect("put");
+    let ev = w.events(1).await;
+    let took = put.elapsed();
+    assert_eq!(started(&ev[0]).1, "a");
+    assert!(
+        took < Duration::from_millis(500),
+        "the first change after quiet took {took:?}"
+    );
+    // The other source too, after another quiet spell, now that etcd
+    // reached where every range's watch starts.
+    let quiet = tokio::time::Instant::now() + probe_after * 5 / 2;
+    while let Ok(Some(u)) = tokio::time::timeout_at(quiet, w.rx.recv()).await {
+        w.seen.push(u);
+    }
+    let lease = raw.lease_grant(30, None).await.expect("lease").id();
+    let put = tokio::time::Instant::now();
+    raw.put(
+        format!("/app/job/{lease:x}"),
+        "b",
+        Some(etcd_client::PutOptions::new().with_lease(lease)),
+    )
+    .await
+    .expect("put");
+    let ev = w.events(1).await;
+    let took = put.elapsed();
+    assert_eq!(started(&ev[0]).1, "b");
+    assert!(took < Duration::from_millis(500), "took {took:?}");
+    let reopened: Vec<_> = w
+        .seen
+        .iter()
+        .filter(|u| matches!(u, Update::Watch(WatchStatus::Restarted(_))))
+        .collect();
+    assert!(
+        reopened.is_empty(),
+        "a quiet watch was reopened: {reopened:?}"
+    );
+    assert!(w.unobserved().is_empty(), "{:#?}", w.unobserved());
+}

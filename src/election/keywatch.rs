@@ -5,7 +5,12 @@
 //! repeated. When etcd has compacted that revision away it says so instead of
 //! guessing, and the caller re-reads the state. A stream that goes silent is
 //! probed with a progress request and reopened when even that is not
-//! answered: a watch on a dead member can hang without an error.
+//! answered: a watch on a dead member can hang without an error. etcd
+//! answers no progress request of a watch that starts past its revision
+//! (etcd PR 20229, in 3.5.31 and 3.6.17: `rev < w.startRev` in
+//! `progressIfSync`), as a caught-up watch of a quiet etcd does: such a
+//! watch is probed with a read of etcd's revision instead, which, short of
+//! the start, is its progress.
 //!
 //! A stream that ends before it was of use (cancelled by etcd, refused, or
 //! broken within [`HEALTHY_AFTER`] of opening) is reopened only after a
@@ -21,7 +26,9 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client as EtcdClient, Event, WatchOptions, WatchResponse, WatchStream};
+use etcd_client::{
+    Client as EtcdClient, Event, GetOptions, WatchOptions, WatchResponse, WatchStream,
+};
 use tokio::time::Instant;
 
 use super::Error;
@@ -146,6 +153,21 @@ pub struct RangeWatch {
     /// Notified by whoever needs a progress notification now (the merge of
     /// several ranges, waiting to release a revision): one is requested.
     asks: Option<std::sync::Arc<tokio::sync::Notify>>,
+    /// The current stream's start revision while etcd is not known to have
+    /// reached it: until it has, etcd drops every progress request of the
+    /// watch, so an unanswered probe proves nothing.
+    unreached: Option<i64>,
+}
+
+/// What a probe of a silent stream found.
+enum Probed {
+    /// A message (the requested progress notification, or any other).
+    Message(Result<Option<WatchResponse>, etcd_client::Error>),
+    /// etcd, read directly, is at this revision, short of the stream's
+    /// start: it could not answer, and nothing is pending. Not a stall.
+    Short(i64),
+    /// No answer.
+    Stalled,
 }
 
 impl RangeWatch {
@@ -170,6 +192,7 @@ impl RangeWatch {
             max_message_bytes: None,
             opened_at: None,
             asks: None,
+            unreached: None,
         }
     }
 
@@ -255,9 +278,10 @@ impl RangeWatch {
             let asked = message_or_ask(stream, self.asks.as_deref());
             let message = match tokio::time::timeout(self.probe_after, asked).await {
                 Ok(m) => m,
-                Err(_) => match probe(stream, self.probe_after).await {
-                    Some(m) => m,
-                    None => {
+                Err(_) => match self.probe().await {
+                    Probed::Message(m) => m,
+                    Probed::Short(revision) => return WatchItem::Progress { revision },
+                    Probed::Stalled => {
                         self.ended(true);
                         return WatchItem::Reopening(Reopened::Stalled);
                     }
@@ -306,6 +330,7 @@ impl RangeWatch {
         let why = match opened {
             Ok(Ok(s)) => {
                 self.stream = Some(s);
+                self.unreached = Some(self.next_rev);
                 self.opened_at = None;
                 self.opened = Some(Instant::now());
                 return Ok(());
@@ -328,6 +353,10 @@ impl RangeWatch {
     /// handed out yet), a progress notification, the stream's opening or
     /// its cancellation; `None` when it is nothing to hand on.
     async fn take(&mut self, resp: &WatchResponse) -> Option<WatchItem> {
+        let revision = resp.header().map_or(0, |h| h.revision());
+        if self.unreached.is_some_and(|start| revision >= start) {
+            self.unreached = None;
+        }
         if resp.canceled() {
             return Some(self.cancelled(resp).await);
         }
@@ -391,6 +420,44 @@ impl RangeWatch {
         WatchItem::Reopening(Reopened::Cancelled)
     }
 
+    /// A silent stream probed: a progress request, then its answer (or any
+    /// message) within the probe interval, meanwhile serving the asks (a
+    /// merge waiting for this range hears of it at once, not after the
+    /// probe). While etcd is not known to have reached the stream's start it
+    /// would drop the request: its revision is read instead, and, still
+    /// short of the start, is this watch's progress (nothing can be pending:
+    /// what etcd before PR 20229 answered); no answer to the read is a stall.
+    async fn probe(&mut self) -> Probed {
+        if let Some(start) = self.unreached {
+            let mut kv = self.client.kv_client();
+            // A key of the watched range: readable wherever the watch is.
+            let read = kv.get(
+                self.start.clone(),
+                Some(GetOptions::new().with_count_only()),
+            );
+            match tokio::time::timeout(self.probe_after, read).await {
+                Err(_) => return Probed::Stalled,
+                Ok(Ok(resp)) => match resp.header().map(|h| h.revision()) {
+                    Some(revision) if revision < start => return Probed::Short(revision),
+                    _ => self.unreached = None,
+                },
+                // Refused (a token etcd forgot): the probe decides.
+                Ok(Err(_)) => {}
+            }
+        }
+        let Some(stream) = self.stream.as_mut() else {
+            return Probed::Stalled;
+        };
+        if stream.request_progress().await.is_err() {
+            return Probed::Stalled;
+        }
+        let answer = message_or_ask(stream, self.asks.as_deref());
+        match tokio::time::timeout(self.probe_after, answer).await {
+            Ok(m) => Probed::Message(m),
+            Err(_) => Probed::Stalled,
+        }
+    }
+
     /// Only events, compaction and refusal; the rest is handled here.
     pub async fn next(&mut self) -> Watched {
         loop {
@@ -412,16 +479,6 @@ impl RangeWatch {
             }
         }
     }
-}
-
-/// A silent stream probed: a progress request, then its answer (or any
-/// message) within `within`; `None` when the stream does not answer.
-async fn probe(
-    stream: &mut WatchStream,
-    within: Duration,
-) -> Option<Result<Option<WatchResponse>, etcd_client::Error>> {
-    stream.request_progress().await.ok()?;
-    tokio::time::timeout(within, stream.message()).await.ok()
 }
 
 /// The stream's next message; meanwhile, each notification of `asks`

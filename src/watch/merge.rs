@@ -13,10 +13,14 @@
 //! later answer can carry an event at or below a revision handed on.
 //! That needs etcd to send a requested progress notification after every
 //! event it covers (3.4.25+, 3.5.8+: etcd issue 15220) and to answer a
-//! request made while a watch catches up once it has (3.4.31+, 3.5.13+:
-//! etcd issue 17507, or an idle range would hold every other back); before
-//! those the watcher refuses several ranges (`Watcher::sources`) rather
-//! than merge them wrong.
+//! request made once a watch caught up (3.4.31+, 3.5.13+: etcd issue 17507,
+//! or an idle range would hold every other back); before those the watcher
+//! refuses several ranges (`Watcher::sources`) rather than merge them wrong.
+//! etcd drops, rather than defers, a request made while a watch catches up
+//! or before etcd reached the watch's start revision (etcd PR 20229): a
+//! range behind is asked again after [`ASK_AGAIN`], and its watch hears an
+//! ask at once, also while it probes a silent stream, never only after a
+//! stall.
 //!
 //! Deliberately absent: one gRPC stream for all ranges. etcd replays an
 //! unsynced watcher's backlog per watcher, so ranges on one stream are no

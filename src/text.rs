@@ -1,5 +1,6 @@
 //! Small pure helpers on text that several floors share: cutting a string
-//! to a number of bytes on a character boundary, and the FNV-1a hash.
+//! to a number of bytes on a character boundary, the FNV-1a hash, and
+//! base64 decoding.
 //! Nothing here allocates but [`label_of`] on a long name.
 
 /// `s` cut to at most `max` bytes, on a character boundary (never panics,
@@ -42,6 +43,40 @@ pub fn label_of(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
     format!("{}~{:016x}", cut(s, room), fnv1a(s.as_bytes())).into()
 }
 
+/// Standard base64 with padding (RFC 4648 section 4): HTTP Basic's
+/// credentials, a WebDriver screenshot. `None` for anything else.
+pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    fn sextet(c: u8) -> Option<u32> {
+        Some(u32::from(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        }))
+    }
+    let bytes = text.as_bytes();
+    if bytes.len() % 4 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
+    for chunk in bytes.chunks(4) {
+        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
+        if pad > 2 || chunk[..4 - pad].contains(&b'=') {
+            return None;
+        }
+        let mut n = 0u32;
+        for &c in &chunk[..4 - pad] {
+            n = (n << 6) | sextet(c)?;
+        }
+        n <<= 6 * pad as u32;
+        let three = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&three[..3 - pad]);
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,6 +93,19 @@ mod tests {
     fn fnv1a_matches_the_reference() {
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn base64_is_read_and_garbage_is_not() {
+        assert_eq!(
+            base64_decode("dXNlcjpzM2NyZXQ=").as_deref(),
+            Some(&b"user:s3cret"[..])
+        );
+        assert_eq!(base64_decode("OnM=").as_deref(), Some(&b":s"[..]));
+        assert_eq!(base64_decode("YWJj").as_deref(), Some(&b"abc"[..]));
+        for bad in ["x", "dXNl=cjo", "====", "dXNlcjpz!!!="] {
+            assert_eq!(base64_decode(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -155,7 +155,8 @@ impl Browser {
     /// Saves a PNG screenshot of the viewport.
     pub async fn screenshot(&self, path: &Path) {
         let b64 = self.call(reqwest::Method::GET, "/screenshot", None).await;
-        let png = decode_base64(b64.as_str().expect("base64 string"));
+        let png = tenure::text::base64_decode(b64.as_str().expect("base64 string"))
+            .expect("a screenshot in base64");
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).expect("screenshot dir");
         }
@@ -188,28 +189,4 @@ impl Drop for Browser {
             }
         }
     }
-}
-
-fn decode_base64(s: &str) -> Vec<u8> {
-    let val = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0);
-    for v in s.bytes().filter_map(val) {
-        acc = (acc << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    out
 }

@@ -7,8 +7,10 @@
 #                             history's tests), etcd 3.5.16 and 3.5.30 (Debian trixie's
 #                             and sid's packages) and 3.6, 3.7 (built with the machine's
 #                             Go from etcd's modules) in /opt/tenure-etcd-VERSION, etcd's
-#                             Go client per line (the Go interop tests, module mode), and
-#                             Patroni (PyPI, pinned) in the venv /opt/tenure-patroni
+#                             Go client per line (the Go interop tests, module mode),
+#                             kube-apiserver and client-go's leader election (the Kubernetes
+#                             tests: scripts/kube/), and Patroni (PyPI, pinned) in the venv
+#                             /opt/tenure-patroni
 set -euo pipefail
 
 need=()
@@ -22,8 +24,10 @@ if [ "${1:-}" = "--test" ]; then
   command -v iptables >/dev/null 2>&1 || need+=(iptables)
   command -v ip >/dev/null 2>&1 || need+=(iproute2)
   command -v faketime >/dev/null 2>&1 || need+=(faketime)
-  # tests/tls.rs makes its certificates with the openssl command.
+  # tests/tls.rs makes its certificates with the openssl command; tests/kubernetes.rs
+  # edits a Lease through kube-apiserver's API with curl.
   command -v openssl >/dev/null 2>&1 || need+=(openssl)
+  command -v curl >/dev/null 2>&1 || need+=(curl)
   # tests/backup.rs reads the history file with the sqlite3 shell (the online backup);
   # tests/guard.rs names the guard's process with ps.
   command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
@@ -123,11 +127,24 @@ warm_etcdactor() {
   done
 }
 
+# tests/kubernetes.rs: a real kube-apiserver (scripts/kube/build.sh, built once into
+# /opt/tenure-kube-apiserver-VERSION) and client-go's leaderelection candidate
+# (tests/go/leasecandidate), whose modules are fetched and compiled here.
+# shellcheck source=kube/build.sh
+. "$(dirname "$0")/kube/build.sh"
+warm_leasecandidate() {
+  local src
+  src="$(cd "$(dirname "$0")/.." && pwd)/tests/go/leasecandidate"
+  (cd "$src" && GOFLAGS=-buildvcs=false go build -mod=readonly -o /dev/null .) >&2
+}
+
 if [ "${1:-}" = "--test" ]; then
   need_go
   build_etcd 3.6
   build_etcd 3.7
   warm_etcdactor
+  build_kube_apiserver
+  warm_leasecandidate
 fi
 
 # Patroni (tests/patroni.rs, tests/support/patroni.rs) in a venv of its own on Debian's

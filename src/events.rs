@@ -15,7 +15,8 @@ use crate::election::{FenceReason, Layout};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EndCause {
-    /// The holder gave it up: its lease was revoked.
+    /// The holder gave it up: its lease was revoked, or it wrote itself
+    /// out of a Kubernetes Lease.
     Resigned,
     /// The holder's lease ran out.
     Expired,
@@ -29,18 +30,23 @@ pub enum EndCause {
     /// lease lived, while a switchover naming it stood (Patroni's
     /// `failover` key).
     Switchover,
+    /// Another holder was written into a lease kept in a key's value (a
+    /// Kubernetes Lease) while the old holder's last renewal, by the times
+    /// written there, still held it: an early or forced takeover.
+    TakenOver,
     /// tenure cannot tell: the term ended while it was not watching, in a
     /// compacted gap or an etcd reset, or its lease was gone unsampled.
     Unknown,
 }
 
 impl EndCause {
-    pub const ALL: [EndCause; 6] = [
+    pub const ALL: [EndCause; 7] = [
         EndCause::Resigned,
         EndCause::Expired,
         EndCause::Deleted,
         EndCause::Superseded,
         EndCause::Switchover,
+        EndCause::TakenOver,
         EndCause::Unknown,
     ];
 
@@ -51,6 +57,7 @@ impl EndCause {
             EndCause::Deleted => "deleted",
             EndCause::Superseded => "superseded",
             EndCause::Switchover => "switchover",
+            EndCause::TakenOver => "taken_over",
             EndCause::Unknown => "unknown",
         }
     }
@@ -66,8 +73,8 @@ impl EndCause {
     pub fn description(self) -> &'static str {
         match self {
             EndCause::Resigned => {
-                "the holder gave the term up: tenure's resign marker, or its lease revoked \
-                 before it could expire"
+                "the holder gave the term up: tenure's resign marker, its lease revoked \
+                 before it could expire, or an empty holder written into its Kubernetes Lease"
             }
             EndCause::Expired => {
                 "the lease ran out: its holder stopped renewing (crash, freeze, partition)"
@@ -81,6 +88,11 @@ impl EndCause {
             EndCause::Switchover => {
                 "the holder handed over on request: it deleted its key while its lease lived, \
                  with a switchover naming it standing (Patroni's failover key)"
+            }
+            EndCause::TakenOver => {
+                "another holder was written into the lease while the old holder's last renewal \
+                 still held it, by the times written in the lease: an early or forced takeover \
+                 (the old holder may still have believed it led)"
             }
             EndCause::Unknown => {
                 "tenure cannot tell: the term ended while it was not watching, in a compacted \
@@ -168,6 +180,9 @@ pub enum EventKind {
     },
     /// etcd compacted revisions `from_revision..=to_revision` before the
     /// watcher saw them: transitions in between are not known one by one.
+    /// With an election named: that election's lease (a key whose value
+    /// defines its terms) counts more handovers between the writes of those
+    /// two revisions than tenure saw; the terms between are not known.
     Gap {
         from_revision: i64,
         to_revision: i64,
@@ -313,6 +328,9 @@ pub enum WatchStatus {
     Overflow { election: String },
     /// A key under the prefix that is not a valid election or fence key.
     IgnoredKey,
+    /// A value its writer encrypted at rest (Kubernetes' `k8s:enc:`): only
+    /// the writer's key reads it, so its key is ignored, never guessed at.
+    EncryptedValue,
     /// The watch stream broke this many times in a row at the same next
     /// revision without delivering anything: recording is stalled (until an
     /// event or a progress notification arrives).

@@ -324,6 +324,9 @@ pub enum Layout {
     Single,
     /// `P election/<name>/<lease-hex>`, etcd's own `concurrency.Election`.
     Queue,
+    /// A key rewritten in place by whoever holds it, its terms defined by
+    /// its value (a Kubernetes Lease: the layout seam's `Claim`).
+    Lease,
 }
 
 impl std::fmt::Display for Layout {
@@ -331,6 +334,7 @@ impl std::fmt::Display for Layout {
         f.write_str(match self {
             Layout::Single => "single-key",
             Layout::Queue => "queue",
+            Layout::Lease => "lease",
         })
     }
 }

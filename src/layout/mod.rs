@@ -17,11 +17,23 @@
 //! Layouts: `tenure` (its own, under `--prefix`), and other systems' under
 //! a prefix of the operator's (`--source LAYOUT:PREFIX`): `concurrency`
 //! (etcd's `concurrency` package), `key` (one key, one election),
-//! `patroni` (Patroni's PostgreSQL leader, one election per scope). Their
+//! `patroni` (Patroni's PostgreSQL leader, one election per scope),
+//! `kubernetes` (Kubernetes' Leases in kube-apiserver's etcd). Their
 //! elections are named by key path (`path.rs`).
+//!
+//! Two kinds of term. Most layouts' terms are their keys': a candidate key
+//! leads from its creation to its deletion. A layout whose keys are
+//! rewritten in place by whoever holds them (a Kubernetes Lease) has terms
+//! defined by the value instead: it says what one value claims
+//! ([`Layout::read_claim`], a [`Claim`]), and the state machine keeps the
+//! rule once: a term is a run of writes with one holder and one
+//! acquisition ([`Hold::same_term`]), its token the revision of the first,
+//! and how it ended is read from the value that ended it
+//! ([`Hold::ended_by`]).
 
 pub mod concurrency;
 pub mod key;
+pub mod kubernetes;
 pub mod path;
 pub mod patroni;
 pub mod tenure;
@@ -67,6 +79,95 @@ pub trait Layout: Send + Sync + std::fmt::Debug {
     /// primary. `None`: malformed.
     fn read_member(&self, _value: &[u8]) -> Option<bool> {
         None
+    }
+    /// For a layout whose terms are defined by its keys' values, not by
+    /// their creation: what one value of a [`Role::Candidate`] key claims.
+    /// `None` (the default): this layout's terms are its keys', and the
+    /// value is the holder.
+    fn read_claim(&self, _value: &[u8]) -> Option<Claim> {
+        None
+    }
+}
+
+/// What one value of a key whose terms its value defines says
+/// ([`Layout::read_claim`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// Someone holds it.
+    Held(Hold),
+    /// Written with nobody holding it (client-go's release writes an empty
+    /// holder): the term before, if any, was given up.
+    Free { transitions: Option<i64> },
+    /// A value that cannot be read: no term is read from it, and none is
+    /// ended by it.
+    Unreadable(Unreadable),
+}
+
+/// Why a value cannot be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreadable {
+    /// Encrypted at rest by its writer (Kubernetes' `k8s:enc:`): only the
+    /// writer's key could read it; counted apart, never guessed at.
+    Encrypted,
+    /// Not what the layout's writer writes.
+    Malformed,
+}
+
+/// A holder's claim as written in the value, on the writer's clocks
+/// (microseconds since the epoch): never compared with tenure's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub holder: String,
+    /// When this holder acquired it (Kubernetes' `acquireTime`).
+    pub acquired_us: Option<i64>,
+    /// Its last renewal (`renewTime`).
+    pub renewed_us: Option<i64>,
+    /// How long a renewal holds it (`leaseDurationSeconds`).
+    pub duration_s: Option<i64>,
+    /// How many times it changed hands, by its writers' count
+    /// (`leaseTransitions`): a cross-check, not a truth.
+    pub transitions: Option<i64>,
+}
+
+impl Hold {
+    /// Whether `next` is the same term: the same holder, acquired at the
+    /// same time (a holder that released and took it again has a new
+    /// acquisition).
+    pub fn same_term(&self, next: &Hold) -> bool {
+        self.holder == next.holder && self.acquired_us == next.acquired_us
+    }
+
+    /// When this holder's claim ran out: its last renewal (or acquisition)
+    /// plus its duration, on its own clock.
+    pub fn runs_out_us(&self) -> Option<i64> {
+        let renewed = self.renewed_us.or(self.acquired_us)?;
+        renewed.checked_add(self.duration_s?.checked_mul(1_000_000)?)
+    }
+
+    /// How this term ended when `next` was written over it. Nobody holding
+    /// it: `resigned`. Another term acquired at or after this one's claim
+    /// ran out (the writers' own clocks, as their takers judge it):
+    /// `expired`; before it: `taken_over`. Times missing from either value:
+    /// `unknown`. A next value that cannot be read ends nothing.
+    pub fn ended_by(&self, next: &Claim) -> EndCause {
+        match next {
+            Claim::Free { .. } => EndCause::Resigned,
+            Claim::Held(n) => match (self.runs_out_us(), n.acquired_us.or(n.renewed_us)) {
+                (Some(out), Some(acquired)) if acquired >= out => EndCause::Expired,
+                (Some(_), Some(_)) => EndCause::TakenOver,
+                _ => EndCause::Unknown,
+            },
+            Claim::Unreadable(_) => EndCause::Unknown,
+        }
+    }
+
+    /// Its writers' count of handovers.
+    pub fn transitions(claim: &Claim) -> Option<i64> {
+        match claim {
+            Claim::Held(h) => h.transitions,
+            Claim::Free { transitions } => *transitions,
+            Claim::Unreadable(_) => None,
+        }
     }
 }
 
@@ -125,6 +226,8 @@ pub enum Reading {
     Standing(Standing),
     /// A member says it is a primary, or not.
     Primary(bool),
+    /// A candidate of a layout whose terms its values define.
+    Claim(Claim),
 }
 
 /// A layout and the prefix it was given: one source of elections.
@@ -194,6 +297,7 @@ impl Source {
             Role::Hint { .. } => self.layout.read_hint(value).map(Reading::Hint),
             Role::Standing { .. } => self.layout.read_standing(value).map(Reading::Standing),
             Role::Member { .. } => self.layout.read_member(value).map(Reading::Primary),
+            Role::Candidate { .. } => self.layout.read_claim(value).map(Reading::Claim),
             _ => None,
         }
     }
@@ -355,13 +459,28 @@ pub fn by_name(name: &str, prefix: &str) -> Result<Source, SourceError> {
             let namespace = String::from_utf8_lossy(layout.namespace()).into_owned();
             return Ok(Source::new(Arc::new(layout), namespace));
         }
+        kubernetes::NAME | kubernetes::NAME_WITH_HEARTBEATS => {
+            let heartbeats = name == kubernetes::NAME_WITH_HEARTBEATS;
+            let layout = kubernetes::Kubernetes::new(prefix, heartbeats).ok_or_else(empty)?;
+            return Ok(Source::new(
+                Arc::new(layout),
+                kubernetes::Kubernetes::prefix_of(prefix),
+            ));
+        }
         _ => return Err(SourceError::UnknownLayout(name.to_owned())),
     };
     Ok(Source::new(layout, prefix))
 }
 
 /// Every layout's name, as [`by_name`] takes it.
-pub const NAMES: &[&str] = &[tenure::NAME, concurrency::NAME, key::NAME, patroni::NAME];
+pub const NAMES: &[&str] = &[
+    tenure::NAME,
+    concurrency::NAME,
+    key::NAME,
+    patroni::NAME,
+    kubernetes::NAME,
+    kubernetes::NAME_WITH_HEARTBEATS,
+];
 
 #[cfg(test)]
 mod tests {

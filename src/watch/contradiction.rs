@@ -17,6 +17,13 @@
 //!   existed at `R`, so its election had an open term there, whose token
 //!   is not above it (and if it is that term, with the same lease).
 //!
+//! A key whose terms its value defines (a Kubernetes Lease, layout
+//! `lease`) is read without its value here: its term's token is the
+//! revision of a write between its CreateRevision and its ModRevision, so a
+//! resume finds history's open term there when the token lies between
+//! them; it is not a leader by its CreateRevision, so the second check
+//! passes it by (a Lease may exist with nobody holding it).
+//!
 //! The lease tells apart two timelines that happened to give the same
 //! election the same token (the same operations replayed after the
 //! restore): a new lease has another id. The holder is not compared (a
@@ -33,6 +40,7 @@
 use std::collections::HashMap;
 
 use super::{Kv, Resume};
+use crate::election::Layout as KeyLayout;
 use crate::events::Witness;
 use crate::layout::{Role, Sources};
 
@@ -48,16 +56,7 @@ pub(super) fn contradiction(
 ) -> Option<String> {
     let stored = resume.revision;
     let exact = revision == stored;
-    // Each election's keys: (CreateRevision, lease).
-    let mut elections: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
-    for kv in kvs {
-        if let Role::Candidate { election, .. } = sources.classify(&kv.key, kv.lease).1 {
-            elections
-                .entry(election)
-                .or_default()
-                .push((kv.create_revision, kv.lease));
-        }
-    }
+    let (elections, valued) = keys_of(sources, kvs);
     let open: HashMap<&str, (i64, i64)> = resume
         .open_terms
         .iter()
@@ -67,7 +66,10 @@ pub(super) fn contradiction(
         for t in &resume.open_terms {
             let there = elections
                 .get(&t.election)
-                .is_some_and(|c| c.contains(&(t.token, t.lease_id)));
+                .is_some_and(|c| c.contains(&(t.token, t.lease_id)))
+                || valued
+                    .get(&t.election)
+                    .is_some_and(|(c, m)| (*c..=*m).contains(&t.token) && t.lease_id == 0);
             if !there {
                 return Some(format!(
                     "history's open term of {} (token {}, lease {:x}) is not in etcd at \
@@ -113,18 +115,48 @@ pub(super) fn contradiction(
     None
 }
 
+/// Each election's keys: (CreateRevision, lease).
+type KeysOf = HashMap<String, Vec<(i64, i64)>>;
+
+/// Each election's keys: (CreateRevision, lease); apart, each key whose
+/// value defines its terms: the revisions its term's token may be
+/// (CreateRevision..=ModRevision).
+fn keys_of(sources: &Sources, kvs: &[Kv]) -> (KeysOf, HashMap<String, (i64, i64)>) {
+    let mut elections: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
+    let mut valued: HashMap<String, (i64, i64)> = HashMap::new();
+    for kv in kvs {
+        match sources.classify(&kv.key, kv.lease).1 {
+            Role::Candidate {
+                election,
+                kind: KeyLayout::Lease,
+            } => {
+                valued.insert(election, (kv.create_revision, kv.mod_revision));
+            }
+            Role::Candidate { election, .. } => elections
+                .entry(election)
+                .or_default()
+                .push((kv.create_revision, kv.lease)),
+            _ => {}
+        }
+    }
+    (elections, valued)
+}
+
 /// Why `created`, every key of the watch ranges that etcd holds at
 /// revision `w.token` with CreateRevision `w.token`, contradicts the term
 /// history recorded there: in one timeline that revision created the
 /// term's key, with its lease, so it is among them. `None` when it is.
 pub(super) fn witness_missing(sources: &Sources, w: &Witness, created: &[Kv]) -> Option<String> {
     let there = created.iter().any(|kv| {
-        kv.create_revision == w.token
+        let (election, valued) = match sources.classify(&kv.key, kv.lease).1 {
+            Role::Candidate { election, kind } => (election, kind == KeyLayout::Lease),
+            _ => return false,
+        };
+        // A key whose value defines its terms was written, not created,
+        // at its term's token.
+        (kv.create_revision == w.token || valued && kv.mod_revision == w.token)
             && kv.lease == w.lease_id
-            && matches!(
-                sources.classify(&kv.key, kv.lease).1,
-                Role::Candidate { ref election, .. } if *election == w.election
-            )
+            && election == w.election
     });
     (!there).then(|| {
         format!(
@@ -243,5 +275,39 @@ mod tests {
         other_election.lease = 7;
         assert!(witness_missing(&k, &w, &[other_election]).is_some());
         assert!(k.watches_name("x") && !k.watches_name("/app/x"));
+    }
+
+    /// A Lease's term: its token is a write between the key's creation
+    /// and its last write, never its CreateRevision but for the first.
+    #[test]
+    fn a_lease_s_term_is_there_between_its_creation_and_its_last_write() {
+        let k = Sources::new(vec![
+            crate::layout::Source::parse("kubernetes:/registry/").expect("kubernetes")
+        ]);
+        let name = "/registry/ns/x";
+        let mut lease = kv("/registry/leases/ns/x", 10);
+        lease.mod_revision = 58;
+        let r = resume(60, &[(name, 55)]);
+        assert_eq!(
+            contradiction(&k, &r, std::slice::from_ref(&lease), 60, 10),
+            None
+        );
+        // A Lease nobody holds, and no open term: nothing to say.
+        assert_eq!(
+            contradiction(&k, &resume(60, &[]), std::slice::from_ref(&lease), 60, 10),
+            None
+        );
+        // The open term's token after the key's last write: not this timeline.
+        let r = resume(60, &[(name, 59)]);
+        assert!(contradiction(&k, &r, std::slice::from_ref(&lease), 60, 10).is_some());
+        // Its witness: the key written (not created) at the token.
+        let w = Witness {
+            election: name.into(),
+            token: 58,
+            lease_id: 0,
+        };
+        assert_eq!(witness_missing(&k, &w, std::slice::from_ref(&lease)), None);
+        lease.mod_revision = 57;
+        assert!(witness_missing(&k, &w, &[lease]).is_some());
     }
 }

@@ -141,7 +141,7 @@ impl Watcher {
 
     /// Why etcd contradicts the newest term history recorded at or below
     /// the stored revision ([`Resume::witnesses`]) whose election is still
-    /// read: asked at that term's token for the keys created there. The
+    /// read: asked at that term's token for the keys written there. The
     /// newest one decides (a timeline diverges at one revision: older
     /// terms agree if it does). `None` when it agrees, when its revision is
     /// compacted (not known), or when etcd does not answer.
@@ -154,11 +154,14 @@ impl Watcher {
         let mut kv = self.client.etcd().kv_client();
         let mut created = Vec::new();
         for (start, end) in self.sources.ranges() {
+            // Read at the token, every key written there: a key created
+            // there was, and a key whose value defines its terms was
+            // rewritten there by its term's first write.
             let opts = GetOptions::new()
                 .with_range(end)
                 .with_revision(w.token)
-                .with_min_create_revision(w.token)
-                .with_max_create_revision(w.token);
+                .with_min_mod_revision(w.token)
+                .with_max_mod_revision(w.token);
             match self.client.op(kv.get(start, Some(opts))).await {
                 Ok(resp) => created.extend(resp.kvs().iter().map(kv_of)),
                 Err(e) => {

@@ -8,12 +8,16 @@ use std::ops::Bound;
 use crate::election::keys::MAX_CANDIDATE_LEN;
 use crate::election::Layout;
 use crate::events::{EndCause, Event, EventKind, OpenTerm, WatchStatus};
-use crate::layout::{Reading, Role, Sources};
+use crate::layout::{Claim, Reading, Role, Sources, Unreadable};
 
 mod revision;
 
 mod candidates;
 use candidates::Candidates;
+
+mod claims;
+use claims::Claimed;
+pub use claims::Renewals;
 
 /// A key-value as etcd holds it (decoupled from etcd-client's type).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +57,10 @@ pub struct Term {
 
 #[derive(Debug, Clone)]
 struct Candidate {
-    create_revision: i64,
+    /// The token it leads with: its key's CreateRevision, or, for a key
+    /// whose terms its value defines, the revision of the write that gave
+    /// it to its holder (`claims.rs`).
+    token: i64,
     lease: i64,
     layout: Layout,
     value: String,
@@ -66,6 +73,9 @@ struct Election {
     last_change_ms: i64,
     /// The waiting count last handed out by [`State::waiting_changes`].
     waiting_reported: usize,
+    /// The last value read of its key, where its layout's terms are
+    /// defined by the value (`claims.rs`); one such key per election.
+    claim: Option<Box<Claimed>>,
 }
 
 impl Election {
@@ -236,6 +246,18 @@ impl State {
         self.elections.get(election).and_then(|e| e.leader.as_ref())
     }
 
+    /// The renewals of `election`'s holder in its term, where its key's
+    /// value defines its terms (a Kubernetes Lease): how many, the last
+    /// one's time and the time between the last two, on the holder's
+    /// clock, with how long one holds it. A lapsed lease (renewals stopped,
+    /// nobody took over yet) is one whose last renewal plus that duration
+    /// has passed.
+    pub fn renewals(&self, election: &str) -> Option<(Renewals, Option<i64>)> {
+        let claim = self.elections.get(election)?.claim.as_ref()?;
+        let hold = claim.hold.as_ref()?;
+        Some((claim.renewals, hold.duration_s))
+    }
+
     /// The election's entry, created if there is room. `Err` carries the
     /// overflow status to report.
     /// Fills in the lease of each deletion of `changes` that has none, from
@@ -342,25 +364,7 @@ impl State {
         self.elections.reserve(kvs.len().min(self.max_elections));
         let mut statuses = Vec::new();
         for kv in kvs {
-            let (source, role) = self.sources.classify(&kv.key, kv.lease);
-            let reading = source.and_then(|s| s.read(&role, &kv.value));
-            match role {
-                Role::Candidate { election, kind } => match self.track_owned(election, at_ms) {
-                    Ok(e) => {
-                        e.candidates.insert(kv.key.clone(), candidate(kv, kind));
-                    }
-                    Err(s) => statuses.push(s),
-                },
-                Role::Standing { election } => match reading {
-                    Some(Reading::Standing(s)) => self.stand(election, Some(s)),
-                    _ => self.stand(election, None),
-                },
-                Role::Member { election, member } => {
-                    self.member_says(&election, member, reading == Some(Reading::Primary(true)));
-                }
-                Role::Invalid => statuses.push(WatchStatus::IgnoredKey),
-                _ => {}
-            }
+            self.load_key(kv, at_ms, &mut statuses);
         }
         // Elections history knows but etcd no longer has keys for.
         for t in open {
@@ -390,9 +394,45 @@ impl State {
         (events, statuses)
     }
 
+    /// One key of a snapshot, read through its source's layout.
+    fn load_key(&mut self, kv: &Kv, at_ms: i64, statuses: &mut Vec<WatchStatus>) {
+        let (source, role) = self.sources.classify(&kv.key, kv.lease);
+        let reading = source.and_then(|s| s.read(&role, &kv.value));
+        match role {
+            // A value that cannot be read tracks nothing.
+            Role::Candidate { .. }
+                if matches!(reading, Some(Reading::Claim(Claim::Unreadable(_)))) =>
+            {
+                if let Some(Reading::Claim(Claim::Unreadable(why))) = reading {
+                    statuses.push(unreadable(why));
+                }
+            }
+            Role::Candidate { election, kind } => match self.track_owned(election, at_ms) {
+                Ok(e) => match reading {
+                    Some(Reading::Claim(c)) => e.hold(kv, Claimed::first(c, kv.mod_revision)),
+                    _ => {
+                        e.candidates.insert(kv.key.clone(), candidate(kv, kind));
+                    }
+                },
+                Err(s) => statuses.push(s),
+            },
+            Role::Standing { election } => match reading {
+                Some(Reading::Standing(s)) => self.stand(election, Some(s)),
+                _ => self.stand(election, None),
+            },
+            Role::Member { election, member } => {
+                self.member_says(&election, member, reading == Some(Reading::Primary(true)));
+            }
+            Role::Invalid => statuses.push(WatchStatus::IgnoredKey),
+            _ => {}
+        }
+    }
+
     /// Each election's leader in the snapshot against the term history
-    /// holds open: the same token is adopted (its start kept), anything
-    /// else ends the open term (`unknown`) and starts the snapshot's.
+    /// holds open: the same token is adopted (its start kept; for a key
+    /// whose value defines its terms, the same holder: [`Election::adopts`]),
+    /// anything else ends the open term (`unknown`) and starts the
+    /// snapshot's.
     fn reconcile(&mut self, revision: i64, open: &[OpenTerm], at_ms: i64) -> Vec<Event> {
         let open: HashMap<&str, &OpenTerm> =
             open.iter().map(|t| (t.election.as_str(), t)).collect();
@@ -404,7 +444,8 @@ impl State {
             let now = pick(&e.candidates, revision, at_ms);
             let known = open.get(name.as_str());
             match (known, now) {
-                (Some(k), Some(mut t)) if k.token == t.token => {
+                (Some(k), Some(mut t)) if k.token == t.token || e.adopts(k, &t) => {
+                    t.token = k.token;
                     t.started_revision = k.started_revision;
                     t.started_at_ms = k.started_at_ms;
                     e.leader = Some(t);
@@ -554,9 +595,66 @@ impl State {
     }
 }
 
+impl Election {
+    /// Its key's value `claimed`, read at a write of `kv`: the key is a
+    /// candidate while someone holds it, with the term's token.
+    fn hold(&mut self, kv: &Kv, claimed: Claimed) {
+        match claimed.holder() {
+            Some((holder, token)) => {
+                let c = Candidate {
+                    token,
+                    lease: kv.lease,
+                    layout: Layout::Lease,
+                    value: holder_of(holder.as_bytes()),
+                };
+                self.candidates.insert(kv.key.clone(), c);
+            }
+            None => {
+                self.candidates.remove(&kv.key);
+            }
+        }
+        self.claim = Some(Box::new(claimed));
+    }
+
+    /// Whether a term history holds open is the one a snapshot shows under
+    /// another token: a key whose terms its value defines, read in the
+    /// snapshot with the token of its latest write (its term's first write
+    /// is not in the value), held by the same holder since a write at or
+    /// before it. The term keeps history's token.
+    fn adopts(&mut self, open: &OpenTerm, now: &Term) -> bool {
+        let same = now.layout == Layout::Lease
+            && open.holder == now.holder
+            && open.token <= now.token
+            && self.claim.is_some();
+        if same {
+            if let Some(c) = self.candidates.remove(&now.key) {
+                self.candidates.insert(
+                    now.key.clone(),
+                    Candidate {
+                        token: open.token,
+                        ..c
+                    },
+                );
+            }
+            if let Some(claim) = &mut self.claim {
+                claim.since = open.token;
+            }
+        }
+        same
+    }
+}
+
+/// The status a value that cannot be read is counted as.
+fn unreadable(why: Unreadable) -> WatchStatus {
+    match why {
+        Unreadable::Encrypted => WatchStatus::EncryptedValue,
+        Unreadable::Malformed => WatchStatus::IgnoredKey,
+    }
+}
+
 fn candidate(kv: &Kv, layout: Layout) -> Candidate {
     Candidate {
-        create_revision: kv.create_revision,
+        token: kv.create_revision,
         lease: kv.lease,
         layout,
         value: holder_of(&kv.value),
@@ -567,9 +665,9 @@ fn candidate(kv: &Kv, layout: Layout) -> Candidate {
 fn pick(candidates: &Candidates, revision: i64, at_ms: i64) -> Option<Term> {
     candidates
         .iter()
-        .min_by_key(|(_, c)| c.create_revision)
+        .min_by_key(|(_, c)| c.token)
         .map(|(key, c)| Term {
-            token: c.create_revision,
+            token: c.token,
             holder: c.value.clone(),
             lease_id: c.lease,
             layout: c.layout,

@@ -240,14 +240,14 @@ async fn at_most_12_series_per_election_by_default_and_the_detail_flag_adds_the_
     assert!(!lean_text.contains("tenure_election_term_ends_total"));
 
     // The flag, and its environment variable: the per-election histogram
-    // (15 buckets, +Inf, sum, count), term ends by cause (6) and the
+    // (15 buckets, +Inf, sum, count), term ends by cause (7) and the
     // waiting candidates (1) are back.
     for (how, text) in [("--per-election-detail", &scrapes[1]), ("env", &scrapes[2])] {
         let per = series_per_election(text);
         let busy = &per["busy"];
         assert_eq!(
             busy.len(),
-            MAX_SERIES_PER_ELECTION + 18 + 6 + 1,
+            MAX_SERIES_PER_ELECTION + 18 + 7 + 1,
             "{how}: {busy:#?}"
         );
         assert!(

@@ -42,6 +42,7 @@ mod etcd;
 pub mod fixtures;
 pub mod go;
 pub mod holder;
+pub mod kube;
 mod member;
 pub mod netns;
 pub mod procfs;

@@ -228,13 +228,13 @@ fn per_election_detail_adds_the_histogram_and_term_ends_per_election() {
     let x = Exposition::new(detailed.render_at(at));
     assert_per_election_detail(&x);
     // web, which never used the fence: 7 default series (12 but the 5 of
-    // the fence) + 18 (histogram) + 6 (term ends) + 1 (candidates waiting).
+    // the fence) + 18 (histogram) + 7 (term ends) + 1 (candidates waiting).
     let web: Vec<_> = x
         .samples
         .iter()
         .filter(|s| s.labels.get("election").map(String::as_str) == Some("web"))
         .collect();
-    assert_eq!(web.len(), 32, "{web:#?}");
+    assert_eq!(web.len(), 33, "{web:#?}");
     // Everything else is the default exposition, line for line.
     let is_detail = |l: &&str| {
         DETAIL_METRIC_NAMES.iter().any(|n| {

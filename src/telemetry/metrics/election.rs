@@ -16,6 +16,7 @@ pub(super) fn cause_index(cause: EndCause) -> usize {
         EndCause::Superseded => 3,
         EndCause::Unknown => 4,
         EndCause::Switchover => 5,
+        EndCause::TakenOver => 6,
     }
 }
 

@@ -64,6 +64,7 @@ pub enum Id {
     WatchOverflow,
     WatchEvents,
     WatchIgnoredKeys,
+    WatchEncryptedValues,
     WatchRestarts,
     WatchRevision,
     TwoPrimaries,
@@ -124,7 +125,7 @@ use Kind::{Counter, Gauge, Histogram};
 use Scope::{Election, ElectionDetail, Process};
 
 /// Every family, in name order (the order of the exposition).
-pub const FAMILIES: [Family; 27] = [
+pub const FAMILIES: [Family; 28] = [
     Family {
         buckets: MARGIN_BUCKETS,
         ..family(
@@ -337,6 +338,15 @@ pub const FAMILIES: [Family; 27] = [
         Process,
     ),
     family(
+        Id::WatchEncryptedValues,
+        "tenure_watch_encrypted_values_total",
+        "Values encrypted at rest by their writer (Kubernetes' k8s:enc:), which tenure cannot \
+         read from etcd: their keys are ignored.",
+        Counter,
+        &[],
+        Process,
+    ),
+    family(
         Id::WatchEvents,
         "tenure_watch_events_total",
         "Events (transitions, fence checks, gaps) the watcher produced.",
@@ -421,12 +431,13 @@ pub const METRIC_NAMES: &[&str] = &DEFAULT_NAMES;
 pub const DETAIL_METRIC_NAMES: &[&str] = &DETAIL_NAMES;
 
 /// The values of a `cause` label, in the exposition's (label value) order.
-pub const CAUSES_SORTED: [EndCause; 6] = [
+pub const CAUSES_SORTED: [EndCause; 7] = [
     EndCause::Deleted,
     EndCause::Expired,
     EndCause::Resigned,
     EndCause::Superseded,
     EndCause::Switchover,
+    EndCause::TakenOver,
     EndCause::Unknown,
 ];
 

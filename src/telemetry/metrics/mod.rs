@@ -46,10 +46,10 @@
 //! election that keeps its leader and never fences has 6 (issue 23: a
 //! scrape of 10,000 such elections is under 4 MB). Term durations and term
 //! ends by cause are fleet-wide
-//! (`tenure_term_duration_seconds`, `tenure_term_ends_total`: 23 series in
+//! (`tenure_term_duration_seconds`, `tenure_term_ends_total`: 25 series in
 //! all, whatever the number of elections). [`MetricsOptions::per_election_detail`]
 //! adds them per election as well (`tenure_election_term_duration_seconds`,
-//! `tenure_election_term_ends_total`: 23 more series per election, 35 in
+//! `tenure_election_term_ends_total`: 25 more series per election, 37 in
 //! all). Election cardinality is bounded by the watcher, which tracks at
 //! most `--max-elections` elections and reports the rest as
 //! [`WatchStatus::Overflow`] (counted here, never given series).
@@ -116,7 +116,7 @@ pub fn election_label(name: &str) -> std::borrow::Cow<'_, str> {
 pub struct MetricsOptions {
     /// Also expose, per election, the term-duration histogram
     /// (`tenure_election_term_duration_seconds`, 18 series) and term ends by
-    /// cause (`tenure_election_term_ends_total`, 5 series): 35 series per
+    /// cause (`tenure_election_term_ends_total`, 7 series): 37 series per
     /// election instead of at most 12. The fleet-wide families stay.
     pub per_election_detail: bool,
     /// Label other systems' elections' leaders by their holder value too
@@ -370,6 +370,7 @@ impl Metrics {
                 WatchStatus::CaughtUp { revision } => self.p.revision.set(*revision),
                 WatchStatus::Overflow { .. } => self.p.overflow.inc(),
                 WatchStatus::IgnoredKey => self.p.ignored_keys.inc(),
+                WatchStatus::EncryptedValue => self.p.encrypted_values.inc(),
                 // Readiness reports it; restarts are counted already.
                 WatchStatus::Stuck { .. } | WatchStatus::Reconnected { .. } => {}
             },

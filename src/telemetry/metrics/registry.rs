@@ -25,6 +25,7 @@ pub(super) struct Process {
     pub overlap: Counter,
     pub overflow: IntCounter,
     pub ignored_keys: IntCounter,
+    pub encrypted_values: IntCounter,
     pub two_primaries: IntCounter,
     pub elections: IntGauge,
     /// Fleet-wide: every election's ended terms.
@@ -63,6 +64,10 @@ impl Process {
             ignored_keys: reg(
                 r,
                 IntCounter::with_opts(opts(Id::WatchIgnoredKeys, Kind::Counter)?)?,
+            )?,
+            encrypted_values: reg(
+                r,
+                IntCounter::with_opts(opts(Id::WatchEncryptedValues, Kind::Counter)?)?,
             )?,
             two_primaries: reg(
                 r,

@@ -64,6 +64,7 @@ impl Candidates {
         }
     }
 
+    #[cfg(test)]
     pub fn contains_key(&self, key: &[u8]) -> bool {
         self.get(key).is_some()
     }
@@ -89,7 +90,7 @@ mod tests {
 
     fn c(rev: i64) -> Candidate {
         Candidate {
-            create_revision: rev,
+            token: rev,
             lease: 0,
             layout: Layout::Queue,
             value: String::new(),
@@ -117,16 +118,13 @@ mod tests {
         for (insert, key, rev) in ops {
             if insert {
                 assert_eq!(
-                    m.insert(key.to_vec(), c(rev)).map(|c| c.create_revision),
+                    m.insert(key.to_vec(), c(rev)).map(|c| c.token),
                     model.insert(key.to_vec(), rev)
                 );
             } else {
-                assert_eq!(m.remove(key).map(|c| c.create_revision), model.remove(key));
+                assert_eq!(m.remove(key).map(|c| c.token), model.remove(key));
             }
-            let got: Vec<(Vec<u8>, i64)> = m
-                .iter()
-                .map(|(k, c)| (k.clone(), c.create_revision))
-                .collect();
+            let got: Vec<(Vec<u8>, i64)> = m.iter().map(|(k, c)| (k.clone(), c.token)).collect();
             let want: Vec<(Vec<u8>, i64)> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
             assert_eq!(got, want);
             assert_eq!(m.is_empty(), model.is_empty());

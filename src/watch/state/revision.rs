@@ -5,12 +5,13 @@
 use std::collections::HashMap;
 
 use super::{
-    candidate, ended, event, pick, started, Candidate, Change, Election, Kv, Pending, State, Term,
+    candidate, ended, event, pick, started, unreadable, Candidate, Change, Claimed, Election, Kv,
+    Pending, State, Term,
 };
 use crate::election::acting::ActingRecord;
 use crate::election::{fence::RefusalRecord, keys::parse_padded_token, Layout};
 use crate::events::{EndCause, EventKind, OpenTerm, WatchStatus};
-use crate::layout::{EndHint, Reading, Role};
+use crate::layout::{Claim, EndHint, Reading, Role};
 
 /// What the changes of one revision said, before leaders are picked.
 #[derive(Default)]
@@ -29,6 +30,9 @@ struct Said {
     left: Vec<(String, Candidate)>,
     /// Elections whose members (`Role::Member`) changed.
     members: Vec<String>,
+    /// Elections whose key's value says terms passed unseen between two
+    /// revisions (`claims.rs`).
+    unseen: HashMap<String, (i64, i64)>,
 }
 
 impl State {
@@ -50,6 +54,13 @@ impl State {
         self.dirty.extend(said.touched.iter().cloned());
         let mut out = Vec::new();
         for name in &said.touched {
+            if let Some(&(from_revision, to_revision)) = said.unseen.get(name) {
+                let gap = EventKind::Gap {
+                    from_revision,
+                    to_revision,
+                };
+                out.push(Pending::done(event(revision, at_ms, name, gap)));
+            }
             out.extend(self.pick_again(name, &said.hints, revision, at_ms));
         }
         out.extend(collisions.into_iter().map(Pending::done));
@@ -87,6 +98,13 @@ impl State {
             Change::Delete { .. } => None,
         };
         match (role, change) {
+            (Role::Candidate { election, .. }, Change::Put(kv))
+                if matches!(reading, Some(Reading::Claim(_))) =>
+            {
+                if let Some(Reading::Claim(claim)) = reading {
+                    self.claim_changed(election, kv, claim, at_ms, said, statuses);
+                }
+            }
             (Role::Candidate { election, kind }, _) => {
                 if let Change::Put(kv) = change {
                     self.leave_other_reading(kv, &election, at_ms, said, statuses);
@@ -173,6 +191,48 @@ impl State {
         }
     }
 
+    /// A new value of a key whose terms its value defines (`claims.rs`):
+    /// read over the last one, the end of the term before as a hint of this
+    /// revision, the key a candidate while someone holds it.
+    fn claim_changed(
+        &mut self,
+        name: String,
+        kv: &Kv,
+        claim: Claim,
+        at_ms: i64,
+        said: &mut Said,
+        statuses: &mut Vec<WatchStatus>,
+    ) {
+        if let Claim::Unreadable(why) = claim {
+            statuses.push(unreadable(why));
+            return;
+        }
+        let e = match self.track(&name, at_ms) {
+            Ok(e) => e,
+            Err(s) => {
+                statuses.push(s);
+                return;
+            }
+        };
+        let now = match e.claim.take() {
+            Some(before) => {
+                let step = before.next(claim, kv.mod_revision);
+                if let Some(hint) = step.ended {
+                    said.hints.insert(name.clone(), hint);
+                }
+                if let Some(unseen) = step.unseen {
+                    said.unseen.insert(name.clone(), unseen);
+                }
+                step.now
+            }
+            None => Claimed::first(claim, kv.mod_revision),
+        };
+        e.hold(kv, now);
+        if !said.touched.contains(&name) {
+            said.touched.push(name);
+        }
+    }
+
     /// A candidate of election `name` came, changed or went.
     fn candidate_changed(
         &mut self,
@@ -207,6 +267,7 @@ impl State {
                 }
             }
             Change::Delete { key, .. } => {
+                e.claim = None;
                 let was_leader = e.leader.as_ref().is_some_and(|l| &l.key == key);
                 if let Some(c) = e.candidates.remove(key) {
                     if c.layout == Layout::Queue && !was_leader {
@@ -313,7 +374,7 @@ impl State {
                 at_ms,
                 &name,
                 EventKind::CandidateLeft {
-                    token: c.create_revision,
+                    token: c.token,
                     holder: c.value,
                     lease_id: c.lease,
                 },
@@ -332,7 +393,7 @@ impl State {
                     at_ms,
                     &name,
                     EventKind::CandidateQueued {
-                        token: c.create_revision,
+                        token: c.token,
                         holder: c.value.clone(),
                         lease_id: c.lease,
                     },
@@ -375,12 +436,17 @@ impl State {
 }
 
 /// How the term `old` of `e` ended, by the rules no layout repeats
-/// (ARCHITECTURE.md, "Telling end causes apart"): its key still there is
-/// `superseded`; the layout's hint of this revision for its token says; a
+/// (ARCHITECTURE.md, "Telling end causes apart"): its key still there
+/// with its token is `superseded`; the layout's hint of this revision for
+/// its token says (for a key whose value defines its terms, what the value
+/// that ended it says); a
 /// lease-less key can only have been deleted; otherwise etcd is asked about
 /// the lease (the lookup's lease id).
 fn end_cause(e: &Election, old: &Term, hint: Option<&EndHint>) -> (EndCause, Option<i64>) {
-    if e.candidates.contains_key(&old.key) {
+    if e.candidates
+        .get(&old.key)
+        .is_some_and(|c| c.token == old.token)
+    {
         (EndCause::Superseded, None)
     } else if let Some(h) = hint {
         (h.cause, None)

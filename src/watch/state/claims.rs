@@ -1,0 +1,209 @@
+//! Terms defined by a key's value, not by its creation (a layout's
+//! [`Layout::read_claim`]: Kubernetes' Leases). The key is created once and
+//! rewritten in place by whoever holds it, so the state keeps the last
+//! value read of each such key ([`Claimed`]) and reads each new one against
+//! it:
+//!
+//! - the same holder, acquired at the same time ([`Hold::same_term`]): the
+//!   same term, renewed; its token stays the revision of the write that
+//!   gave it to that holder;
+//! - another holder, or another acquisition: a new term from this write's
+//!   revision (tokens only grow: it is a later revision), and the old term
+//!   ended as [`Hold::ended_by`] reads it (a hint of this revision, so the
+//!   state machine's one end rule applies);
+//! - nobody holding it: the old term was given up (`resigned`), the key
+//!   stays and is no candidate until someone holds it again;
+//! - a value that cannot be read changes nothing (counted).
+//!
+//! The writers' count of handovers (`leaseTransitions`) is a cross-check:
+//! a count that grew by more than one between two values read says terms
+//! passed that tenure did not see, recorded as a gap of that election
+//! between the two writes' revisions, never as terms. Cost: one small box
+//! per such key, none for any other layout.
+//!
+//! [`Layout::read_claim`]: crate::layout::Layout::read_claim
+
+use crate::layout::{Claim, EndHint, Hold};
+
+/// The last value read of a key whose terms its value defines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Claimed {
+    /// Who holds it, as the last value said; `None`: nobody.
+    pub hold: Option<Hold>,
+    /// The token of the holder's term: the revision of the write that gave
+    /// it the key (for a term first read in a snapshot, that read's value's
+    /// revision, unless history knew the term).
+    pub since: i64,
+    /// The revision of the last write read.
+    pub written: i64,
+    /// The writers' count of handovers, as the last value said.
+    pub transitions: Option<i64>,
+    /// The holder's renewals seen in this term.
+    pub renewals: Renewals,
+}
+
+/// A holder's renewals within its term, on its own clock (µs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Renewals {
+    /// Renewals read since the term's first write.
+    pub count: u64,
+    /// The renewal time the last value carried.
+    pub last_us: Option<i64>,
+    /// The time between its last two renewals read: its cadence.
+    pub every_us: Option<i64>,
+}
+
+/// What one new value did: the key's claim now, the end of the term before
+/// it (a hint for this revision), and terms the count says were not seen
+/// (between two revisions).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Step {
+    pub now: Claimed,
+    pub ended: Option<EndHint>,
+    pub unseen: Option<(i64, i64)>,
+}
+
+impl Claimed {
+    /// The first value read of a key (a snapshot, or the key's creation).
+    pub fn first(claim: Claim, revision: i64) -> Self {
+        let transitions = Hold::transitions(&claim);
+        let hold = match claim {
+            Claim::Held(h) => Some(h),
+            Claim::Free { .. } | Claim::Unreadable(_) => None,
+        };
+        let renewals = Renewals {
+            count: 0,
+            last_us: hold.as_ref().and_then(|h| h.renewed_us),
+            every_us: None,
+        };
+        Self {
+            hold,
+            since: revision,
+            written: revision,
+            transitions,
+            renewals,
+        }
+    }
+
+    /// The value `claim`, written at `revision`, read over this one.
+    pub fn next(&self, claim: Claim, revision: i64) -> Step {
+        let unseen = match (self.transitions, Hold::transitions(&claim)) {
+            (Some(before), Some(now)) if now > before.saturating_add(1) => {
+                Some((self.written, revision))
+            }
+            _ => None,
+        };
+        let ended = self.hold.as_ref().and_then(|old| {
+            let same = matches!(&claim, Claim::Held(h) if old.same_term(h));
+            (!same).then(|| EndHint {
+                token: self.since,
+                cause: old.ended_by(&claim),
+            })
+        });
+        let mut now = Self::first(claim, revision);
+        if ended.is_none() && now.hold.is_some() && self.hold.is_some() {
+            now.since = self.since;
+            now.renewals = self.renewals.renewed(now.renewals.last_us);
+        }
+        Step { now, ended, unseen }
+    }
+
+    /// Its holder and token, while someone holds it.
+    pub fn holder(&self) -> Option<(&str, i64)> {
+        self.hold.as_ref().map(|h| (h.holder.as_str(), self.since))
+    }
+}
+
+impl Renewals {
+    /// After a write of the same term carrying renewal time `at`.
+    fn renewed(self, at: Option<i64>) -> Self {
+        match (self.last_us, at) {
+            (Some(last), Some(now)) if now > last => Self {
+                count: self.count + 1,
+                last_us: Some(now),
+                every_us: Some(now - last),
+            },
+            _ => Self {
+                last_us: at.or(self.last_us),
+                ..self
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::EndCause;
+
+    fn held(holder: &str, acquired: i64, renewed: i64, transitions: i64) -> Claim {
+        Claim::Held(Hold {
+            holder: holder.into(),
+            acquired_us: Some(acquired),
+            renewed_us: Some(renewed),
+            duration_s: Some(15),
+            transitions: Some(transitions),
+        })
+    }
+
+    const S: i64 = 1_000_000;
+
+    #[test]
+    fn a_term_is_a_run_of_one_holder_and_one_acquisition() {
+        let c = Claimed::first(held("alpha", 0, 0, 0), 216);
+        let renewed = c.next(held("alpha", 0, 2 * S, 0), 218);
+        assert_eq!((renewed.ended, renewed.unseen), (None, None));
+        assert_eq!(renewed.now.holder(), Some(("alpha", 216)));
+        assert_eq!(renewed.now.renewals.count, 1);
+        assert_eq!(renewed.now.renewals.every_us, Some(2 * S));
+        // Released: resigned, and nobody holds it.
+        let free = renewed.now.next(
+            Claim::Free {
+                transitions: Some(0),
+            },
+            226,
+        );
+        assert_eq!(
+            free.ended,
+            Some(EndHint {
+                token: 216,
+                cause: EndCause::Resigned
+            })
+        );
+        assert_eq!(free.now.holder(), None);
+        // The next holder's term begins at its own write.
+        let beta = free.now.next(held("beta", 30 * S, 30 * S, 1), 229);
+        assert_eq!((beta.ended, beta.unseen), (None, None));
+        assert_eq!(beta.now.holder(), Some(("beta", 229)));
+        // The same holder acquiring again is a new term.
+        let again = beta.now.next(held("beta", 31 * S, 31 * S, 2), 240);
+        assert_eq!(again.now.holder(), Some(("beta", 240)));
+        assert_eq!(again.ended.map(|h| h.token), Some(229));
+    }
+
+    #[test]
+    fn a_takeover_is_an_expiry_or_early_by_the_written_clocks() {
+        let c = Claimed::first(held("alpha", 0, 10 * S, 0), 10);
+        // Renewed at 10 s for 15 s: it ran out at 25 s.
+        let late = c.next(held("beta", 25 * S, 25 * S, 1), 20);
+        assert_eq!(late.ended.map(|h| h.cause), Some(EndCause::Expired));
+        let early = c.next(held("beta", 20 * S, 20 * S, 1), 20);
+        assert_eq!(early.ended.map(|h| h.cause), Some(EndCause::TakenOver));
+        // A count that jumped: two terms passed unseen.
+        let jumped = c.next(held("gamma", 90 * S, 90 * S, 3), 50);
+        assert_eq!(jumped.unseen, Some((10, 50)));
+        assert_eq!(jumped.now.holder(), Some(("gamma", 50)));
+        // No times written: unknown.
+        let bare = Claim::Held(Hold {
+            holder: "x".into(),
+            acquired_us: None,
+            renewed_us: None,
+            duration_s: None,
+            transitions: None,
+        });
+        assert_eq!(
+            c.next(bare, 60).ended.map(|h| h.cause),
+            Some(EndCause::Unknown)
+        );
+    }
+}

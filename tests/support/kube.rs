@@ -1,0 +1,501 @@
+//! Kubernetes' real parts on the harness etcd: [`KubeApiserver`] (a real
+//! kube-apiserver started by `scripts/kube/start-apiserver.sh` on loopback,
+//! its admin token and CA), [`Candidate`] (client-go's `leaderelection` with
+//! a LeaseLock, `tests/go/leasecandidate`, its started/stopped-leading lines
+//! on the host's clock) and [`LeaseLog`] (every write of one Lease key from
+//! the test's own etcd watch, decoded by a wire walk of its own: not
+//! tenure's decoder). Every process is SIGKILLed by PID when dropped, and on
+//! the test's death through PR_SET_PDEATHSIG (the script execs
+//! kube-apiserver, so the PID is kube-apiserver's).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use etcd_client::{EventType, WatchOptions};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The kube-apiserver binary: `$KUBE_APISERVER`, else the one
+/// scripts/kube/build.sh builds for the version scripts/kube/go.mod pins.
+pub fn apiserver_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("KUBE_APISERVER") {
+        return PathBuf::from(p);
+    }
+    let gomod = std::fs::read_to_string(repo().join("scripts/kube/go.mod")).expect("go.mod");
+    let version = gomod
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("k8s.io/kubernetes v"))
+        .map(|v| v.split_whitespace().next().unwrap_or(v).to_owned())
+        .expect("scripts/kube/go.mod requires k8s.io/kubernetes");
+    PathBuf::from(format!(
+        "/opt/tenure-kube-apiserver-{version}/bin/kube-apiserver"
+    ))
+}
+
+/// Whether the real parts can run here. Outside CI a missing kube-apiserver
+/// skips the test with a loud message; in CI (`CI=true`) it fails.
+pub fn available() -> bool {
+    let bin = apiserver_bin();
+    if bin.exists() {
+        return true;
+    }
+    let why = format!(
+        "{} is missing: scripts/setup.sh --test builds it (scripts/kube/build.sh)",
+        bin.display()
+    );
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+    eprintln!("\n!!!! SKIPPED: {why} !!!!\n");
+    false
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Microseconds since the epoch on the host's clock: the clock the
+/// candidates print, so their lines and the watch's arrivals compare.
+pub fn unix_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+fn spawn(cmd: &mut Command) -> Child {
+    cmd.kill_on_drop(true);
+    // SAFETY: only calls prctl(2), which is async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
+    cmd.spawn().expect("spawn")
+}
+
+fn kill9(child: &Child) {
+    if let Some(pid) = child.id() {
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+}
+
+pub struct KubeApiserver {
+    child: Child,
+    pub port: u16,
+    pub token: String,
+    pub dir: tempfile::TempDir,
+    logs: Arc<Mutex<Vec<String>>>,
+}
+
+impl KubeApiserver {
+    /// Starts one on loopback over `etcd_url` and waits for /readyz.
+    pub async fn start(etcd_url: &str) -> KubeApiserver {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cmd = Command::new("bash");
+        cmd.arg(repo().join("scripts/kube/start-apiserver.sh"))
+            .arg(etcd_url)
+            .arg(dir.path())
+            .env("KUBE_APISERVER", apiserver_bin())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = spawn(&mut cmd);
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let port = loop {
+            let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+                .await
+                .expect("kube-apiserver: port")
+                .expect("stderr")
+                .unwrap_or_else(|| panic!("the script exited: {:?}", logs.lock().unwrap()));
+            logs.lock().unwrap().push(line.clone());
+            if let Some(p) = line.strip_prefix("kube-apiserver: port ") {
+                break p.trim().parse().expect("port");
+            }
+        };
+        let sink = logs.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut l = sink.lock().unwrap();
+                if l.len() > 400 {
+                    l.remove(0);
+                }
+                l.push(line);
+            }
+        });
+        let token = std::fs::read_to_string(dir.path().join("token"))
+            .expect("token")
+            .trim()
+            .to_owned();
+        let api = KubeApiserver {
+            child,
+            port,
+            token,
+            dir,
+            logs,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, body) = api.curl("GET", "/readyz", None).await;
+            if status == 200 && body.trim() == "ok" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kube-apiserver not ready: {status} {body}\n{}",
+                api.logs().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        api
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.lock().unwrap().clone()
+    }
+
+    /// One request with the admin token, through the machine's curl (the
+    /// test crate's reqwest has no TLS); (status, body).
+    pub async fn curl(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "-o", "-", "-w", "\n%{http_code}", "-X", method])
+            .arg("--cacert")
+            .arg(self.dir.path().join("certs/ca.crt"))
+            .arg("-H")
+            .arg(format!("Authorization: Bearer {}", self.token))
+            .args(["-H", "Content-Type: application/json", "--max-time", "10"])
+            .arg(format!("https://127.0.0.1:{}{path}", self.port));
+        if let Some(b) = body {
+            cmd.args(["--data-binary", b]);
+        }
+        let out = cmd.output().await.expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (code.trim().parse().unwrap_or(0), body.to_owned())
+    }
+}
+
+impl Drop for KubeApiserver {
+    fn drop(&mut self) {
+        kill9(&self.child);
+    }
+}
+
+/// `tests/go/leasecandidate`, built once per test binary into the target
+/// dir (module mode with the machine's Go; setup.sh --test fetches its
+/// modules).
+pub fn candidate_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("leasecandidate");
+        let status = std::process::Command::new("go")
+            .args(["build", "-mod=readonly", "-trimpath", "-o"])
+            .arg(&out)
+            .arg(".")
+            .current_dir(repo().join("tests/go/leasecandidate"))
+            .env("GOFLAGS", "-buildvcs=false")
+            .status()
+            .expect("go build (Go 1.26 on PATH)");
+        assert!(status.success(), "go build tests/go/leasecandidate");
+        out
+    })
+    .clone()
+}
+
+/// One line a candidate printed: (unix µs, what, its id).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Said {
+    pub at_us: i64,
+    pub what: String,
+    pub id: String,
+}
+
+/// A client-go leader-election candidate on one Lease.
+pub struct Candidate {
+    child: Child,
+    pub id: String,
+    said: Arc<Mutex<Vec<Said>>>,
+}
+
+/// Lease timings of every candidate: 4 s, renew deadline 3 s, retry 0.5 s.
+pub const LEASE: Duration = Duration::from_secs(4);
+
+impl Candidate {
+    pub fn start(api: &KubeApiserver, namespace: &str, name: &str, id: &str) -> Candidate {
+        let mut cmd = Command::new(candidate_bin());
+        cmd.arg("--kubeconfig")
+            .arg(api.kubeconfig())
+            .args(["--namespace", namespace, "--name", name, "--id", id])
+            .args(["--lease-duration", "4s", "--renew-deadline", "3s"])
+            .args(["--retry-period", "500ms", "--release-on-cancel"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = spawn(&mut cmd);
+        let said = Arc::new(Mutex::new(Vec::new()));
+        let sink = said.clone();
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut w = line.split_whitespace();
+                let (Some(at), Some(what)) = (w.next(), w.next()) else {
+                    continue;
+                };
+                sink.lock().unwrap().push(Said {
+                    at_us: at.parse().unwrap_or(0),
+                    what: what.to_owned(),
+                    id: w.next().unwrap_or("").to_owned(),
+                });
+            }
+        });
+        Candidate {
+            child,
+            id: id.to_owned(),
+            said,
+        }
+    }
+
+    pub fn said(&self) -> Vec<Said> {
+        self.said.lock().unwrap().clone()
+    }
+
+    /// When it printed `what` (`started-leading`, `stopped-leading`), each time.
+    pub fn times(&self, what: &str) -> Vec<i64> {
+        self.said()
+            .into_iter()
+            .filter(|s| s.what == what)
+            .map(|s| s.at_us)
+            .collect()
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        let pid = self.child.id().expect("running");
+        kill(Pid::from_raw(pid as i32), signal).expect("kill");
+    }
+
+    /// Waits for its exit; its status code (`None`: a signal).
+    pub async fn wait(&mut self, within: Duration) -> Option<i32> {
+        tokio::time::timeout(within, self.child.wait())
+            .await
+            .expect("the candidate exited")
+            .expect("wait")
+            .code()
+    }
+}
+
+impl Drop for Candidate {
+    fn drop(&mut self) {
+        kill9(&self.child);
+    }
+}
+
+/// One write of the Lease key as the test's watch saw it.
+#[derive(Clone, Debug)]
+pub struct Write {
+    pub revision: i64,
+    /// When the watch delivered it (unix µs, the candidates' clock).
+    pub seen_us: i64,
+    pub deleted: bool,
+    /// `holderIdentity` (empty: nobody).
+    pub holder: String,
+    pub acquire_us: Option<i64>,
+    pub renew_us: Option<i64>,
+    pub transitions: Option<i64>,
+}
+
+/// Every write of one key from revision 1 (nothing before the watch is
+/// missed), until dropped.
+pub struct LeaseLog {
+    writes: Arc<Mutex<Vec<Write>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LeaseLog {
+    pub async fn start(mut client: etcd_client::Client, key: &str) -> LeaseLog {
+        let opts = WatchOptions::new().with_start_revision(1);
+        let mut stream = client.watch(key, Some(opts)).await.expect("watch");
+        let writes = Arc::new(Mutex::new(Vec::new()));
+        let sink = writes.clone();
+        let task = tokio::spawn(async move {
+            while let Ok(Some(resp)) = stream.message().await {
+                let seen_us = unix_us();
+                for e in resp.events() {
+                    let Some(kv) = e.kv() else { continue };
+                    let deleted = e.event_type() == EventType::Delete;
+                    let spec = if deleted {
+                        Spec::default()
+                    } else {
+                        spec_of(kv.value())
+                            .unwrap_or_else(|| panic!("not a Lease: {:?}", kv.value()))
+                    };
+                    sink.lock().unwrap().push(Write {
+                        revision: kv.mod_revision(),
+                        seen_us,
+                        deleted,
+                        holder: spec.holder,
+                        acquire_us: spec.acquire_us,
+                        renew_us: spec.renew_us,
+                        transitions: spec.transitions,
+                    });
+                }
+            }
+        });
+        LeaseLog { writes, task }
+    }
+
+    pub fn writes(&self) -> Vec<Write> {
+        self.writes.lock().unwrap().clone()
+    }
+
+    /// Waits until a write satisfies `f`; returns it.
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        within: Duration,
+        f: impl Fn(&Write) -> bool,
+    ) -> Write {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(w) = self.writes().into_iter().find(|w| f(w)) {
+                return w;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never saw {what}: {}",
+                self.timeline()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The holder now (empty: nobody; `None`: no write yet or deleted).
+    pub fn holder(&self) -> Option<String> {
+        self.writes()
+            .last()
+            .filter(|w| !w.deleted)
+            .map(|w| w.holder.clone())
+    }
+
+    /// One line per change of holder, for messages.
+    pub fn timeline(&self) -> String {
+        let mut out = String::new();
+        let mut last: Option<(String, Option<i64>, bool)> = None;
+        for w in self.writes() {
+            let now = (w.holder.clone(), w.acquire_us, w.deleted);
+            if last.as_ref() != Some(&now) {
+                out.push_str(&format!(
+                    "\n  rev {} {} holder {:?} acquire {:?} transitions {:?}",
+                    w.revision,
+                    if w.deleted { "DELETE" } else { "put" },
+                    w.holder,
+                    w.acquire_us,
+                    w.transitions
+                ));
+                last = Some(now);
+            }
+        }
+        out
+    }
+}
+
+impl Drop for LeaseLog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[derive(Default)]
+struct Spec {
+    holder: String,
+    acquire_us: Option<i64>,
+    renew_us: Option<i64>,
+    transitions: Option<i64>,
+}
+
+/// The test's own reading of a stored Lease: `k8s\0`, then runtime.Unknown
+/// field 2 (raw) = the Lease, its field 2 = the spec (holderIdentity 1,
+/// acquireTime 3, renewTime 4, leaseTransitions 5; MicroTime seconds 1,
+/// nanos 2), by a walk over protobuf's wire format.
+fn spec_of(value: &[u8]) -> Option<Spec> {
+    let body = value.strip_prefix(b"k8s\0")?;
+    let raw = field(body, 2)?.bytes()?;
+    let spec = field(raw, 2)?.bytes()?;
+    let micro = |f: Option<Wire<'_>>| {
+        let t = f?.bytes()?;
+        let s = field(t, 1).and_then(|w| w.int()).unwrap_or(0);
+        let n = field(t, 2).and_then(|w| w.int()).unwrap_or(0);
+        Some(s * 1_000_000 + n / 1000)
+    };
+    Some(Spec {
+        holder: field(spec, 1)
+            .and_then(|w| w.bytes())
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default(),
+        acquire_us: micro(field(spec, 3)),
+        renew_us: micro(field(spec, 4)),
+        transitions: field(spec, 5).and_then(|w| w.int()),
+    })
+}
+
+enum Wire<'a> {
+    Int(i64),
+    Bytes(&'a [u8]),
+}
+
+impl<'a> Wire<'a> {
+    fn bytes(self) -> Option<&'a [u8]> {
+        match self {
+            Wire::Bytes(b) => Some(b),
+            Wire::Int(_) => None,
+        }
+    }
+    fn int(self) -> Option<i64> {
+        match self {
+            Wire::Int(i) => Some(i),
+            Wire::Bytes(_) => None,
+        }
+    }
+}
+
+fn varint(b: &[u8], i: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let c = *b.get(*i)?;
+        *i += 1;
+        v |= u64::from(c & 0x7f) << shift;
+        if c < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// The last occurrence of field `n` in message `b`.
+fn field(b: &[u8], n: u64) -> Option<Wire<'_>> {
+    let mut i = 0;
+    let mut found = None;
+    while i < b.len() {
+        let key = varint(b, &mut i)?;
+        let value = match key & 7 {
+            0 => Wire::Int(varint(b, &mut i)? as i64),
+            2 => {
+                let len = varint(b, &mut i)? as usize;
+                let v = b.get(i..i + len)?;
+                i += len;
+                Wire::Bytes(v)
+            }
+            _ => return None,
+        };
+        if key >> 3 == n {
+            found = Some(value);
+        }
+    }
+    found
+}

@@ -397,7 +397,9 @@ pub struct ResumePoint {
     #[serde(default)]
     pub live_at_ms: Option<i64>,
     /// The newest terms of the current timeline that began at or below
-    /// `revision`, ended or not (newest token first, a few): in the same
+    /// `revision`, ended or not, whose start was seen as it happened (its
+    /// lease then is the key's at its creation; newest token first, a
+    /// few): in the same
     /// timeline, etcd created each one's key at exactly its token, with its
     /// lease. What the watcher checks at a resume when no open term tells
     /// (a restore while serve was down, nothing open at `revision`).

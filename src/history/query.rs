@@ -161,6 +161,7 @@ fn witnesses(
         "SELECT election, token, lease_id FROM terms
          WHERE epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)
            AND token <= ?1 AND substr(election, 1, length(?2)) = ?2
+           AND from_snapshot = 0 AND layout IS NOT NULL
          ORDER BY token DESC LIMIT ?3",
     )?;
     let rows = stmt.query_map(params![revision, own, WITNESSES as i64], |row| {

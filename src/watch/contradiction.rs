@@ -143,22 +143,29 @@ fn keys_of(sources: &Sources, kvs: &[Kv]) -> (KeysOf, HashMap<String, (i64, i64)
 }
 
 /// Why `created`, every key of the watch ranges that etcd holds at
-/// revision `w.token` with CreateRevision `w.token`, contradicts the term
-/// history recorded there: in one timeline that revision created the
-/// term's key, with its lease, so it is among them. `None` when it is.
+/// revision `w.token` written at `w.token`, contradicts the term history
+/// recorded there: in one timeline that revision created the term's key,
+/// with its lease, so it is among them. `None` when it is, and when that
+/// revision wrote no candidate of any election these sources read (not
+/// known: the sources or the prefix may have changed since, and a false
+/// reset raises the floor and refuses campaigns; a restore is then caught
+/// only where the new timeline's revision wrote another candidate).
 pub(super) fn witness_missing(sources: &Sources, w: &Witness, created: &[Kv]) -> Option<String> {
-    let there = created.iter().any(|kv| {
-        let (election, valued) = match sources.classify(&kv.key, kv.lease).1 {
-            Role::Candidate { election, kind } => (election, kind == KeyLayout::Lease),
-            _ => return false,
-        };
-        // A key whose value defines its terms was written, not created,
-        // at its term's token.
-        (kv.create_revision == w.token || valued && kv.mod_revision == w.token)
+    let candidates: Vec<(String, bool, &Kv)> = created
+        .iter()
+        .filter_map(|kv| match sources.classify(&kv.key, kv.lease).1 {
+            Role::Candidate { election, kind } => Some((election, kind == KeyLayout::Lease, kv)),
+            _ => None,
+        })
+        .collect();
+    // A key whose value defines its terms was written, not created, at its
+    // term's token.
+    let there = candidates.iter().any(|(election, valued, kv)| {
+        (kv.create_revision == w.token || *valued && kv.mod_revision == w.token)
             && kv.lease == w.lease_id
-            && election == w.election
+            && *election == w.election
     });
-    (!there).then(|| {
+    (!there && !candidates.is_empty()).then(|| {
         format!(
             "history recorded a term of {} with token {} (lease {:x}); etcd's revision {} created \
              no such key",
@@ -266,8 +273,11 @@ mod tests {
         let mut ours = kv("election/x", 30);
         ours.lease = 7;
         assert_eq!(witness_missing(&k, &w, std::slice::from_ref(&ours)), None);
-        // Nothing created there, another lease, another election.
-        assert!(witness_missing(&k, &w, &[]).is_some());
+        // Nothing written there that these sources read: not known (the
+        // sources or the prefix may have changed), never a reset.
+        assert_eq!(witness_missing(&k, &w, &[]), None);
+        assert_eq!(witness_missing(&k, &w, &[kv("other/x", 30)]), None);
+        // Another lease, another election: another timeline.
         let mut other_lease = ours.clone();
         other_lease.lease = 8;
         assert!(witness_missing(&k, &w, &[other_lease]).is_some());

@@ -136,7 +136,7 @@ fn witnesses(tx: &mut Transaction<'_>, revision: i64) -> Result<Vec<Witness>, Hi
     let rows = tx.query(
         "SELECT election, token, lease_id FROM terms
          WHERE epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)
-           AND token <= $1
+           AND token <= $1 AND NOT from_snapshot AND layout IS NOT NULL
          ORDER BY token DESC LIMIT $2",
         &[&revision, &(WITNESSES as i64)],
     )?;

@@ -74,11 +74,14 @@ pub(super) async fn metrics(State(s): State<Arc<AppState>>, RawQuery(raw): RawQu
     // that loop on costly globs take one core at most, never both from
     // the recorder. Unfiltered ones need no match and do not wait.
     static MATCHING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
-    let _turn = match &scope {
+    let turn = match &scope {
         ScrapeScope::Matching(_) => MATCHING.acquire().await.ok(),
         _ => None,
     };
+    // The turn goes with the work: a client that hangs up does not free
+    // it while the match still runs.
     let text = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
         if !s.clusters.is_empty() {
             // Several clusters: each its own, labelled (issue 25).
             return match &scope {

@@ -243,6 +243,11 @@ pub async fn run_clusters(
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr()?;
+    anyhow::ensure!(
+        args.read_token.as_deref() != Some(""),
+        "--read-token (TENURE_READ_TOKEN) is set but empty: give the token reads need, or \
+         unset it to leave reads open (a secret that failed to populate must not open them)"
+    );
     let db = Db::from_arg(&args.db);
     let named = clusters.iter().any(|c| c.name.is_some());
     anyhow::ensure!(
@@ -329,7 +334,7 @@ pub async fn run_clusters(
         live: live.clone(),
         cluster_live: cluster_live.clone(),
         auth: auth_of(&args),
-        read_token: args.read_token.clone().filter(|t| !t.is_empty()),
+        read_token: args.read_token.clone(),
         api_rate: RateLimiter::new(args.campaign_rate),
         limits: limits_of(&args),
         sources: members[0]

@@ -352,12 +352,18 @@ type Ranges = Vec<(Vec<u8>, Vec<u8>)>;
 /// and a campaign to one name answered with the other's holder. Asked of
 /// the clusters that answered at start (with a count-only read, which any
 /// role that may read its range is allowed); two names on one etcd with
-/// disjoint ranges (two `--prefix`es) are accepted.
+/// disjoint ranges (two `--prefix`es) are accepted. A cluster id alone does
+/// not name an etcd (every etcd made with the default
+/// `--initial-cluster-token` and member name has the same one): two names
+/// are one etcd when the answering member's id, the revision and the count
+/// of the first range agree too, read one after the other (a write between
+/// the two reads lets a true duplicate through, never refuses two etcds
+/// that differ).
 pub async fn refuse_one_etcd_twice(
     clusters: &[Watched],
     cfgs: &[Option<crate::watch::WatchConfig>],
 ) -> anyhow::Result<()> {
-    let mut seen: Vec<(&str, u64, Ranges)> = Vec::new();
+    let mut seen: Vec<(&str, [i64; 4], Ranges)> = Vec::new();
     for (c, cfg) in clusters.iter().zip(cfgs) {
         let (Some(name), Some(client), Some(cfg)) = (&c.name, &c.client, cfg) else {
             continue;
@@ -372,7 +378,15 @@ pub async fn refuse_one_etcd_twice(
             .op(etcd.get(start, Some(count)))
             .await
             .ok()
-            .and_then(|r| r.header().map(|h| h.cluster_id()))
+            .and_then(|r| {
+                let h = r.header()?;
+                Some([
+                    h.cluster_id() as i64,
+                    h.member_id() as i64,
+                    h.revision(),
+                    r.count(),
+                ])
+            })
         else {
             continue;
         };
@@ -385,9 +399,12 @@ pub async fn refuse_one_etcd_twice(
             .find(|(_, i, r)| *i == id && overlap(r, &ranges))
         {
             anyhow::bail!(
-                "--cluster {other} and --cluster {name} are the same etcd (cluster id {id:x}) \
-                 watching the same keys: each election would be recorded twice. Name each etcd \
-                 once, or give the two different --prefix values"
+                "--cluster {other} and --cluster {name} are the same etcd (cluster id {:x}, \
+                 member {:x}, revision {}) watching the same keys: each election would be \
+                 recorded twice. Name each etcd once, or give the two different --prefix values",
+                id[0],
+                id[1],
+                id[2]
             );
         }
         seen.push((name, id, ranges));

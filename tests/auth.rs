@@ -119,7 +119,11 @@ async fn everything_keeps_working_across_token_expiry_and_a_restart() {
     .await;
     s.ready().await;
 
-    let (mut holder, _holder_err, t1) = campaign(&ep, "long", "4").await;
+    // A TTL longer than an etcd restart takes on a loaded machine: a holder
+    // that cannot renew within it gives its term up (and revokes its lease),
+    // which is its promise, not what this test is about. With 4 s, a restart
+    // under the whole suite's load on 3.5.30 outlasted it.
+    let (mut holder, _holder_err, t1) = campaign(&ep, "long", "10").await;
     recorded(&s, "long", t1).await;
 
     // Several token lifetimes with nothing but keepalives and watches.

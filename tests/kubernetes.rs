@@ -229,12 +229,12 @@ async fn lease_terms_are_recorded_as_kube_apiserver_wrote_them() {
     // 4. The Lease deleted through the API: l4's next renewal creates it
     // again, with the acquireTime and leaseTransitions client-go kept (the
     // same bytes as before but a new object: a new term).
-    let deleted_at = revision(&etcd).await;
     let (status, body) = api.curl("DELETE", LEASE_API, None).await;
     assert_eq!(status, 200, "{body}");
     causes.push("deleted");
+    let gone = log.wait_for("the deletion", long, |w| w.deleted).await;
     log.wait_for("the Lease created again", long, |w| {
-        w.revision > deleted_at && held(w)
+        w.revision > gone.revision && held(w)
     })
     .await;
 

@@ -7,7 +7,9 @@
 //! -9 of the leader (the Lease left to run out), serve killed -9 and
 //! restarted, a forced takeover (the Lease edited to another holder through
 //! the API while its holder still renews), the Lease deleted, and a last
-//! release. Every term tenure recorded is checked against the test's own
+//! release, then a frozen leader alone (SIGSTOP: its Lease lapses, counted
+//! by tenure_leases_lapsed, until a new candidate takes it: expired). Every
+//! term tenure recorded is checked against the test's own
 //! record, not tenure's code: its etcd watch of the Lease key (each write's
 //! revision and holder, read by a wire walk of its own,
 //! `support::kube::LeaseLog`), what the test did (the cause each end must
@@ -107,6 +109,17 @@ fn by_id<'a>(cs: &'a mut [Candidate], id: &str) -> &'a mut Candidate {
     cs.iter_mut()
         .find(|c| c.id == id)
         .unwrap_or_else(|| panic!("no candidate {id}"))
+}
+
+/// Waits until serve counts `n` lapsed Leases (counted at most once a
+/// second, after a watch answer: an idle stream answers a probe every few
+/// seconds).
+async fn lapsed(serve: &Serve, n: f64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while serve.metric("tenure_leases_lapsed").await != Some(n) {
+        assert!(Instant::now() < deadline, "tenure_leases_lapsed never {n}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// An RFC 3339 time with microseconds of unix µs `us`.
@@ -247,11 +260,34 @@ async fn lease_terms_are_recorded_as_kube_apiserver_wrote_them() {
         w.revision >= head - 1 && w.holder.is_empty()
     })
     .await;
+
+    // 6. A frozen leader, nobody else: its Lease lapses (renewals stopped,
+    // nobody took over yet), counted by tenure_leases_lapsed; a candidate
+    // that comes takes it once it ran out: expired.
+    let e = Candidate::start(&api, "default", "demo", "e");
+    log.wait_for("e holding", long, |w| w.holder == "e").await;
+    e.signal(Signal::SIGSTOP);
+    causes.push("expired");
+    lapsed(&serve, 1.0).await;
+    let mut f = Candidate::start(&api, "default", "demo", "f");
+    log.wait_for("f holding", long, |w| w.holder == "f").await;
+    lapsed(&serve, 0.0).await;
+    e.signal(Signal::SIGKILL);
+    f.signal(Signal::SIGTERM);
+    assert_eq!(f.wait(long).await, Some(0));
+    causes.push("resigned");
+    let head = revision(&etcd).await;
+    log.wait_for("f's release", long, |w| {
+        w.revision >= head - 1 && w.holder.is_empty()
+    })
+    .await;
+    cs.push(e);
+    cs.push(f);
     serve.caught_up(revision(&etcd).await).await;
 
     // The test's own record against tenure's.
     let truth = terms_of(&log.writes());
-    assert_eq!(truth.len(), 6, "{}", log.timeline());
+    assert_eq!(truth.len(), 8, "{}", log.timeline());
     let got = recorded(&serve).await;
     let want: Vec<_> = truth
         .iter()
@@ -265,7 +301,7 @@ async fn lease_terms_are_recorded_as_kube_apiserver_wrote_them() {
         log.timeline()
     );
     let holders: Vec<&str> = truth.iter().map(|t| t.holder.as_str()).collect();
-    assert_eq!(holders, [&*l1, &*l2, &*l3, intruder, &*l4, &*l4]);
+    assert_eq!(holders, [&*l1, &*l2, &*l3, intruder, &*l4, &*l4, "e", "f"]);
 
     // Each candidate's own word on one clock: it started leading when etcd
     // took its acquiring write (within a second of the watch's arrival).

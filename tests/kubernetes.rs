@@ -28,6 +28,8 @@ use support::{Etcd, Serve};
 
 const KEY: &str = "/registry/leases/default/demo";
 const NAME: &str = "/registry/default/demo";
+/// The holder the test writes over a live one through the API.
+const INTRUDER: &str = "intruder";
 const LEASE_API: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases/demo";
 
 /// One term as the test's own record groups the writes: a run of one
@@ -39,6 +41,11 @@ struct Term {
     ended: Option<i64>,
     started_seen_us: i64,
     ended_seen_us: Option<i64>,
+    /// How the write that ended it shows the end: an empty holder
+    /// (`resigned`), the object deleted (`deleted`), the intruder written
+    /// over a live holder (`taken_over`), a candidate taking it
+    /// (`expired`: client-go takes a Lease only once it ran out).
+    ended_as: Option<&'static str>,
 }
 
 fn terms_of(writes: &[Write]) -> Vec<Term> {
@@ -53,6 +60,15 @@ fn terms_of(writes: &[Write]) -> Vec<Term> {
             let last = out.last_mut().expect("open term");
             last.ended = Some(w.revision);
             last.ended_seen_us = Some(w.seen_us);
+            last.ended_as = Some(if w.deleted {
+                "deleted"
+            } else if w.holder.is_empty() {
+                "resigned"
+            } else if w.holder == INTRUDER {
+                "taken_over"
+            } else {
+                "expired"
+            });
         }
         if let Some((holder, _)) = &now {
             out.push(Term {
@@ -61,6 +77,7 @@ fn terms_of(writes: &[Write]) -> Vec<Term> {
                 ended: None,
                 started_seen_us: w.seen_us,
                 ended_seen_us: None,
+                ended_as: None,
             });
         }
         open = now;
@@ -204,7 +221,7 @@ async fn lease_terms_are_recorded_as_kube_apiserver_wrote_them() {
 
     // 3. A forced takeover: the Lease edited to another holder through the
     // API while l3 still renews (its renewal two seconds old at most).
-    let intruder = "intruder";
+    let intruder = INTRUDER;
     loop {
         let (status, body) = api.curl("GET", LEASE_API, None).await;
         assert_eq!(status, 200, "{body}");
@@ -289,10 +306,28 @@ async fn lease_terms_are_recorded_as_kube_apiserver_wrote_them() {
     let truth = terms_of(&log.writes());
     assert_eq!(truth.len(), 8, "{}", log.timeline());
     let got = recorded(&serve).await;
+    // Each end as the record shows it, and as the test meant it: a
+    // SIGTERM's release can lose its write (client-go's release conflicts
+    // with its own renewal right after acquiring: seen on etcd 3.7.4), and
+    // then the Lease runs out and is taken: expired. Nothing else may differ.
+    for (t, meant) in truth.iter().zip(&causes) {
+        let shown = t.ended_as.expect("ended");
+        if (*meant, shown) == ("resigned", "expired") {
+            eprintln!("{}'s release was not written: its Lease ran out", t.holder);
+        } else {
+            assert_eq!(shown, *meant, "{t:?}\n{}", log.timeline());
+        }
+    }
     let want: Vec<_> = truth
         .iter()
-        .zip(&causes)
-        .map(|(t, c)| (t.holder.clone(), t.token, t.ended, Some((*c).to_owned())))
+        .map(|t| {
+            (
+                t.holder.clone(),
+                t.token,
+                t.ended,
+                t.ended_as.map(str::to_owned),
+            )
+        })
         .collect();
     assert_eq!(
         got,

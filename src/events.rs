@@ -354,6 +354,12 @@ pub enum Update {
         election: String,
         count: usize,
     },
+    /// How many Kubernetes Leases (keys whose value defines their terms)
+    /// have lapsed: held, with no write for longer than their duration, as
+    /// the watch saw writes arrive. Sent when it changes. Not persisted.
+    Lapsed {
+        count: usize,
+    },
     /// An election (and its series) is no longer tracked: no keys left and
     /// nothing happened for a while.
     Forgotten {

@@ -258,6 +258,18 @@ impl State {
         Some((claim.renewals, hold.duration_s))
     }
 
+    /// How many elections whose key's value defines their terms (a
+    /// Kubernetes Lease) have lapsed at `now_ms`: held, with no write of
+    /// their key arrived for longer than the duration the last one gave
+    /// (renewals stopped, nobody took over yet). One pass over the
+    /// elections.
+    pub fn lapsed(&self, now_ms: i64) -> usize {
+        self.elections
+            .values()
+            .filter(|e| e.claim.as_ref().is_some_and(|c| c.lapsed(now_ms)))
+            .count()
+    }
+
     /// The election's entry, created if there is room. `Err` carries the
     /// overflow status to report.
     /// Fills in the lease of each deletion of `changes` that has none, from
@@ -409,7 +421,9 @@ impl State {
             }
             Role::Candidate { election, kind } => match self.track_owned(election, at_ms) {
                 Ok(e) => match reading {
-                    Some(Reading::Claim(c)) => e.hold(kv, Claimed::first(c, kv.mod_revision)),
+                    Some(Reading::Claim(c)) => {
+                        e.hold(kv, Claimed::first(c, kv.mod_revision, at_ms))
+                    }
                     _ => {
                         e.candidates.insert(kv.key.clone(), candidate(kv, kind));
                     }

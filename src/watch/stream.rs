@@ -55,6 +55,8 @@ pub(super) struct Stream<'w> {
     /// on it would only time out).
     asker: etcd_client::Client,
     last_forget: Instant,
+    /// When lapsed Leases were last counted, and the count last sent.
+    last_lapsed: (Instant, usize),
     /// Repeated trouble (a role revoked: every reopen refused) is logged
     /// once per interval, with a count; RangeWatch paces the reopens.
     denied_log: Repeats,
@@ -106,6 +108,7 @@ impl<'w> Stream<'w> {
             ask_replaced: false,
             asker: w.client.etcd(),
             last_forget: Instant::now(),
+            last_lapsed: (Instant::now(), 0),
             denied_log: Repeats::new(REPEAT_LOG_EVERY),
             reopen_log: Repeats::new(REPEAT_LOG_EVERY),
             stuck_log: Repeats::new(REPEAT_LOG_EVERY),
@@ -147,6 +150,7 @@ impl<'w> Stream<'w> {
                 WatchItem::Opened { member_id } => self.on_opened(member_id).await?,
             }
             self.forget_idle().await?;
+            self.count_lapsed().await?;
         }
     }
 
@@ -425,6 +429,22 @@ impl<'w> Stream<'w> {
         let idle_before = now_ms() - self.w.cfg.forget_after.as_millis() as i64;
         for election in self.state.forget_idle(idle_before) {
             send(self.tx, Update::Forgotten { election }).await?;
+        }
+        Ok(())
+    }
+
+    /// At most once a second, after an answer: how many Leases lapsed,
+    /// sent when it changed. An idle stream answers a probe every few
+    /// seconds, so a lapse is counted that late at most.
+    async fn count_lapsed(&mut self) -> Result<(), Closed> {
+        if self.last_lapsed.0.elapsed() < std::time::Duration::from_secs(1) {
+            return Ok(());
+        }
+        let count = self.state.lapsed(now_ms());
+        let changed = count != self.last_lapsed.1;
+        self.last_lapsed = (Instant::now(), count);
+        if changed {
+            send(self.tx, Update::Lapsed { count }).await?;
         }
         Ok(())
     }

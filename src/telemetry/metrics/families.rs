@@ -65,6 +65,7 @@ pub enum Id {
     WatchEvents,
     WatchIgnoredKeys,
     WatchEncryptedValues,
+    LeasesLapsed,
     WatchRestarts,
     WatchRevision,
     TwoPrimaries,
@@ -125,7 +126,7 @@ use Kind::{Counter, Gauge, Histogram};
 use Scope::{Election, ElectionDetail, Process};
 
 /// Every family, in name order (the order of the exposition).
-pub const FAMILIES: [Family; 28] = [
+pub const FAMILIES: [Family; 29] = [
     Family {
         buckets: MARGIN_BUCKETS,
         ..family(
@@ -281,6 +282,15 @@ pub const FAMILIES: [Family; 28] = [
          its timeline (a restore, a new cluster: an event of type reset) (history \
          gaps: transitions in between are not known one by one).",
         Counter,
+        &[],
+        Process,
+    ),
+    family(
+        Id::LeasesLapsed,
+        "tenure_leases_lapsed",
+        "Kubernetes Leases held with no write for longer than their leaseDurationSeconds, as the \
+         watch saw writes arrive: renewals stopped and nobody took over yet.",
+        Gauge,
         &[],
         Process,
     ),

@@ -374,6 +374,7 @@ impl Metrics {
                 // Readiness reports it; restarts are counted already.
                 WatchStatus::Stuck { .. } | WatchStatus::Reconnected { .. } => {}
             },
+            Update::Lapsed { count } => self.p.leases_lapsed.set(*count as i64),
             Update::Cluster { .. } => {}
         }
     }

@@ -26,6 +26,7 @@ pub(super) struct Process {
     pub overflow: IntCounter,
     pub ignored_keys: IntCounter,
     pub encrypted_values: IntCounter,
+    pub leases_lapsed: IntGauge,
     pub two_primaries: IntCounter,
     pub elections: IntGauge,
     /// Fleet-wide: every election's ended terms.
@@ -68,6 +69,10 @@ impl Process {
             encrypted_values: reg(
                 r,
                 IntCounter::with_opts(opts(Id::WatchEncryptedValues, Kind::Counter)?)?,
+            )?,
+            leases_lapsed: reg(
+                r,
+                IntGauge::with_opts(opts(Id::LeasesLapsed, Kind::Gauge)?)?,
             )?,
             two_primaries: reg(
                 r,

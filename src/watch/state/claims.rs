@@ -36,6 +36,10 @@ pub(super) struct Claimed {
     pub since: i64,
     /// The revision of the last write read.
     pub written: i64,
+    /// When that write arrived (tenure's clock, unix ms): a holder whose
+    /// writes stopped for longer than its duration has lapsed, by the rule
+    /// client-go's candidates apply on their own clocks.
+    pub written_at_ms: i64,
     /// The writers' count of handovers, as the last value said.
     pub transitions: Option<i64>,
     /// The holder's renewals seen in this term.
@@ -65,7 +69,7 @@ pub(super) struct Step {
 
 impl Claimed {
     /// The first value read of a key (a snapshot, or the key's creation).
-    pub fn first(claim: Claim, revision: i64) -> Self {
+    pub fn first(claim: Claim, revision: i64, at_ms: i64) -> Self {
         let transitions = Hold::transitions(&claim);
         let hold = match claim {
             Claim::Held(h) => Some(h),
@@ -80,13 +84,14 @@ impl Claimed {
             hold,
             since: revision,
             written: revision,
+            written_at_ms: at_ms,
             transitions,
             renewals,
         }
     }
 
     /// The value `claim`, written at `revision`, read over this one.
-    pub fn next(&self, claim: Claim, revision: i64) -> Step {
+    pub fn next(&self, claim: Claim, revision: i64, at_ms: i64) -> Step {
         let unseen = match (self.transitions, Hold::transitions(&claim)) {
             (Some(before), Some(now)) if now > before.saturating_add(1) => {
                 Some((self.written, revision))
@@ -100,12 +105,25 @@ impl Claimed {
                 cause: old.ended_by(&claim),
             })
         });
-        let mut now = Self::first(claim, revision);
+        let mut now = Self::first(claim, revision, at_ms);
         if ended.is_none() && now.hold.is_some() && self.hold.is_some() {
             now.since = self.since;
             now.renewals = self.renewals.renewed(now.renewals.last_us);
         }
         Step { now, ended, unseen }
+    }
+
+    /// Whether its holder's writes stopped for longer than its duration at
+    /// `now_ms` (nobody took over yet: a lapsed lease). No duration
+    /// written: never.
+    pub fn lapsed(&self, now_ms: i64) -> bool {
+        let Some(h) = &self.hold else {
+            return false;
+        };
+        h.duration_s
+            .and_then(|d| d.checked_mul(1000))
+            .and_then(|d| self.written_at_ms.checked_add(d))
+            .is_some_and(|out| now_ms > out)
     }
 
     /// Its holder and token, while someone holds it.
@@ -150,8 +168,10 @@ mod tests {
 
     #[test]
     fn a_term_is_a_run_of_one_holder_and_one_acquisition() {
-        let c = Claimed::first(held("alpha", 0, 0, 0), 216);
-        let renewed = c.next(held("alpha", 0, 2 * S, 0), 218);
+        let c = Claimed::first(held("alpha", 0, 0, 0), 216, 0);
+        let renewed = c.next(held("alpha", 0, 2 * S, 0), 218, 2000);
+        // Lapsed once no write came for its 15 s.
+        assert!(!renewed.now.lapsed(17_000) && renewed.now.lapsed(17_001));
         assert_eq!((renewed.ended, renewed.unseen), (None, None));
         assert_eq!(renewed.now.holder(), Some(("alpha", 216)));
         assert_eq!(renewed.now.renewals.count, 1);
@@ -162,6 +182,7 @@ mod tests {
                 transitions: Some(0),
             },
             226,
+            3000,
         );
         assert_eq!(
             free.ended,
@@ -172,25 +193,25 @@ mod tests {
         );
         assert_eq!(free.now.holder(), None);
         // The next holder's term begins at its own write.
-        let beta = free.now.next(held("beta", 30 * S, 30 * S, 1), 229);
+        let beta = free.now.next(held("beta", 30 * S, 30 * S, 1), 229, 0);
         assert_eq!((beta.ended, beta.unseen), (None, None));
         assert_eq!(beta.now.holder(), Some(("beta", 229)));
         // The same holder acquiring again is a new term.
-        let again = beta.now.next(held("beta", 31 * S, 31 * S, 2), 240);
+        let again = beta.now.next(held("beta", 31 * S, 31 * S, 2), 240, 0);
         assert_eq!(again.now.holder(), Some(("beta", 240)));
         assert_eq!(again.ended.map(|h| h.token), Some(229));
     }
 
     #[test]
     fn a_takeover_is_an_expiry_or_early_by_the_written_clocks() {
-        let c = Claimed::first(held("alpha", 0, 10 * S, 0), 10);
+        let c = Claimed::first(held("alpha", 0, 10 * S, 0), 10, 0);
         // Renewed at 10 s for 15 s: it ran out at 25 s.
-        let late = c.next(held("beta", 25 * S, 25 * S, 1), 20);
+        let late = c.next(held("beta", 25 * S, 25 * S, 1), 20, 0);
         assert_eq!(late.ended.map(|h| h.cause), Some(EndCause::Expired));
-        let early = c.next(held("beta", 20 * S, 20 * S, 1), 20);
+        let early = c.next(held("beta", 20 * S, 20 * S, 1), 20, 0);
         assert_eq!(early.ended.map(|h| h.cause), Some(EndCause::TakenOver));
         // A count that jumped: two terms passed unseen.
-        let jumped = c.next(held("gamma", 90 * S, 90 * S, 3), 50);
+        let jumped = c.next(held("gamma", 90 * S, 90 * S, 3), 50, 0);
         assert_eq!(jumped.unseen, Some((10, 50)));
         assert_eq!(jumped.now.holder(), Some(("gamma", 50)));
         // No times written: unknown.
@@ -202,7 +223,7 @@ mod tests {
             transitions: None,
         });
         assert_eq!(
-            c.next(bare, 60).ended.map(|h| h.cause),
+            c.next(bare, 60, 0).ended.map(|h| h.cause),
             Some(EndCause::Unknown)
         );
     }

@@ -216,7 +216,7 @@ impl State {
         };
         let now = match e.claim.take() {
             Some(before) => {
-                let step = before.next(claim, kv.mod_revision);
+                let step = before.next(claim, kv.mod_revision, at_ms);
                 if let Some(hint) = step.ended {
                     said.hints.insert(name.clone(), hint);
                 }
@@ -225,7 +225,7 @@ impl State {
                 }
                 step.now
             }
-            None => Claimed::first(claim, kv.mod_revision),
+            None => Claimed::first(claim, kv.mod_revision, at_ms),
         };
         e.hold(kv, now);
         if !said.touched.contains(&name) {

@@ -68,6 +68,24 @@ async fn fence_value(etcd: &Etcd) -> Option<i64> {
         .and_then(|kv| std::str::from_utf8(kv.value()).ok()?.parse().ok())
 }
 
+/// The resets the history recorded: (from revision, previous cluster id,
+/// cluster id), in order.
+fn resets(reader: &Reader) -> Vec<(i64, Option<u64>, u64)> {
+    let events = reader.events(None, &Query::default()).expect("events");
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Reset {
+                from_revision,
+                previous_cluster_id,
+                cluster_id,
+                ..
+            } => Some((*from_revision, *previous_cluster_id, *cluster_id)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Waits for tenure's token floor to be at least `at_least`; returns how
 /// long after `since` it was seen.
 async fn floor_raised(c: &Client, at_least: i64, since: Instant) -> Duration {
@@ -363,20 +381,7 @@ async fn a_restore_while_serve_is_down_is_recorded_as_a_reset() {
     assert_eq!(serve.stop().await, Some(0));
 
     let reader = Reader::open(&db).expect("reader");
-    let events = reader.events(None, &Query::default()).expect("events");
-    let resets: Vec<_> = events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::Reset {
-                from_revision,
-                previous_cluster_id,
-                cluster_id,
-                ..
-            } => Some((*from_revision, *previous_cluster_id, *cluster_id)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(resets, [(old, Some(id), id)], "{events:#?}");
+    assert_eq!(resets(&reader), [(old, Some(id), id)]);
     let terms: Vec<_> = reader
         .terms("x", &Query::default())
         .expect("terms")
@@ -461,20 +466,7 @@ async fn a_restore_while_serve_is_down_is_a_reset_when_nothing_was_open() {
     assert!(d.fence("db").await.expect("fence").accepted);
 
     let reader = Reader::open(&db).expect("reader");
-    let events = reader.events(None, &Query::default()).expect("events");
-    let resets: Vec<_> = events
-        .iter()
-        .filter_map(|e| match &e.kind {
-            EventKind::Reset {
-                from_revision,
-                previous_cluster_id,
-                cluster_id,
-                ..
-            } => Some((*from_revision, *previous_cluster_id, *cluster_id)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(resets, [(old, Some(id), id)], "{events:#?}");
+    assert_eq!(resets(&reader), [(old, Some(id), id)]);
 }
 
 /// The control of 20.2: the same stop, writes past the stored revision and

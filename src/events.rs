@@ -73,16 +73,19 @@ impl EndCause {
     pub fn description(self) -> &'static str {
         match self {
             EndCause::Resigned => {
-                "the holder gave the term up: tenure's resign marker, its lease revoked \
-                 before it could expire, or an empty holder written into its Kubernetes Lease"
+                "the holder gave the term up: tenure's resign marker; its lease revoked before \
+                 it could expire, at its key's deletion or within 30 ms after it (etcd's \
+                 Election.Resign then Session.Close, a lock's release, or a holder closing its \
+                 session at once when another client deleted its key); or an empty holder \
+                 written into its Kubernetes Lease"
             }
             EndCause::Expired => {
                 "the lease ran out: its holder stopped renewing (crash, freeze, partition)"
             }
             EndCause::Deleted => {
-                "the key was deleted while its lease lived: a client's resign without \
-                 tenure's marker (etcd's Election.Resign), or an operator (tenure depose, \
-                 etcdctl del)"
+                "the key was deleted while its lease lived on (30 ms later still): a client's \
+                 resign that kept its session (etcd's Election.Resign), or an operator \
+                 (tenure depose, etcdctl del)"
             }
             EndCause::Superseded => "another key became leader while this one still existed",
             EndCause::Switchover => {

@@ -21,27 +21,43 @@ const RESIGNED_MARGIN: Duration = Duration::from_millis(500);
 /// when its deletion arrives.
 const RECENT_SAMPLE: Duration = Duration::from_millis(1000);
 
+/// A key deleted while its lease lived, and that lease revoked within this
+/// long after the deletion arrived, is one act, `resigned`: etcd's
+/// `Election.Resign` then `Session.Close`, a Vault unlock (1–3 ms apart).
+/// Asked once, etcd answered `deleted` or `resigned` by whether the revoke
+/// had landed yet; asked again after this window, the word no longer
+/// depends on when etcd was asked. Its cost: a deletion whose lease lives
+/// on is recorded this much later.
+const RESIGN_THEN_CLOSE: Duration = Duration::from_millis(30);
+
+/// A lease found alive after its key's deletion: asked at `asked`, with
+/// `ttl` whole seconds left, in raft term `term`.
+struct Lived {
+    asked: Instant,
+    ttl: i64,
+    term: Option<u64>,
+}
+
 impl Watcher {
     /// A leader key went without tenure's end marker; its deletion arrived
     /// at `deleted_by` (it happened before). If its lease still lives, the
-    /// key was deleted. If not, the lease was revoked or ran out, and the
-    /// last sample (`remaining` r, rounded down, between `sent` and `at`)
-    /// decides only where it is certain (see [`judge`]); else `unknown`.
+    /// key was deleted, unless the lease is revoked right after
+    /// ([`RESIGN_THEN_CLOSE`]). If not, the lease was revoked or ran out,
+    /// and the last sample (`remaining` r, rounded down, between `sent` and
+    /// `at`) decides only where it is certain (see [`judge`]); else
+    /// `unknown`.
     pub(super) async fn cause_of_lease_end(&self, lease: i64, deleted_by: Instant) -> EndCause {
-        let (ttl, raft_term) = match self
-            .client
-            .op(self.client.etcd().lease_time_to_live(lease, None))
-            .await
-        {
-            Ok(resp) => (resp.ttl(), resp.header().map(|h| h.raft_term())),
-            Err(e) if e.is_lease_not_found() => (-1, None),
-            Err(e) => {
-                tracing::warn!(error = %e, lease, "cannot ask etcd about an ended term's lease");
-                return EndCause::Unknown;
-            }
+        let asked = Instant::now();
+        let Some((ttl, raft_term)) = self.lease_ttl(lease).await else {
+            return EndCause::Unknown;
         };
         if ttl > 0 {
-            return EndCause::Deleted;
+            let lived = Lived {
+                asked,
+                ttl,
+                term: raft_term,
+            };
+            return self.deleted_or_closed(lease, lived, deleted_by).await;
         }
         let sample = self
             .leases
@@ -65,6 +81,45 @@ impl Watcher {
             None => self.raft_term().await,
         };
         verdict(&s, term, deleted_by)
+    }
+
+    /// The lease's remaining seconds (-1: etcd no longer knows it) and the
+    /// raft term of the answer; `None` when etcd did not answer.
+    async fn lease_ttl(&self, lease: i64) -> Option<(i64, Option<u64>)> {
+        match self
+            .client
+            .op(self.client.etcd().lease_time_to_live(lease, None))
+            .await
+        {
+            Ok(resp) => Some((resp.ttl(), resp.header().map(|h| h.raft_term()))),
+            Err(e) if e.is_lease_not_found() => Some((-1, None)),
+            Err(e) => {
+                tracing::warn!(error = %e, lease, "cannot ask etcd about an ended term's lease");
+                None
+            }
+        }
+    }
+
+    /// The key was deleted while its lease lived (`lived`): `deleted` if
+    /// the lease still lives [`RESIGN_THEN_CLOSE`] after the deletion
+    /// arrived; `resigned` if it was revoked by then: gone before the
+    /// seconds it had left could run out, with no leader change (a resuming
+    /// leader can end a lease early); otherwise `unknown`.
+    async fn deleted_or_closed(&self, lease: i64, lived: Lived, deleted_by: Instant) -> EndCause {
+        tokio::time::sleep_until(deleted_by + RESIGN_THEN_CLOSE).await;
+        let later = self.lease_ttl(lease).await;
+        let before_expiry = lived.asked.elapsed() < Duration::from_secs(lived.ttl.unsigned_abs());
+        match later {
+            Some((ttl, _)) if ttl > 0 => EndCause::Deleted,
+            Some(_)
+                if before_expiry
+                    && lived.term.is_some()
+                    && self.raft_term().await == lived.term =>
+            {
+                EndCause::Resigned
+            }
+            _ => EndCause::Unknown,
+        }
     }
 
     /// etcd's current raft term (it changes with every leader election).

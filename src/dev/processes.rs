@@ -144,6 +144,10 @@ impl Holder {
 
 impl Drop for Holder {
     fn drop(&mut self) {
+        // Once tenure exited its group is gone (its ids may be reused).
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
         // A frozen guard could not end the command once tenure is gone.
         self.wake_all();
         let _ = self.child.start_kill();

@@ -3,6 +3,9 @@
 # tenure, starts a private etcd
 # on loopback (temp data dir, removed at exit) and replays
 # t0..t4 with two `tenure campaign` processes writing through the shared fence.
+# scene-01 is frozen whole (tenure, its guard, its writer) past its TTL: woken,
+# it acted on into scene-02's term (the overlap), its write is refused, and its
+# acting record says so, late. `tenure dev` replays the same story for the pages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -10,8 +13,12 @@ cargo build --release --locked --quiet
 export PATH="$PWD/target/release:$PATH"
 
 work=$(mktemp -d)
+export work
 pids=()
+group=
 cleanup() {
+  # A frozen writer's group wakes first: its guard ends it once tenure goes.
+  [ -n "$group" ] && kill -CONT -- "-$group" 2>/dev/null || true
   # Newest first: the campaigns resign while etcd is still up, then etcd goes.
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
     p=${pids[i]}
@@ -38,8 +45,10 @@ for _ in $(seq 100); do etcdctl --endpoints="$endpoint" endpoint health >/dev/nu
 etcdctl --endpoints="$endpoint" endpoint health >/dev/null 2>&1 || { cat "$work/etcd.log"; exit 1; }
 echo "etcd is up at $endpoint (data in $work)"
 
-# Each scene writes the shared "scores" resource through the fence twice a second.
-writer='while :; do
+# Each scene writes the shared "scores" resource through the fence twice a
+# second; its pid tells the story which process group to freeze.
+writer='echo $$ >"$work/$TENURE_HOLDER.pid"
+while :; do
   if out=$(tenure fence boss-fight scores --token "$TENURE_TOKEN"); then
     echo "    $TENURE_HOLDER wrote scores with token $TENURE_TOKEN"
   else
@@ -60,19 +69,28 @@ sleep 2
 old=$(tenure leader boss-fight --json | sed -n 's/.*"token":\([0-9]*\).*/\1/p')
 
 echo
-echo "t1  scene-01 freezes (SIGSTOP: a long GC pause; it cannot tell). Its writer runs on, unsupervised,"
-echo "    until scene-01's guard process kills it, before etcd can expire the lease."
+echo "t1  scene-01 freezes whole (SIGSTOP to tenure, its guard and its writer: a paused VM, a"
+echo "    long GC). Nothing of it can tell, or stop its writer, until it runs again."
+group=$(ps -o pgid= -p "$(cat "$work/scene-01.pid")" | tr -d ' ')
+kill -STOP -- "-$group"
 kill -STOP "$scene1"
 until tenure leader boss-fight 2>/dev/null | grep -q '^scene-02 '; do sleep 0.1; done
 echo
 echo "t2  scene-01's lease expired; etcd deleted the key; $(tenure leader boss-fight)"
-sleep 2
+sleep 3
 
 echo
-echo "t3  scene-01 resumes, still believing it leads..."
+echo "t3  scene-01 resumes: its writer first, still believing it leads, writes..."
+for p in $(pgrep -g "$group"); do [ "$p" = "$group" ] || kill -CONT "$p"; done
+sleep 1.2
 kill -CONT "$scene1"
+kill -CONT -- "-$group"
 set +e; wait "$scene1"; code=$?; set -e
-echo "    ...its loss signal fired at once: it stopped its writer and exited with $code"
+group=
+echo "    ...then its guard and tenure end it: exit $code. It acted on into scene-02's term,"
+echo "    and says so in its acting record (late: it was sent after its lease could expire):"
+etcdctl --endpoints="$endpoint" get --print-value-only 'election/~acting/boss-fight' | sed 's/^/    /'
+echo "    (tenure serve draws that overlap in red beside scene-02's term: tenure dev replays this story)"
 
 echo
 echo "t4  prevented: a write with scene-01's token $old is refused by the shared fence:"

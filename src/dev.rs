@@ -1,8 +1,14 @@
 //! The demo fleet of `tenure dev`: elections whose candidates campaign,
 //! renew, resign, crash, get deposed and proclaim, one in etcd's own queue
-//! layout, and one that replays the split-brain story t0..t4 every few
-//! minutes so that fencing refusals appear. It uses the election core only,
-//! exactly as a user's service would.
+//! layout, one of another system (`etcdctl elect`), and one that replays the
+//! split-brain story t0..t4 every few minutes with two `tenure campaign`
+//! processes, the first frozen past its TTL: its acting outlasts its term
+//! (an overlap) and its writes are refused. It uses the election core, the
+//! CLI and etcdctl exactly as a user's service would.
+
+mod processes;
+
+pub use processes::{Programs, ELECT_PREFIX};
 
 use std::time::Duration;
 
@@ -59,7 +65,7 @@ fn ttl(secs: u64) -> Ttl {
 }
 
 /// Starts the fleet; the story replays every `story_every`.
-pub fn start(client: Client, story_every: Duration) -> Fleet {
+pub fn start(client: Client, programs: Programs, story_every: Duration) -> Fleet {
     let mut tasks = Vec::new();
     for id in ["pay-a", "pay-b", "pay-c"] {
         tasks.push(crate::task::spawn(
@@ -91,7 +97,16 @@ pub fn start(client: Client, story_every: Duration) -> Fleet {
             queue_candidate(client.clone(), "orders/scheduler", id),
         ));
     }
-    tasks.push(crate::task::spawn("demo story", story(client, story_every)));
+    for id in ["cron-1", "cron-2"] {
+        tasks.push(crate::task::spawn(
+            "demo etcdctl elect",
+            processes::elect_candidate(programs.clone(), id),
+        ));
+    }
+    tasks.push(crate::task::spawn(
+        "demo story",
+        story(client, programs, story_every),
+    ));
     Fleet { tasks }
 }
 
@@ -215,63 +230,14 @@ async fn queue_candidate(client: Client, election: &'static str, id: &'static st
     }
 }
 
-/// The split-brain story, replayed: scene-01 leads and writes through the
-/// fence; it freezes (stops renewing) but its writer keeps going; its lease
-/// expires and scene-02 takes over; scene-01's writes are refused.
-async fn story(client: Client, every: Duration) {
-    let n = name("boss-fight");
+/// The split-brain story, replayed every `every` by real `tenure campaign`
+/// processes ([`processes::story`]).
+async fn story(client: Client, programs: Programs, every: Duration) {
     sleep(Duration::from_secs(10)).await;
     loop {
-        if let Err(e) = replay(&client, &n).await {
-            tracing::debug!(error = %e, "demo story interrupted");
+        if let Err(e) = processes::story(&client, &programs).await {
+            tracing::warn!(error = %e, "demo story: a holder did not start");
         }
         sleep(every).await;
     }
-}
-
-async fn replay(client: &Client, n: &ElectionName) -> Result<(), crate::election::Error> {
-    // t0
-    let Ok(one) = client
-        .acquire_detached(n, "scene-01", ttl(3), Some(Duration::from_secs(30)))
-        .await?
-    else {
-        return Ok(());
-    };
-    for _ in 0..5 {
-        client.renew(n, one.token, one.lease_id).await?;
-        client.fence(n, "scores", one.token).await?;
-        sleep(Duration::from_secs(1)).await;
-    }
-    // t1: scene-01 freezes (no renewals) but its writer keeps writing; t2:
-    // its lease expires and scene-02, waiting, takes over.
-    let waiting = {
-        let client = client.clone();
-        let n = n.clone();
-        crate::task::spawn("demo scene-02 wait", async move {
-            client
-                .acquire_detached(&n, "scene-02", ttl(5), Some(Duration::from_secs(30)))
-                .await
-        })
-    };
-    for _ in 0..8 {
-        client.fence(n, "scores", one.token).await?;
-        sleep(Duration::from_millis(700)).await;
-    }
-    let two = match waiting.await {
-        Ok(Ok(Ok(two))) => two,
-        _ => return Ok(()),
-    };
-    // t3: both write; only scene-02's token passes.
-    for _ in 0..6 {
-        client.renew(n, two.token, two.lease_id).await?;
-        client.fence(n, "scores", two.token).await?;
-        client.fence(n, "scores", one.token).await?;
-        sleep(Duration::from_secs(1)).await;
-    }
-    for _ in 0..10 {
-        client.renew(n, two.token, two.lease_id).await?;
-        client.fence(n, "scores", two.token).await?;
-        sleep(Duration::from_secs(1)).await;
-    }
-    client.resign(n, two.token).await.map(|_| ())
 }

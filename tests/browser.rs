@@ -1,9 +1,12 @@
 //! The timeline in real headless Chromium, driven over WebDriver: a term
-//! bar is there, and a new transition appears without a reload.
+//! bar is there, and a new transition appears without a reload; and the
+//! demo (`tenure dev`) once its split-brain story ran (`browser/demo.rs`).
 // Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
 // and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
+#[path = "browser/demo.rs"]
+mod demo;
 mod support;
 
 use std::path::PathBuf;

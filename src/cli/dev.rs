@@ -33,12 +33,16 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn find_etcd() -> anyhow::Result<PathBuf> {
+/// `program` in PATH.
+fn in_path(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
-        .map(|d| d.join("etcd"))
+        .map(|d| d.join(program))
         .find(|p| p.is_file())
-        .ok_or_else(|| {
+}
+
+fn find_etcd() -> anyhow::Result<PathBuf> {
+    in_path("etcd").ok_or_else(|| {
             anyhow::anyhow!(
                 "etcd is not in PATH. Install it with: sudo apt-get install -y etcd-server etcd-client \
                  (or run scripts/setup.sh), then run tenure dev again"
@@ -97,12 +101,32 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
         bail!("etcd did not become ready at {endpoint} within 10 s");
     }
     eprintln!("tenure dev: etcd {endpoint} (data in {})", dir.display());
+    // etcdctl beside the etcd that runs, else in PATH.
+    let etcdctl = etcd_bin
+        .parent()
+        .map(|d| d.join("etcdctl"))
+        .filter(|p| p.is_file())
+        .or_else(|| in_path("etcdctl"));
+    let programs = crate::dev::Programs {
+        tenure: std::env::current_exe().context("locating the tenure binary")?,
+        etcdctl: etcdctl.clone(),
+        endpoint: endpoint.clone(),
+    };
     let fleet = crate::dev::start(
         client.clone(),
+        programs,
         Duration::from_secs(args.story_every.max(30)),
     );
+    let other = if etcdctl.is_some() {
+        format!(", {}cron/leader (etcdctl elect)", crate::dev::ELECT_PREFIX)
+    } else {
+        eprintln!(
+            "tenure dev: etcdctl is not in PATH: the fleet has no election of another system"
+        );
+        String::new()
+    };
     eprintln!(
-        "tenure dev: demo fleet running (payments/primary, search/indexer, billing/reconciler, orders/scheduler, boss-fight)"
+        "tenure dev: demo fleet running (payments/primary, search/indexer, billing/reconciler, orders/scheduler, boss-fight{other})"
     );
     eprintln!(
         "tenure dev: open http://{}/ — Ctrl-C stops everything",
@@ -126,7 +150,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
         // Its etcd is new at every start: a kept history would read as a
         // reset each time, and a floor would refuse the demo's campaigns.
         raise_token_floor: false,
-        sources: Vec::new(),
+        // The other system's election, read as `--source` reads it.
+        sources: match etcdctl {
+            Some(_) => vec![crate::layout::Source::parse(&format!(
+                "concurrency:{}",
+                crate::dev::ELECT_PREFIX
+            ))?],
+            None => Vec::new(),
+        },
         clusters: Vec::new(),
         config: None,
         sources_only: false,

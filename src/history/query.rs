@@ -346,6 +346,13 @@ pub(super) fn events(
     event_rows(rows)
 }
 
+/// The time of the earliest recorded event (one probe of `events_by_time`).
+pub(super) fn first_event_ms(conn: &Connection) -> Result<Option<i64>, HistoryError> {
+    Ok(conn
+        .prepare_cached("SELECT MIN(at_ms) FROM events")?
+        .query_row([], |r| r.get(0))?)
+}
+
 /// Rows of `(id, json)` from `events`, as events.
 fn event_rows(
     rows: impl Iterator<Item = rusqlite::Result<(i64, String)>>,

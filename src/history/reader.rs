@@ -197,6 +197,12 @@ impl Reader {
         )
     }
 
+    /// When the history's earliest event was recorded (`None`: it holds
+    /// none): how far back anything can be shown.
+    pub fn first_event_ms(&self) -> Result<Option<i64>> {
+        self.run(|c| query::first_event_ms(c), pg::first_event_ms)
+    }
+
     /// Fence refusals with `at_ms` in `[from, to]`, by revision.
     pub fn refusals(&self, election: Option<&str>, q: &Query) -> Result<Vec<RefusalRow>> {
         self.run(

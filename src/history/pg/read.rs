@@ -342,6 +342,12 @@ pub(in crate::history) fn changes_since(
         .collect()
 }
 
+/// The time of the earliest recorded event (one index probe).
+pub(in crate::history) fn first_event_ms(client: &mut Client) -> Result<Option<i64>, HistoryError> {
+    let row = client.query_one("SELECT MIN(at_ms) FROM events", &[])?;
+    Ok(row.try_get(0)?)
+}
+
 pub(in crate::history) fn activity(
     client: &mut Client,
     q: &Query,

@@ -13,6 +13,7 @@ use super::{DEFAULT_LANES, MAX_LANES_PER_PAGE};
 use crate::events::cluster::ClusterEvent;
 use crate::events::now_ms;
 use crate::history::{format_duration_ms, format_ms, short_time};
+use crate::web::shared::fit::{fitted_from, LAST_HOUR_MS};
 use crate::web::shared::urls::{decode_component, encode_component};
 use crate::web::shared::{error_page, render, Head};
 use crate::web::timeline;
@@ -116,17 +117,23 @@ fn paging(p: &PageParams) -> Result<(usize, usize), String> {
 
 /// The window's lanes `skip..skip + per_page`, read off the async runtime,
 /// with since when nothing was watched; the error page when the history
-/// cannot be read.
+/// cannot be read. `fit` (no `from` or `to` given): the window starts
+/// where [`fitted_from`] says, from the history's first record; the
+/// window's `sel` is the one loaded.
 async fn load_window(
     s: &Arc<AppState>,
     sel: &Selection,
+    fit: bool,
     skip: usize,
     per_page: usize,
 ) -> Result<Window, Response> {
     let reader = s.history.clone();
-    let sel = sel.clone();
+    let mut sel = sel.clone();
     let state = s.clone();
     let loaded = tokio::task::spawn_blocking(move || {
+        if fit {
+            sel.from_ms = fitted_from(reader.first_event_ms()?, sel.to_ms);
+        }
         let mut w = load(&reader, &sel, skip, per_page)?;
         if !state.clusters.is_empty() {
             w.add_cluster_marks(&reader)?;
@@ -201,6 +208,17 @@ fn neighbours(sel: &Selection, now: i64, glob: Option<&str>) -> (String, Option<
     (earlier, later)
 }
 
+/// How long the window is; when it was fitted, that it holds all that was
+/// recorded (a window of the last hour holds the last hour).
+fn span_label(sel: &Selection, fit: bool) -> String {
+    let span = sel.to_ms - sel.from_ms;
+    if fit && span < LAST_HOUR_MS {
+        format!("{}: all that was recorded", format_duration_ms(span))
+    } else {
+        format_duration_ms(span)
+    }
+}
+
 /// The report of the window, in `format` (`md` or `json`).
 fn report_href(sel: &Selection, format: &str) -> String {
     let (from, to) = (format_ms(sel.from_ms), format_ms(sel.to_ms));
@@ -224,10 +242,12 @@ pub(super) async fn timeline_page(
         Err(m) => return bad(m),
     };
     let skip = (page - 1).saturating_mul(per_page);
-    let w = match load_window(&s, &sel, skip, per_page).await {
+    let fit = p.from.is_none() && p.to.is_none();
+    let w = match load_window(&s, &sel, fit, skip, per_page).await {
         Ok(w) => w,
         Err(page) => return page,
     };
+    let sel = w.sel.clone();
     let d = layout(&w, now, timeline::WIDTH);
     let title = format!(
         "Every election from {} to {} UTC",
@@ -267,7 +287,7 @@ pub(super) async fn timeline_page(
             &short_time(sel.from_ms)[..19],
             &short_time(sel.to_ms)[..19]
         ),
-        span_label: format_duration_ms(sel.to_ms - sel.from_ms),
+        span_label: span_label(&sel, fit),
         svg,
         total: w.total,
         first: if w.lanes.is_empty() { 0 } else { skip + 1 },

@@ -13,9 +13,9 @@
 //!     the election's last event (so an election that went quiet still
 //!     shows its last changes), with a note and a link to the last hour;
 //!   - when the election's history is younger than an hour: from a little
-//!     before its first term (10 % of the age, at least
-//!     [`MIN_DEFAULT_WINDOW_MS`] in all), so a new election is not a sliver
-//!     at the right edge.
+//!     before its first term ([`fitted_from`]: 10 % of the age and 2 s, at
+//!     least [`MIN_DEFAULT_WINDOW_MS`] in all), so a new election is not a
+//!     sliver at the right edge.
 //! - Tables show the newest rows first, at most `limit` (default
 //!   [`DEFAULT_ROWS`], at most [`MAX_ROWS`]), with "showing N of M".
 
@@ -33,6 +33,7 @@ use crate::events::{now_ms, Event, EventKind};
 use crate::history::{self, format_ms, parse_time, Query, Reader};
 use crate::web::replays;
 use crate::web::shared::error_page;
+use crate::web::shared::fit::{fitted_from, LAST_HOUR_MS, MIN_FITTED_MS};
 use crate::web::timeline::GapMark;
 use crate::web::AppState;
 use crate::web::Target;
@@ -40,9 +41,9 @@ use crate::web::Target;
 /// How long a page waits for etcd's view of the current leader.
 pub const ETCD_WAIT: Duration = Duration::from_millis(1500);
 /// Default window of the timeline.
-pub const DEFAULT_WINDOW_MS: i64 = 3_600_000;
+pub const DEFAULT_WINDOW_MS: i64 = LAST_HOUR_MS;
 /// The shortest default window (for an election younger than an hour).
-pub const MIN_DEFAULT_WINDOW_MS: i64 = 2 * 60_000;
+pub const MIN_DEFAULT_WINDOW_MS: i64 = MIN_FITTED_MS;
 /// Rows per table unless `limit` says otherwise.
 pub const DEFAULT_ROWS: usize = 100;
 
@@ -86,8 +87,7 @@ fn load_history(
             window.quiet = true;
         } else if let Some(first) = known_since_ms.filter(|&k| k > now - DEFAULT_WINDOW_MS) {
             // A young election: from a little before its first term.
-            let span = ((now - first) * 11 / 10).max(MIN_DEFAULT_WINDOW_MS);
-            window.from_ms = now - span.min(DEFAULT_WINDOW_MS);
+            window.from_ms = fitted_from(Some(first), now);
             window.young = true;
         }
     }

@@ -13,11 +13,12 @@
 //!
 //! Files: `overview.rs`, `election.rs` (the timeline page's query, window
 //! and history), `election_view.rs` (what that page shows, built from what
-//! was loaded). The frame every HTML page shares (head, render, error page,
+//! was loaded), `election_rows.rs` (that page's table rows). The frame every HTML page shares (head, render, error page,
 //! assets, URL coding) is `web/shared/`, which `/timeline` uses too.
 
 mod election;
 mod election_input;
+mod election_rows;
 mod election_view;
 mod members;
 mod overview;

@@ -1,10 +1,12 @@
 //! What every HTML page shares, whichever view it belongs to (the pages
 //! and the incident view both import it, and it imports neither): the
 //! head, rendering, the error page, static assets and headers, URL coding,
-//! the name glob, and the cluster marks both timelines draw.
+//! the name glob, the cluster marks both timelines draw, and their default
+//! window fitted to what was recorded.
 
 pub(crate) mod assets;
 mod error;
+pub(crate) mod fit;
 pub(crate) mod glob;
 pub(crate) mod marks;
 pub(crate) mod urls;

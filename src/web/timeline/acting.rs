@@ -60,6 +60,10 @@ pub(super) fn acting_bars(
             let from = scale.x(end.saturating_sub(o));
             (Px(from), Px((x1 - from).max(MIN_BAR)))
         });
+        let overlap_label = a
+            .overlap_ms
+            .filter(|o| *o > 0)
+            .map(|o| overlap_label(o, x0, x1, scale.right));
         out.push(ActingBar {
             x: Px(x0),
             y: Px(y),
@@ -67,10 +71,32 @@ pub(super) fn acting_bars(
             h: Px(ACTING_H),
             bounded,
             overlap,
+            overlap_label,
             title: title(t, start, end, bounded),
         });
     }
     out
+}
+
+/// The overlap's length beside the acting bar `x0..x1`: after it when it
+/// fits before `right`, else before it.
+fn overlap_label(overlap_ms: i64, x0: f64, x1: f64, right: f64) -> OverlapLabel {
+    let text = format!("overlap {}", format_duration_ms(overlap_ms));
+    // About 6.5 px a character at the label's 11 px.
+    let width = text.chars().count() as f64 * 6.5;
+    if x1 + 4.0 + width <= right {
+        OverlapLabel {
+            x: Px(x1 + 4.0),
+            anchor: "start",
+            text,
+        }
+    } else {
+        OverlapLabel {
+            x: Px((x0 - 4.0).max(width)),
+            anchor: "end",
+            text,
+        }
+    }
 }
 
 fn title(t: &TermRow, start: i64, end: i64, bounded: bool) -> String {

@@ -228,7 +228,19 @@ pub struct ActingBar {
     pub bounded: bool,
     /// The part after the next term began (x, width): two holders acting.
     pub overlap: Option<(Px, Px)>,
+    /// The overlap's length in words, written beside it.
+    pub overlap_label: Option<OverlapLabel>,
     pub title: String,
+}
+
+/// "overlap 3.2s", right of the red bar, or left of the acting bar where
+/// the drawing ends too soon.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OverlapLabel {
+    pub x: Px,
+    /// `start` or `end` (SVG's `text-anchor`).
+    pub anchor: &'static str,
+    pub text: String,
 }
 
 impl ActingBar {

@@ -59,8 +59,10 @@ async fn document(s: &Serve) -> Value {
     r.json().await.unwrap()
 }
 
-/// Runs a tool of the venv; its exit status and output.
-async fn run(tool: &str, args: &[&str]) -> (bool, String) {
+/// Runs a tool of the venv in `dir` (schemathesis keeps a cache of past
+/// failures in its working directory: each run starts with none, and
+/// leaves it in the test's temp dir); its exit status and output.
+async fn run(dir: &Path, tool: &str, args: &[&str]) -> (bool, String) {
     let bin = venv().join(tool);
     assert!(
         bin.exists(),
@@ -69,6 +71,7 @@ async fn run(tool: &str, args: &[&str]) -> (bool, String) {
     );
     let out = Command::new(&bin)
         .args(args)
+        .current_dir(dir)
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output()
@@ -157,7 +160,12 @@ async fn the_document_is_openapi_3_1_and_lists_every_route() {
 
     let file = dir.path().join("openapi.json");
     std::fs::write(&file, doc.to_string()).unwrap();
-    let (ok, said) = run("openapi-spec-validator", &[file.to_str().unwrap()]).await;
+    let (ok, said) = run(
+        dir.path(),
+        "openapi-spec-validator",
+        &[file.to_str().unwrap()],
+    )
+    .await;
     assert!(ok, "openapi-spec-validator: {said}");
     println!("openapi-spec-validator: {}", said.trim());
     // The validator can fail: a response without its description is refused.
@@ -167,7 +175,12 @@ async fn the_document_is_openapi_3_1_and_lists_every_route() {
         .unwrap()
         .remove("description");
     std::fs::write(&file, broken.to_string()).unwrap();
-    let (ok, said) = run("openapi-spec-validator", &[file.to_str().unwrap()]).await;
+    let (ok, said) = run(
+        dir.path(),
+        "openapi-spec-validator",
+        &[file.to_str().unwrap()],
+    )
+    .await;
     assert!(!ok, "a broken document passed: {said}");
 }
 
@@ -245,6 +258,8 @@ async fn schemathesis(etcd: &Etcd, s: &Serve, dir: &Path, extra: &[&str]) {
         "20",
         "--workers",
         "1",
+        "--generation-database",
+        "none",
         "--no-color",
         // The module's documentation says why these three are not fuzzed.
         "--exclude-path",
@@ -256,7 +271,7 @@ async fn schemathesis(etcd: &Etcd, s: &Serve, dir: &Path, extra: &[&str]) {
     ];
     args.extend_from_slice(extra);
     let started = Instant::now();
-    let (ok, said) = run("schemathesis", &args).await;
+    let (ok, said) = run(dir, "schemathesis", &args).await;
     let took = started.elapsed();
     let tail: Vec<&str> = said.lines().rev().take(12).collect();
     println!(

@@ -10,8 +10,9 @@
 #                             Go client per line (the Go interop tests, module mode),
 #                             kube-apiserver and client-go's leader election (the Kubernetes
 #                             tests: scripts/kube/), Patroni (PyPI, pinned) in the venv
-#                             /opt/tenure-patroni, and schemathesis and openapi-spec-validator
-#                             (PyPI, pinned) in the venv /opt/tenure-schemathesis
+#                             /opt/tenure-patroni, schemathesis and openapi-spec-validator
+#                             (PyPI, pinned) in the venv /opt/tenure-schemathesis, and
+#                             systemd-analyze (tests/deploy.rs)
 set -euo pipefail
 
 need=()
@@ -39,6 +40,8 @@ if [ "${1:-}" = "--test" ]; then
   # tests/patroni.rs runs Patroni from a venv on Debian's python3 (below); Debian keeps
   # the venv module's ensurepip in python3-venv.
   /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+  # tests/deploy.rs checks deploy/systemd with systemd-analyze (verify, security --offline).
+  command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 fi
 
 if ((${#need[@]})); then

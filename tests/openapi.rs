@@ -6,7 +6,8 @@
 //! content types, headers and bodies as documented, valid data accepted,
 //! invalid data refused, credentials enforced, unsupported methods 405)
 //! finds nothing, with `--api-token` (its bearer sent) and without (the
-//! mutating calls disabled, and documented so). Both tools come from the
+//! mutating calls disabled, and documented so); against a document that
+//! describes a body the server does not send, it fails. Both tools come from the
 //! venv `scripts/setup.sh --test` builds (`$TENURE_SCHEMATHESIS_VENV` picks
 //! another).
 //!
@@ -333,4 +334,46 @@ async fn with_a_read_token_the_document_says_reads_need_it() {
         doc["paths"]["/readyz"]["get"]["security"],
         serde_json::json!([{}])
     );
+}
+
+/// The run can fail: against a document whose list answer requires a field
+/// the server does not send, schemathesis reports the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_catches_a_body_unlike_the_document() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(&etcd, dir.path(), &[]).await;
+    let mut doc = document(&s).await;
+    doc["components"]["schemas"]["ElectionList"]["required"]
+        .as_array_mut()
+        .unwrap()
+        .push("pages".into());
+    let file = dir.path().join("wrong.json");
+    std::fs::write(&file, doc.to_string()).unwrap();
+    let base = s.url("");
+    let (ok, said) = run(
+        dir.path(),
+        "schemathesis",
+        &[
+            "run",
+            file.to_str().unwrap(),
+            "--url",
+            base.as_str(),
+            "--include-path",
+            "/api/v1/elections",
+            "--include-method",
+            "GET",
+            "--max-examples",
+            "5",
+            "--max-failures",
+            "1",
+            "--no-shrink",
+            "--generation-database",
+            "none",
+            "--no-color",
+        ],
+    )
+    .await;
+    assert!(!ok, "a body unlike the document passed:\n{said}");
+    assert!(said.contains("pages"), "{said}");
 }

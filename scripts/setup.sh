@@ -9,8 +9,10 @@
 #                             Go from etcd's modules) in /opt/tenure-etcd-VERSION, etcd's
 #                             Go client per line (the Go interop tests, module mode),
 #                             kube-apiserver and client-go's leader election (the Kubernetes
-#                             tests: scripts/kube/), and Patroni (PyPI, pinned) in the venv
-#                             /opt/tenure-patroni
+#                             tests: scripts/kube/), Patroni (PyPI, pinned) in the venv
+#                             /opt/tenure-patroni, schemathesis and openapi-spec-validator
+#                             (PyPI, pinned) in the venv /opt/tenure-schemathesis, and
+#                             systemd-analyze (tests/deploy.rs)
 set -euo pipefail
 
 need=()
@@ -38,6 +40,8 @@ if [ "${1:-}" = "--test" ]; then
   # tests/patroni.rs runs Patroni from a venv on Debian's python3 (below); Debian keeps
   # the venv module's ensurepip in python3-venv.
   /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+  # tests/deploy.rs checks deploy/systemd with systemd-analyze (verify, security --offline).
+  command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 fi
 
 if ((${#need[@]})); then
@@ -175,6 +179,27 @@ patroni_venv() {
 }
 if [ "${1:-}" = "--test" ]; then
   patroni_venv
+fi
+
+# schemathesis and openapi-spec-validator (tests/openapi.rs: the API's OpenAPI document
+# checked, and fuzzed against a running serve) in a venv of their own, pinned in
+# scripts/schemathesis-requirements.txt; rebuilt when that file changes.
+schemathesis_venv() {
+  local venv=/opt/tenure-schemathesis req
+  req="$(dirname "$0")/schemathesis-requirements.txt"
+  if cmp -s "$req" "$venv/tenure-requirements.txt" && [ -x "$venv/bin/schemathesis" ] &&
+    [ -x "$venv/bin/openapi-spec-validator" ]; then
+    return 0
+  fi
+  echo "setup: installing schemathesis into $venv" >&2
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q -r "$req" >&2
+  cp "$req" "$venv/tenure-requirements.txt"
+  "$venv/bin/schemathesis" --version >&2
+}
+if [ "${1:-}" = "--test" ]; then
+  schemathesis_venv
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -13,6 +13,7 @@ use crate::election::{FenceReason, Layout};
 /// Why a term ended. How each is told apart, and how sure it is, is in
 /// ARCHITECTURE.md ("Telling end causes apart").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum EndCause {
     /// The holder gave it up: its lease was revoked, or it wrote itself

@@ -42,6 +42,7 @@ use super::{Client, ElectionName, Error};
 
 /// Why the fence refused a token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FenceReason {
     /// The resource already accepted a higher token: a newer term wrote.
@@ -77,6 +78,7 @@ pub struct RefusalRecord {
 
 /// What the shared fence decided, and what it saw when it decided.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct FenceDecision {
     pub accepted: bool,
     /// Set when refused.

@@ -318,6 +318,7 @@ impl Keys {
 
 /// Which layout a leader key uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Layout {
     /// `P election/<name>`, created by tenure's txn.

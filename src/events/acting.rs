@@ -131,6 +131,7 @@ pub enum Next {
 /// A term's acting on etcd's time (unix ms), as the API gives it. `None`:
 /// unknown (not reported, or the term's start not seen live).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
 pub struct ActingView {
     pub acting_started_ms: Option<i64>,
     pub acting_started_late: bool,
@@ -149,6 +150,7 @@ pub struct ActingView {
     pub margin_bound_ms: Option<i64>,
     /// What the margin was measured against: `lease`, `term_end`,
     /// `next_term`.
+    #[cfg_attr(feature = "server", schema(value_type = Option<String>))]
     pub margin_against: Option<&'static str>,
     /// How long this holder acted on after the next term began: two
     /// holders acting at once (0: it had stopped; `None`: unknown). A

@@ -49,7 +49,7 @@ impl Query {
 }
 
 /// One term, for display and export.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct TermRow {
     pub election: String,
     pub token: i64,
@@ -76,6 +76,7 @@ pub struct TermRow {
     /// reconnect, a restart, a gap's reload) makes the duration a range:
     /// `[least, most]`, `most` `None` where the start's earliest moment is
     /// not known. `None`: both ends were seen as they happened.
+    #[schema(value_type = Option<Vec<Option<f64>>>, min_items = 2, max_items = 2)]
     pub duration_bounds_seconds: Option<[Option<f64>; 2]>,
     /// When its holder acted as leader, and the margin (issue 22); filled
     /// by [`crate::history::Reader::terms`] from the holders' records.

@@ -54,7 +54,7 @@ pub fn format_duration_ms(ms: i64) -> String {
 /// Accepted forms:
 /// - RFC 3339: `2026-12-02T14:00:00Z`, `2026-12-02T14:00:00.250+01:00`
 ///   (a date alone, `2026-12-02`, is midnight UTC);
-/// - unix seconds: `1796220000`;
+/// - unix seconds: `1796220000` (at most 12 digits);
 /// - a duration meaning "that long ago": `90m`, `2h`, `7d`, `1h 30m`
 ///   (humantime syntax; a trailing ` ago` is allowed);
 /// - `now`.
@@ -72,7 +72,11 @@ pub fn parse_time(s: &str) -> Result<i64, HistoryError> {
     if t == "now" {
         return Ok(crate::events::now_ms());
     }
+    // Unix seconds: at most 12 digits (past the year 30,000 is a typo).
     if t.bytes().all(|b| b.is_ascii_digit()) {
+        if t.len() > 12 {
+            return Err(invalid());
+        }
         return t
             .parse::<i64>()
             .ok()
@@ -210,6 +214,8 @@ mod tests {
         assert_eq!(parse_rfc3339("2001-02-29"), None);
         assert_eq!(parse_rfc3339("2000-02-29T12:34:56.Z"), None);
         assert_eq!(parse_rfc3339("2000-02-29T12:34:56+0100"), None);
+        assert!(parse_time("999999999999").is_ok());
+        assert!(parse_time("0000000000000").is_err(), "13 digits");
         // Extreme values must not panic.
         let _ = format_ms(i64::MIN);
         let _ = format_ms(i64::MAX);

@@ -8,29 +8,45 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use axum::routing::get;
-use axum::Router;
 use futures_util::stream::{self, Stream};
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use super::api::ApiError;
+use super::api::{ApiError, ApiQuery, ErrorBody};
 use super::AppState;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct LiveQuery {
+    /// One election's events only (etcd's own come whatever the filter).
+    #[param(schema_with = crate::web::api::schema::watched_name)]
     election: Option<String>,
 }
 
-pub fn router() -> Router<Arc<AppState>> {
-    Router::new().route("/api/v1/events", get(events))
+pub fn routes() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::new().routes(routes!(events))
 }
 
+/// Every event as it is recorded, as Server-Sent Events: `id: <revision>`,
+/// `event: <type>`, the event's JSON as `data`; `event: cluster` for etcd's
+/// own; `event: lagged` with `{"missed":N}` for a subscriber that fell
+/// behind. The stream does not end.
+#[utoipa::path(get, path = "/api/v1/events", tag = "live", operation_id = "live_events",
+    params(LiveQuery),
+    security((), ("read_token" = []), ("read_basic" = [])),
+    responses(
+        (status = 200, description = "The stream", content_type = "text/event-stream", body = String),
+        (status = 400, description = "`invalid_name`, `invalid_query`", body = ErrorBody),
+        (status = 401, description = "`--read-token` is set and not sent", body = ErrorBody),
+    ))]
 async fn events(
     State(s): State<Arc<AppState>>,
-    Query(q): Query<LiveQuery>,
+    ApiQuery(q): ApiQuery<LiveQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     // With several clusters, `CLUSTER/NAME` of a configured one (issue 25).
     let filter = q

@@ -10,6 +10,7 @@ pub mod api;
 mod clusters;
 pub mod incident;
 pub mod live;
+pub mod openapi;
 pub mod pages;
 pub mod queue;
 pub mod recording;
@@ -25,7 +26,6 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::get;
 use axum::Router;
 use tokio::sync::broadcast;
 
@@ -334,11 +334,8 @@ pub use clusters::{within_cluster, ClusterView, Target};
 pub fn router(state: Arc<AppState>) -> Router {
     let body_limit = state.limits.max_body_bytes;
     Router::new()
-        .route("/metrics", get(scrape::metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .merge(api::router())
-        .merge(live::router())
+        .merge(openapi::routes(&state))
+        .merge(api::fallback())
         .merge(pages::router())
         .merge(incident::router())
         .layer(axum::extract::DefaultBodyLimit::max(body_limit))
@@ -350,6 +347,13 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// Readiness: the watcher streams and what it sees is recorded; one line
+/// per cluster with several. No credential.
+#[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
+    responses(
+        (status = 200, description = "`ready: watching at revision N`", content_type = "text/plain", body = String),
+        (status = 503, description = "`not ready: …`, saying why", content_type = "text/plain", body = String),
+    ))]
 async fn readyz(State(s): State<Arc<AppState>>) -> impl IntoResponse {
     let (ready, text) = if s.clusters.is_empty() {
         readiness_verdict(&s.readiness)

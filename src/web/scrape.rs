@@ -65,6 +65,28 @@ impl ScrapeScope {
     }
 }
 
+/// The metrics' query, as documented (parsed by [`ScrapeScope::parse`]).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub(super) struct ScrapeQuery {
+    /// `fleet`: no series per election; `all` (the default): every series.
+    #[param(pattern = "^(fleet|all)?$")]
+    scope: Option<String>,
+    /// Only the elections this glob matches, and the fleet-wide families (not with
+    /// `scope=fleet`).
+    r#match: Option<String>,
+}
+
+/// Prometheus' text format: the process, the fleet, each election.
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    params(ScrapeQuery),
+    security((), ("read_token" = []), ("read_basic" = [])),
+    responses(
+        (status = 200, description = "The metrics", content_type = "text/plain", body = String),
+        (status = 400, description = "An unknown `scope`, or `scope=fleet` with `match`", content_type = "text/plain", body = String),
+        (status = 401, description = "`--read-token` is set and not sent", body = super::api::ErrorBody),
+    ))]
 pub(super) async fn metrics(State(s): State<Arc<AppState>>, RawQuery(raw): RawQuery) -> Response {
     let scope = match ScrapeScope::parse(raw.as_deref()) {
         Ok(scope) => scope,

@@ -164,13 +164,27 @@ impl KubeApiserver {
     /// One request with the admin token, through the machine's curl (the
     /// test crate's reqwest has no TLS); (status, body).
     pub async fn curl(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+        self.curl_as(method, path, "application/json", body).await
+    }
+
+    /// [`curl`](Self::curl) with a body of `content_type` (kube-apiserver
+    /// also takes `application/yaml`).
+    pub async fn curl_as(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: Option<&str>,
+    ) -> (u16, String) {
         let mut cmd = Command::new("curl");
         cmd.args(["-sS", "-o", "-", "-w", "\n%{http_code}", "-X", method])
             .arg("--cacert")
             .arg(self.dir.path().join("certs/ca.crt"))
             .arg("-H")
             .arg(format!("Authorization: Bearer {}", self.token))
-            .args(["-H", "Content-Type: application/json", "--max-time", "10"])
+            .arg("-H")
+            .arg(format!("Content-Type: {content_type}"))
+            .args(["--max-time", "10"])
             .arg(format!("https://127.0.0.1:{}{path}", self.port));
         if let Some(b) = body {
             cmd.args(["--data-binary", b]);

@@ -5,30 +5,33 @@
 
 use std::sync::Arc;
 
-use axum::extract::{RawQuery, State};
+use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::get;
-use axum::{Json, Router};
-use serde::Serialize;
-use serde_json::{json, Value};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use super::extract::ElectionPath;
+use super::error::ErrorBody;
+use super::extract::{ApiQuery, ElectionPath};
+use super::schema::NamePath;
 use super::{blocking, ApiError};
 use crate::election::Leader;
 use crate::events::now_ms;
 use crate::history::{self, format_ms, HistoryError, PageFrom, Query as HistoryQuery};
 use crate::text::fnv1a;
-use crate::web::pages::urls::query_pairs;
 use crate::web::AppState;
 
-pub(super) fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/api/v1/elections", get(list))
-        .route("/api/v1/elections/{name}", get(detail))
+pub(super) fn routes() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(detail))
 }
 
-#[derive(Debug, Serialize)]
-struct ElectionView {
+/// One election, as etcd and the history know it now.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct ElectionView {
     name: String,
     holder: Option<String>,
     token: Option<i64>,
@@ -46,6 +49,43 @@ struct ElectionView {
     waiting: Option<Vec<WaiterJson>>,
 }
 
+/// A page of the elections the history knows, by name.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct ElectionList {
+    elections: Vec<ElectionRow>,
+    /// How many elections the history knows.
+    total: u64,
+    limit: usize,
+    /// Pass it back as `cursor` for the next page; `null` after the last.
+    next_cursor: Option<String>,
+}
+
+/// One election of the list: its open term as recorded.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct ElectionRow {
+    name: String,
+    holder: Option<String>,
+    token: Option<i64>,
+    lease_id: Option<i64>,
+    /// RFC 3339, UTC.
+    since: Option<String>,
+    since_ms: Option<i64>,
+    changes_last_hour: u64,
+    refusals: u64,
+}
+
+/// The list's query as given: each field at most once, read as it is
+/// (no value trimmed or skipped), then checked by [`ListParams::of`].
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct ListQuery {
+    /// Elections per page.
+    #[param(value_type = Option<usize>, minimum = 1, maximum = 10000)]
+    limit: Option<String>,
+    /// The previous page's `next_cursor`, as given.
+    cursor: Option<String>,
+}
+
 /// Elections in a page of the list unless `limit` says otherwise.
 pub const LIST_PAGE: usize = 1000;
 /// The most elections one page of the list holds.
@@ -61,12 +101,24 @@ struct ListParams {
 }
 
 impl ListParams {
+    fn of(q: &ListQuery) -> Result<ListParams, ApiError> {
+        let pairs = [("limit", &q.limit), ("cursor", &q.cursor)];
+        Self::from_pairs(pairs.into_iter().filter_map(|(k, v)| Some((k, v.clone()?))))
+    }
+
+    #[cfg(test)]
     fn parse(raw: Option<&str>) -> Result<ListParams, ApiError> {
+        Self::from_pairs(crate::web::pages::urls::query_pairs(raw))
+    }
+
+    fn from_pairs<'a>(
+        pairs: impl Iterator<Item = (&'a str, String)>,
+    ) -> Result<ListParams, ApiError> {
         let mut p = ListParams {
             limit: LIST_PAGE,
             after: None,
         };
-        for (k, v) in query_pairs(raw) {
+        for (k, v) in pairs {
             match k {
                 "limit" => {
                     p.limit = v
@@ -130,11 +182,20 @@ fn decode_cursor(cursor: &str) -> Option<String> {
 /// the next page starts, `null` after the last). Paging by name, not by
 /// offset: an election added or removed between two requests neither
 /// shifts nor repeats the others.
-async fn list(
+#[utoipa::path(get, path = "/api/v1/elections", tag = "elections",
+    params(ListQuery),
+    security((), ("read_token" = []), ("read_basic" = [])),
+    responses(
+        (status = 200, description = "A page of elections", body = ElectionList),
+        (status = 400, description = "`invalid_limit`, `invalid_cursor`, `invalid_query` (a field twice)", body = ErrorBody),
+        (status = 401, description = "`--read-token` is set and not sent", body = ErrorBody),
+        (status = 500, description = "`history_error`", body = ErrorBody),
+    ))]
+pub(super) async fn list(
     State(s): State<Arc<AppState>>,
-    RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
-    let p = ListParams::parse(raw.as_deref())?;
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<Json<ElectionList>, ApiError> {
+    let p = ListParams::of(&q)?;
     let reader = s.history.clone();
     let hour_ago = now_ms() - 3_600_000;
     let limit = p.limit;
@@ -162,32 +223,42 @@ async fn list(
     let next_cursor = more
         .then(|| page.elections.last().map(|e| encode_cursor(&e.election)))
         .flatten();
-    let rows: Vec<Value> = page
+    let elections = page
         .elections
         .into_iter()
-        .map(|e| {
-            let changes = changes_by.get(&e.election).copied().unwrap_or(0);
-            json!({
-                "name": e.election,
-                "holder": e.current.as_ref().map(|t| t.holder.clone()),
-                "token": e.current.as_ref().map(|t| t.token),
-                "lease_id": e.current.as_ref().map(|t| t.lease_id),
-                "since": e.current.as_ref().map(|t| format_ms(t.started_at_ms)),
-                "since_ms": e.current.as_ref().map(|t| t.started_at_ms),
-                "changes_last_hour": changes,
-                "refusals": e.refusals,
-            })
+        .map(|e| ElectionRow {
+            changes_last_hour: changes_by.get(&e.election).copied().unwrap_or(0),
+            holder: e.current.as_ref().map(|t| t.holder.clone()),
+            token: e.current.as_ref().map(|t| t.token),
+            lease_id: e.current.as_ref().map(|t| t.lease_id),
+            since: e.current.as_ref().map(|t| format_ms(t.started_at_ms)),
+            since_ms: e.current.as_ref().map(|t| t.started_at_ms),
+            name: e.election,
+            refusals: e.refusals,
         })
         .collect();
-    Ok(Json(json!({
-        "elections": rows,
-        "total": page.total,
-        "limit": limit,
-        "next_cursor": next_cursor,
-    })))
+    Ok(Json(ElectionList {
+        elections,
+        total: page.total,
+        limit,
+        next_cursor,
+    }))
 }
 
-async fn detail(
+/// One election: etcd's leader (and who waits), else the history's.
+#[utoipa::path(get, path = "/api/v1/elections/{name}", tag = "elections",
+    params(NamePath),
+    security((), ("read_token" = []), ("read_basic" = [])),
+    responses(
+        (status = 200, description = "The election", body = ElectionView),
+        (status = 400, description = "`invalid_name`", body = ErrorBody),
+        (status = 401, description = "`--read-token` is set and not sent", body = ErrorBody),
+        (status = 404, description = "`unknown_election`: nobody leads it and the history has none of it", body = ErrorBody),
+        (status = 500, description = "`history_error`", body = ErrorBody),
+        (status = 502, description = "`etcd_error`", body = ErrorBody),
+        (status = 503, description = "`etcd_access`", body = ErrorBody),
+    ))]
+pub(super) async fn detail(
     State(s): State<Arc<AppState>>,
     ElectionPath(name): ElectionPath,
 ) -> Result<Json<ElectionView>, ApiError> {
@@ -283,7 +354,7 @@ async fn detail(
 }
 
 /// A candidate queued behind the leader, as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct WaiterJson {
     holder: String,
     token: i64,

@@ -5,7 +5,9 @@
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde::Serialize;
 use serde_json::{json, Value};
+use utoipa::ToSchema;
 
 use crate::election::Error as ElectionError;
 use crate::history::HistoryError;
@@ -35,13 +37,39 @@ impl ApiError {
     }
 }
 
+/// Every error's body: `{"error":{"code","message",…}}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong: a stable `code`, a `message` that says what to do,
+/// and, for some codes, more fields (`current`, `holder`, `token`,
+/// `colliding_key`, `floor`, `retry_after_ms`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable: `invalid_name`, `unauthorized`, `held`, `etcd_unavailable`, …
+    pub code: String,
+    pub message: String,
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub extra: serde_json::Map<String, Value>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut error = json!({ "code": self.code, "message": self.message });
-        if let (Some(Value::Object(extra)), Some(obj)) = (self.extra, error.as_object_mut()) {
-            obj.extend(extra);
-        }
-        let mut resp = (self.status, Json(json!({ "error": error }))).into_response();
+        let extra = match self.extra {
+            Some(Value::Object(extra)) => extra,
+            _ => serde_json::Map::new(),
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_owned(),
+                message: self.message,
+                extra,
+            },
+        };
+        let mut resp = (self.status, Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

@@ -7,36 +7,83 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::auth::Mutation;
+use super::error::ErrorBody;
+use super::extract::whole;
+use super::schema::OwnNamePath;
 use super::ApiError;
-use crate::election::{Error as ElectionError, Layout, Ttl};
+use crate::election::{Error as ElectionError, FenceDecision, Layout, Ttl};
 use crate::web::AppState;
 
-pub(super) fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/api/v1/elections/{name}/campaign", post(campaign))
-        .route("/api/v1/elections/{name}/renew", post(renew))
-        .route("/api/v1/elections/{name}/resign", post(resign))
-        .route("/api/v1/elections/{name}/fence", post(fence))
+pub(super) fn routes() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::new()
+        .routes(routes!(campaign))
+        .routes(routes!(renew))
+        .routes(routes!(resign))
+        .routes(routes!(fence))
 }
 
-#[derive(Debug, Deserialize)]
+/// A campaign for a term. Its limits (`ttl_seconds`, `wait_seconds`) are
+/// the server's (`--max-ttl`), as the served document gives them.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CampaignBody {
+pub(super) struct CampaignBody {
+    /// Who campaigns: the leader key's value, 1–256 bytes of UTF-8 without
+    /// control characters.
+    #[schema(
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]+$",
+        min_length = 1,
+        max_length = 256
+    )]
     candidate: String,
+    /// The term's lease, from etcd's minimum (2 s) to the server's `--max-ttl`.
+    #[schema(minimum = 2, maximum = 3600)]
+    #[serde(deserialize_with = "whole::u64")]
     ttl_seconds: u64,
+    /// How long to wait while another holds it (default: not at all).
+    #[schema(minimum = 0, maximum = 300)]
     wait_seconds: Option<f64>,
     /// Queue in etcd's own layout (FIFO with Go and etcdctl candidates).
     #[serde(default)]
     queue: bool,
 }
 
-async fn campaign(
+/// A term won: renew it before `ttl_seconds` pass, fence with its token.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Won {
+    name: String,
+    holder: String,
+    /// The fencing token.
+    token: i64,
+    lease_id: i64,
+    ttl_seconds: i64,
+}
+
+#[utoipa::path(post, path = "/api/v1/elections/{name}/campaign", tag = "leadership",
+    params(OwnNamePath),
+    request_body = CampaignBody,
+    security(("api_token" = [])),
+    responses(
+        (status = 200, description = "The term won", body = Won),
+        (status = 409, description = "`held` (with `holder`, `token`), `name_collision` (with `colliding_key`)", body = ErrorBody),
+        (status = 429, description = "`rate_limited` (with `retry_after_ms`)", body = ErrorBody),
+        (status = 400, description = "`invalid_body` (not JSON), `invalid_name`, `invalid_token`, `invalid_ttl`, …", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: the `--api-token` not sent, or another", body = ErrorBody),
+        (status = 403, description = "`api_disabled` (serve has no `--api-token`), `etcd_permission_denied`", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: send Content-Type: application/json", body = ErrorBody),
+        (status = 422, description = "`invalid_body`: JSON, not of this body's shape (a field missing, unknown or of another type)", body = ErrorBody),
+        (status = 502, description = "`etcd_error`", body = ErrorBody),
+        (status = 503, description = "`etcd_unavailable`, `etcd_access`, `below_token_floor`", body = ErrorBody),
+    ))]
+pub(super) async fn campaign(
     State(s): State<Arc<AppState>>,
     Mutation {
         name,
@@ -44,7 +91,7 @@ async fn campaign(
         full,
         body,
     }: Mutation<CampaignBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Won>, ApiError> {
     if let Err(retry) = s.api_rate.take() {
         let mut e = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -99,13 +146,13 @@ async fn campaign(
         )
         .await?
     {
-        Ok(won) => Ok(Json(json!({
-            "name": full,
-            "holder": won.holder,
-            "token": won.token,
-            "lease_id": won.lease_id,
-            "ttl_seconds": won.ttl_seconds,
-        }))),
+        Ok(won) => Ok(Json(Won {
+            name: full,
+            holder: won.holder,
+            token: won.token,
+            lease_id: won.lease_id,
+            ttl_seconds: won.ttl_seconds,
+        })),
         Err(held) => Err(ApiError::new(
             StatusCode::CONFLICT,
             "held",
@@ -118,25 +165,56 @@ async fn campaign(
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// A term kept: its lease and token, as the campaign gave them.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RenewBody {
+pub(super) struct RenewBody {
+    #[serde(deserialize_with = "whole::i64")]
     lease_id: i64,
+    #[schema(minimum = 1)]
+    #[serde(deserialize_with = "whole::i64")]
     token: i64,
 }
 
-async fn renew(
+/// The term's lease renewed.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Renewed {
+    token: i64,
+    lease_id: i64,
+    ttl_remaining_seconds: i64,
+}
+
+#[utoipa::path(post, path = "/api/v1/elections/{name}/renew", tag = "leadership",
+    params(OwnNamePath),
+    request_body = RenewBody,
+    security(("api_token" = [])),
+    responses(
+        (status = 200, description = "Renewed", body = Renewed),
+        (status = 409, description = "`not_holder`", body = ErrorBody),
+        (status = 410, description = "`term_gone`: the term is over; campaign again (with `current`)", body = ErrorBody),
+        (status = 400, description = "`invalid_body` (not JSON), `invalid_name`, `invalid_token`, `invalid_ttl`, …", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: the `--api-token` not sent, or another", body = ErrorBody),
+        (status = 403, description = "`api_disabled` (serve has no `--api-token`), `etcd_permission_denied`", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: send Content-Type: application/json", body = ErrorBody),
+        (status = 422, description = "`invalid_body`: JSON, not of this body's shape (a field missing, unknown or of another type)", body = ErrorBody),
+        (status = 502, description = "`etcd_error`", body = ErrorBody),
+        (status = 503, description = "`etcd_unavailable`, `etcd_access`, `below_token_floor`", body = ErrorBody),
+    ))]
+pub(super) async fn renew(
     Mutation {
         name,
         client,
         full,
         body,
     }: Mutation<RenewBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Renewed>, ApiError> {
     match client.renew(&name, body.token, body.lease_id).await {
-        Ok(ttl) => Ok(Json(
-            json!({ "token": body.token, "lease_id": body.lease_id, "ttl_remaining_seconds": ttl }),
-        )),
+        Ok(ttl) => Ok(Json(Renewed {
+            token: body.token,
+            lease_id: body.lease_id,
+            ttl_remaining_seconds: ttl,
+        })),
         Err(ElectionError::NotHolder { current, .. }) => Err(ApiError::new(
             StatusCode::GONE,
             "term_gone",
@@ -150,34 +228,89 @@ async fn renew(
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// The term to end, by its token.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ResignBody {
+pub(super) struct ResignBody {
+    #[schema(minimum = 1)]
+    #[serde(deserialize_with = "whole::i64")]
     token: i64,
 }
 
-async fn resign(
+/// The term ended.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Resigned {
+    resigned: bool,
+    name: String,
+    holder: String,
+    token: i64,
+}
+
+#[utoipa::path(post, path = "/api/v1/elections/{name}/resign", tag = "leadership",
+    params(OwnNamePath),
+    request_body = ResignBody,
+    security(("api_token" = [])),
+    responses(
+        (status = 200, description = "Resigned", body = Resigned),
+        (status = 409, description = "`not_holder`: that token does not lead (with `current`)", body = ErrorBody),
+        (status = 400, description = "`invalid_body` (not JSON), `invalid_name`, `invalid_token`, `invalid_ttl`, …", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: the `--api-token` not sent, or another", body = ErrorBody),
+        (status = 403, description = "`api_disabled` (serve has no `--api-token`), `etcd_permission_denied`", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: send Content-Type: application/json", body = ErrorBody),
+        (status = 422, description = "`invalid_body`: JSON, not of this body's shape (a field missing, unknown or of another type)", body = ErrorBody),
+        (status = 502, description = "`etcd_error`", body = ErrorBody),
+        (status = 503, description = "`etcd_unavailable`, `etcd_access`, `below_token_floor`", body = ErrorBody),
+    ))]
+pub(super) async fn resign(
     Mutation {
         name,
         client,
         full,
         body,
     }: Mutation<ResignBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Resigned>, ApiError> {
     let l = client.resign(&name, body.token).await?;
-    Ok(Json(
-        json!({ "resigned": true, "name": full, "holder": l.holder, "token": l.token }),
-    ))
+    Ok(Json(Resigned {
+        resigned: true,
+        name: full,
+        holder: l.holder,
+        token: l.token,
+    }))
 }
 
-#[derive(Debug, Deserialize)]
+/// A write to `resource` by the term with `token`: accept or refuse.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct FenceBody {
+pub(super) struct FenceBody {
+    #[schema(
+        pattern = r"^(?!\.\.?$)[A-Za-z0-9._-]+$",
+        min_length = 1,
+        max_length = 128
+    )]
     resource: String,
+    #[schema(minimum = 1)]
+    #[serde(deserialize_with = "whole::i64")]
     token: i64,
 }
 
-async fn fence(
+#[utoipa::path(post, path = "/api/v1/elections/{name}/fence", tag = "leadership",
+    params(OwnNamePath),
+    request_body = FenceBody,
+    security(("api_token" = [])),
+    responses(
+        (status = 200, description = "Accepted", body = FenceDecision),
+        (status = 409, description = "Refused: `accepted` false, with its `reason`", body = FenceDecision),
+        (status = 400, description = "`invalid_body` (not JSON), `invalid_name`, `invalid_token`, `invalid_ttl`, …", body = ErrorBody),
+        (status = 401, description = "`unauthorized`: the `--api-token` not sent, or another", body = ErrorBody),
+        (status = 403, description = "`api_disabled` (serve has no `--api-token`), `etcd_permission_denied`", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: send Content-Type: application/json", body = ErrorBody),
+        (status = 422, description = "`invalid_body`: JSON, not of this body's shape (a field missing, unknown or of another type)", body = ErrorBody),
+        (status = 502, description = "`etcd_error`", body = ErrorBody),
+        (status = 503, description = "`etcd_unavailable`, `etcd_access`, `below_token_floor`", body = ErrorBody),
+    ))]
+pub(super) async fn fence(
     Mutation {
         name, client, body, ..
     }: Mutation<FenceBody>,

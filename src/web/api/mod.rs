@@ -6,9 +6,13 @@
 //! Files: `error.rs` (ApiError and the mapping of the library's errors),
 //! `extract.rs` (JSON body, election name), `auth.rs` (the bearer token,
 //! the `Mutation` extractor of the mutating calls), `limit.rs` (the
-//! campaign rate limit), `trace.rs` (request spans), and the handlers by
-//! resource: `elections.rs` (list, detail), `leadership.rs` (campaign,
-//! renew, resign, fence), `records.rs` (terms, events, export).
+//! campaign rate limit), `trace.rs` (request spans), `schema.rs` (the
+//! names', times' and resources' grammar as JSON Schema), and the handlers
+//! by resource: `elections.rs` (list, detail), `leadership.rs` (campaign,
+//! renew, resign, fence), `records.rs` (terms, events, export). Each
+//! handler states its parameters, bodies, statuses and credential in its
+//! `#[utoipa::path]`; [`routes`] collects them with the routes, so the
+//! OpenAPI document (`web::openapi`) lists exactly what is served.
 
 mod auth;
 mod elections;
@@ -17,6 +21,7 @@ mod extract;
 mod leadership;
 mod limit;
 mod records;
+pub mod schema;
 mod trace;
 
 use std::sync::Arc;
@@ -24,22 +29,29 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
 
 use super::AppState;
 use crate::history::HistoryError;
 
 pub use auth::guard_reads;
-pub use error::ApiError;
-pub use extract::JsonBody;
+pub use error::{ApiError, ErrorBody};
+pub use extract::{ApiQuery, JsonBody};
 pub use limit::RateLimiter;
+pub use records::Window;
 pub use trace::trace_requests;
 
-pub fn router() -> Router<Arc<AppState>> {
-    Router::new()
+/// The API's routes with their documentation.
+pub fn routes() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::new()
         .merge(elections::routes())
         .merge(leadership::routes())
         .merge(records::routes())
-        .route("/api/v1/{*rest}", get(not_found).post(not_found))
+}
+
+/// Anything else under `/api/v1`: 404 `not_found`, in the API's body.
+pub fn fallback() -> Router<Arc<AppState>> {
+    Router::new().route("/api/v1/{*rest}", get(not_found).post(not_found))
 }
 
 async fn not_found() -> ApiError {

@@ -4,38 +4,101 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use super::extract::ElectionPath;
+use super::error::ErrorBody;
+use super::extract::{ApiQuery, ElectionPath};
+use super::schema::{self, NamePath};
 use super::{blocking, ApiError};
 use crate::events::now_ms;
 use crate::history::{self, format_ms, parse_time, Query as HistoryQuery};
 use crate::web::AppState;
 
-pub(super) fn routes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/api/v1/elections/{name}/terms", get(terms))
-        .route("/api/v1/elections/{name}/events", get(events))
-        .route("/api/v1/elections/{name}/export", get(export))
+pub(super) fn routes() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::new()
+        .routes(routes!(terms))
+        .routes(routes!(events))
+        .routes(routes!(export))
 }
 
-#[derive(Debug, Deserialize)]
-pub(super) struct Window {
+/// The window of a read: what was recorded from `from` to `to`, at most
+/// `limit` rows of each kind (the oldest first).
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct Window {
+    /// From (RFC 3339, unix seconds, `now`, or a duration ago: `2h`).
+    #[param(schema_with = schema::time)]
     from: Option<String>,
+    /// To, in the same forms.
+    #[param(schema_with = schema::time)]
     to: Option<String>,
+    /// Rows of each kind.
+    #[param(minimum = 0, maximum = 100000)]
     limit: Option<usize>,
+}
+
+/// The export's format.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(super) struct Format {
+    /// `json` (terms, events, refusals) or `csv` (the terms).
+    #[param(inline, value_type = Option<ExportFormat>)]
     format: Option<String>,
 }
 
+/// The formats of an export (any other is 400 `invalid_format`).
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub(super) enum ExportFormat {
+    Json,
+    Csv,
+}
+
+/// An election's terms (newest last).
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Terms {
+    terms: Vec<history::TermRow>,
+}
+
+/// An election's events, in recording order.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Events {
+    #[schema(value_type = Vec<EventDoc>)]
+    events: Vec<crate::events::Event>,
+}
+
+/// One recorded event: `type` says which, and which fields follow
+/// (`token`, `holder`, `cause`, …: docs/api.md).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct EventDoc {
+    revision: i64,
+    at_ms: i64,
+    election: String,
+    /// `term_started`, `term_ended`, `fence_refused`, `gap`, `reset`, …
+    #[schema(rename = "type")]
+    kind: String,
+}
+
 impl Window {
-    fn query(&self) -> Result<HistoryQuery, ApiError> {
+    pub fn query(&self) -> Result<HistoryQuery, ApiError> {
         let t = |s: &Option<String>| s.as_deref().map(parse_time).transpose();
+        if self.limit.is_some_and(|l| l > history::MAX_LIMIT) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_limit",
+                format!("limit is at most {}", history::MAX_LIMIT),
+            ));
+        }
         Ok(HistoryQuery {
             from_ms: t(&self.from)?,
             to_ms: t(&self.to)?,
@@ -44,38 +107,69 @@ impl Window {
     }
 }
 
-async fn terms(
+/// The election's terms in the window, each with its holder's acting.
+#[utoipa::path(get, path = "/api/v1/elections/{name}/terms", tag = "records",
+    params(NamePath, Window),
+    security((), ("read_token" = []), ("read_basic" = [])),
+    responses(
+        (status = 200, description = "The terms", body = Terms),
+        (status = 400, description = "`invalid_name`, `invalid_time`, `invalid_limit`, `invalid_format`, `invalid_query`", body = ErrorBody),
+        (status = 401, description = "`--read-token` is set and not sent", body = ErrorBody),
+        (status = 500, description = "`history_error`", body = ErrorBody),
+    ))]
+pub(super) async fn terms(
     State(s): State<Arc<AppState>>,
-    Query(w): Query<Window>,
+    ApiQuery(w): ApiQuery<Window>,
     ElectionPath(name): ElectionPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Terms>, ApiError> {
     let q = w.query()?;
     let reader = s.history.clone();
-    let rows = blocking(move || reader.terms(name.as_str(), &q)).await?;
-    Ok(Json(json!({ "terms": rows })))
+    let terms = blocking(move || reader.terms(name.as_str(), &q)).await?;
+    Ok(Json(Terms { terms }))
 }
 
-async fn events(
+/// The election's events in the window.
+#[utoipa::path(get, path = "/api/v1/elections/{name}/events", tag = "records", operation_id = "election_events",
+    params(NamePath, Window),
+    security((), ("read_token" = []), ("read_basic" = [])),
+    responses(
+        (status = 200, description = "The events", body = Events),
+        (status = 400, description = "`invalid_name`, `invalid_time`, `invalid_limit`, `invalid_format`, `invalid_query`", body = ErrorBody),
+        (status = 401, description = "`--read-token` is set and not sent", body = ErrorBody),
+        (status = 500, description = "`history_error`", body = ErrorBody),
+    ))]
+pub(super) async fn events(
     State(s): State<Arc<AppState>>,
-    Query(w): Query<Window>,
+    ApiQuery(w): ApiQuery<Window>,
     ElectionPath(name): ElectionPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Events>, ApiError> {
     let q = w.query()?;
     let reader = s.history.clone();
-    let rows = blocking(move || reader.events(Some(name.as_str()), &q)).await?;
-    Ok(Json(json!({ "events": rows })))
+    let events = blocking(move || reader.events(Some(name.as_str()), &q)).await?;
+    Ok(Json(Events { events }))
 }
 
 /// Everything a postmortem needs for one election and window: terms,
 /// events and refusals as JSON, or the terms as CSV.
-async fn export(
+#[utoipa::path(get, path = "/api/v1/elections/{name}/export", tag = "records",
+    params(NamePath, Window, Format),
+    security((), ("read_token" = []), ("read_basic" = [])),
+    responses(
+        (status = 200, description = "An attachment: `{election, from, to, exported_at, terms, events, refusals}` as JSON, or the terms as CSV",
+            content((Object = "application/json"), (String = "text/csv"))),
+        (status = 400, description = "`invalid_name`, `invalid_time`, `invalid_limit`, `invalid_format`, `invalid_query`", body = ErrorBody),
+        (status = 401, description = "`--read-token` is set and not sent", body = ErrorBody),
+        (status = 500, description = "`history_error`", body = ErrorBody),
+    ))]
+pub(super) async fn export(
     State(s): State<Arc<AppState>>,
-    Query(w): Query<Window>,
+    ApiQuery(w): ApiQuery<Window>,
+    ApiQuery(f): ApiQuery<Format>,
     ElectionPath(name): ElectionPath,
 ) -> Result<Response, ApiError> {
     let mut q = w.query()?;
     q.limit = Some(w.limit.unwrap_or(history::MAX_LIMIT));
-    let format = w.format.as_deref().unwrap_or("json");
+    let format = f.format.as_deref().unwrap_or("json");
     if format != "json" && format != "csv" {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,

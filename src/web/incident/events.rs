@@ -2,40 +2,48 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Query as AxQuery, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use serde::Deserialize;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
-use crate::history::{parse_time, Query};
-use crate::web::api::ApiError;
+use crate::web::api::{ApiError, ApiQuery, ErrorBody, Window};
 use crate::web::AppState;
 
-#[derive(Debug, Deserialize)]
-pub(super) struct EventsQuery {
-    from: Option<String>,
-    to: Option<String>,
-    limit: Option<usize>,
+/// etcd's own events in the window (`from`, `to`, `limit` as an
+/// election's records take them), with the limit applied.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct ClusterEvents {
+    /// Each with `at_ms` (when tenure saw it), `not_before_ms` (after which
+    /// it happened; `null`: unknown), `kind` and what it says.
+    #[schema(value_type = Vec<Object>)]
+    events: Vec<crate::events::cluster::ClusterEvent>,
+    limit: usize,
 }
 
+#[utoipa::path(get, path = "/api/v1/cluster/events", tag = "incident",
+    params(Window),
+    security((), ("read_token" = []), ("read_basic" = [])),
+    responses(
+        (status = 200, description = "etcd's own events", body = ClusterEvents),
+        (status = 400, description = "`invalid_time`, `invalid_limit`, `invalid_query`", body = ErrorBody),
+        (status = 401, description = "`--read-token` is set and not sent", body = ErrorBody),
+        (status = 500, description = "`history_error`", body = ErrorBody),
+    ))]
 pub(super) async fn cluster_events(
     State(s): State<Arc<AppState>>,
-    AxQuery(q): AxQuery<EventsQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let t = |v: &Option<String>| v.as_deref().map(parse_time).transpose();
-    let q = Query {
-        from_ms: t(&q.from)?,
-        to_ms: t(&q.to)?,
-        limit: q.limit,
-    };
+    ApiQuery(w): ApiQuery<Window>,
+) -> Result<Json<ClusterEvents>, ApiError> {
+    let q = w.query()?;
     let reader = s.history.clone();
     let rows = tokio::task::spawn_blocking(move || reader.cluster_events(&q))
         .await
         .map_err(|e| {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
         })??;
-    Ok(Json(
-        json!({ "events": rows, "limit": q.effective_limit() }),
-    ))
+    Ok(Json(ClusterEvents {
+        events: rows,
+        limit: q.effective_limit(),
+    }))
 }

@@ -27,6 +27,8 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::api::ApiError;
 use super::AppState;
@@ -57,10 +59,14 @@ pub const MAX_REPORT_ELECTIONS: usize = 1000;
 pub const MAX_WINDOW_MS: i64 = 31 * 86_400_000;
 
 pub fn router() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/timeline", get(page::timeline_page))
-        .route("/api/v1/cluster/events", get(events::cluster_events))
-        .route("/api/v1/report", get(report::report))
+    Router::new().route("/timeline", get(page::timeline_page))
+}
+
+/// The JSON routes, with their documentation (`web::openapi`).
+pub fn api_routes() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::new()
+        .routes(routes!(events::cluster_events))
+        .routes(routes!(report::report))
 }
 
 pub(super) fn bad_request(m: String) -> ApiError {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Query as AxQuery, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -15,18 +15,29 @@ use crate::events::acting::ActingView;
 use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, EndCause};
 use crate::history::{format_ms, TermRow};
-use crate::web::api::ApiError;
+use crate::web::api::{ApiError, ApiQuery};
 use crate::web::timeline;
 use crate::web::AppState;
 
-#[derive(Debug, Deserialize)]
+/// The report's window (at most 31 days, `from` before `to`; default the
+/// last hour) and elections.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct ReportQuery {
+    /// From (RFC 3339, unix seconds, `now`, or a duration ago: `2h`).
+    #[param(schema_with = crate::web::api::schema::time)]
     from: Option<String>,
+    /// To, in the same forms (default now).
+    #[param(schema_with = crate::web::api::schema::time)]
     to: Option<String>,
+    /// The elections whose name matches this glob.
     #[serde(rename = "match")]
+    #[param(rename = "match")]
     glob: Option<String>,
-    /// The elections of one cluster (issue 25): `match` within it.
+    /// The elections of one cluster (`serve --cluster`): `match` within it.
     cluster: Option<String>,
+    /// `md` (Markdown, the default) or `json`.
+    #[param(pattern = "^(md|json)$")]
     format: Option<String>,
 }
 
@@ -539,9 +550,21 @@ pub fn report_markdown(r: &Report) -> String {
     o
 }
 
+/// The postmortem report of a window: per election its terms, leaderless
+/// time, changes and refusals, and etcd's own events.
+#[utoipa::path(get, path = "/api/v1/report", tag = "incident",
+    params(ReportQuery),
+    security((), ("read_token" = []), ("read_basic" = [])),
+    responses(
+        (status = 200, description = "The report", content(
+            (Object = "application/json"), (String = "text/markdown"))),
+        (status = 400, description = "`invalid_query` (a window backwards or over 31 days), `invalid_format`", body = crate::web::api::ErrorBody),
+        (status = 401, description = "`--read-token` is set and not sent", body = crate::web::api::ErrorBody),
+        (status = 500, description = "`history_error`", body = crate::web::api::ErrorBody),
+    ))]
 pub(super) async fn report(
     State(s): State<Arc<AppState>>,
-    AxQuery(q): AxQuery<ReportQuery>,
+    ApiQuery(q): ApiQuery<ReportQuery>,
 ) -> Result<Response, ApiError> {
     let now = now_ms();
     let format = q.format.as_deref().unwrap_or("md");

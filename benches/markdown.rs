@@ -19,7 +19,7 @@ pub const BEGIN: &str =
 pub const END: &str = "<!-- bench --markdown: end -->";
 
 /// The command that measures the same things again, with this run's options.
-pub fn command(args: &Args, cfg: &Config) -> String {
+pub fn command(args: &Args) -> String {
     let mut c = if cfg!(debug_assertions) {
         String::from("cargo test --bench bench -- --markdown")
     } else {
@@ -97,7 +97,7 @@ pub fn block(args: &Args, cfg: &Config, m: &Machine, commit: &str, rows: &[Row])
         l0 = m.loadavg_before,
         l1 = m.loadavg_after,
     ));
-    out.push_str(&format!("Regenerate: `{}`\n\n", command(args, cfg)));
+    out.push_str(&format!("Regenerate: `{}`\n\n", command(args)));
     out.push_str(&stats::table(rows));
     let notes: Vec<&Row> = rows.iter().filter(|r| !r.note.is_empty()).collect();
     if !notes.is_empty() {

@@ -738,3 +738,155 @@ fn every_test_reliability_names_exists() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// What a text says of history rather than of what is: a project issue's
+/// number ("issue 23", "issues 20 and 21", "#23") or a phrase comparing with
+/// an earlier state. Another project's issue ("etcd issue 15220") is a fact
+/// about that project and passes.
+fn tells_history(text: &str) -> Option<String> {
+    let lower = text.to_lowercase();
+    // "as before" ends a clause; "as before any write" is a preposition.
+    for phrase in ["as before", "as it always was"] {
+        for (i, _) in lower.match_indices(phrase) {
+            let end = lower[i + phrase.len()..].chars().next();
+            if !end.is_some_and(|c| c.is_alphanumeric() || c == ' ') {
+                return Some(phrase.to_owned());
+            }
+        }
+    }
+    let bytes = lower.as_bytes();
+    for (i, _) in lower.match_indices("issue") {
+        let mut j = i + "issue".len();
+        if bytes.get(j) == Some(&b's') {
+            j += 1;
+        }
+        if bytes.get(j) != Some(&b' ') || !bytes.get(j + 1).is_some_and(u8::is_ascii_digit) {
+            continue;
+        }
+        let before = lower[..i].trim_end();
+        let foreign = [
+            "etcd",
+            "etcd's",
+            "kubernetes",
+            "kubernetes'",
+            "go",
+            "upstream",
+        ]
+        .iter()
+        .any(|p| before.ends_with(p));
+        if !foreign {
+            return Some(lower[i..(j + 4).min(lower.len())].to_owned());
+        }
+    }
+    for (i, _) in lower.match_indices('#') {
+        if bytes.get(i + 1).is_some_and(u8::is_ascii_digit) {
+            return Some(lower[i..(i + 4).min(lower.len())].to_owned());
+        }
+    }
+    None
+}
+
+#[test]
+fn no_heading_names_an_issue_or_tells_history() {
+    let mut failures = Vec::new();
+    for doc in documents() {
+        let text = std::fs::read_to_string(&doc).expect("read doc");
+        for line in prose_lines(&text) {
+            if !line.starts_with('#') {
+                continue;
+            }
+            if let Some(what) = tells_history(line.trim_start_matches('#')) {
+                failures.push(format!("{}: {line:?} ({what})", rel(&doc)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_history_check_catches_what_it_should() {
+    for bad in [
+        "the writer (issue 15) claims",
+        "see #23",
+        "issues 20 and 21",
+        "names are kept as before.",
+        "the inbox, as it always was",
+        "Issue 22: acting",
+    ] {
+        assert!(tells_history(bad).is_some(), "missed {bad:?}");
+    }
+    for good in [
+        "etcd issue 15220 orders them",
+        "checked as before any write",
+        "the issue's optional part",
+        "#[derive(Debug)]",
+        "an issue with 3 members",
+    ] {
+        assert_eq!(tells_history(good), None, "{good:?}");
+    }
+}
+
+/// BENCHMARKS.md opens with the block `cargo bench --bench bench -- --markdown`
+/// prints: the bench's markers, the command, a commit of this repository and
+/// the results table's header as `benches/stats.rs` writes it.
+#[test]
+fn benchmarks_open_with_the_generated_block() {
+    let text = std::fs::read_to_string(root().join("BENCHMARKS.md")).expect("BENCHMARKS.md");
+    let markdown =
+        std::fs::read_to_string(root().join("benches/markdown.rs")).expect("markdown.rs");
+    let marker = |name: &str| -> String {
+        let at = markdown
+            .find(&format!("pub const {name}: &str ="))
+            .unwrap_or_else(|| panic!("benches/markdown.rs declares {name}"));
+        markdown[at..]
+            .split('"')
+            .nth(1)
+            .expect("a string")
+            .to_owned()
+    };
+    let (begin, end) = (marker("BEGIN"), marker("END"));
+    let b = text
+        .find(&begin)
+        .expect("BENCHMARKS.md holds the bench's block");
+    let e = text.find(&end).expect("the block's end marker");
+    let before = &text[..b];
+    assert!(
+        !before.contains("\n|") && before.lines().filter(|l| l.starts_with("## ")).count() == 0,
+        "BENCHMARKS.md opens with the generated block (no table or section before it)"
+    );
+    let block = &text[b..e];
+    assert!(
+        block.contains("Regenerate: `cargo bench --bench bench -- --markdown"),
+        "the block names the command that regenerates it"
+    );
+    let stats = std::fs::read_to_string(root().join("benches/stats.rs")).expect("stats.rs");
+    let header = stats
+        .lines()
+        .find(|l| l.trim_start().starts_with("\"| # | measurement"))
+        .expect("stats.rs writes the table's header")
+        .trim()
+        .trim_start_matches('"')
+        .split("\\n")
+        .next()
+        .expect("header")
+        .to_owned();
+    assert!(block.contains(&header), "the block holds the bench's table");
+    let commit = block
+        .split("on commit `")
+        .nth(1)
+        .and_then(|s| s.split('`').next())
+        .expect("the block names its commit");
+    let known = std::process::Command::new("git")
+        .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
+        .current_dir(root())
+        .status()
+        .map(|s| s.success());
+    // A tree exported without git cannot say; a checkout must know the commit.
+    if root().join(".git").exists() {
+        assert_eq!(
+            known.ok(),
+            Some(true),
+            "commit {commit} is not in this repository"
+        );
+    }
+}

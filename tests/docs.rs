@@ -803,6 +803,35 @@ fn no_heading_names_an_issue_or_tells_history() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// A line's comment: the text after `//` when the line is one, or after a
+/// trailing ` // `.
+fn comment_of(line: &str) -> Option<&str> {
+    let t = line.trim_start();
+    if let Some(c) = t.strip_prefix("//") {
+        return Some(c);
+    }
+    line.find(" // ").map(|i| &line[i + 4..])
+}
+
+#[test]
+fn no_comment_in_src_names_an_issue_or_tells_history() {
+    let mut failures = Vec::new();
+    for file in src_files() {
+        let text = std::fs::read_to_string(root().join(&file)).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            if let Some(what) = comment_of(line).and_then(tells_history) {
+                failures.push(format!("{file}:{}: {what:?}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} comments tell history instead of the contract:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 #[test]
 fn the_history_check_catches_what_it_should() {
     for bad in [

@@ -317,9 +317,9 @@ struct RangeLinks {
     later_href: Option<String>,
     export_csv: String,
     export_json: String,
-    /// The postmortem report of this election and window (issue 14).
+    /// The postmortem report of this election and window.
     report_md: String,
-    /// Every election over the same window (issue 14).
+    /// Every election over the same window.
     all_href: String,
 }
 
@@ -446,7 +446,7 @@ struct TermView {
     cause_title: &'static str,
     revisions: String,
     from_snapshot: bool,
-    /// The acting margin (issue 22): text, whether it is an overlap, and
+    /// The acting margin: text, whether it is an overlap, and
     /// what it says in full (a title); "—" when its holder reported nothing.
     margin: String,
     overlap: bool,

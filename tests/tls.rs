@@ -207,6 +207,7 @@ async fn tls_misconfigurations_fail_fast_with_one_line() {
     drop(etcd);
 
     // etcd's certificate expired (notAfter was when it was made).
+    pki.until_expired().await;
     let etcd = Etcd::start_with(pki.etcd_flags("expired")).await;
     let mut cmd = tenure(&etcd.endpoint());
     cmd.args(pki.client_args())

@@ -5,7 +5,8 @@
 //! Certificates (EC P-256) in a temp dir, see [`Pki::path`]:
 //! `ca.crt` signs `server.crt` (subjectAltName IP 127.0.0.1), `client.crt`
 //! (CN `tenure-client`), `wrong-name.crt` (DNS `elsewhere.invalid` only) and
-//! `expired.crt` (notAfter = the moment it was made); `other-ca.crt` signs
+//! `expired.crt` (notAfter = the second it was made, so it is expired only
+//! from the next second on: [`Pki::until_expired`]); `other-ca.crt` signs
 //! nothing etcd knows.
 
 use std::ffi::OsString;
@@ -21,6 +22,8 @@ use super::{EtcdFlags, Serve};
 
 pub struct Pki {
     dir: TempDir,
+    /// When the certificates were signed (after `expired.crt` was).
+    made: Instant,
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
@@ -110,7 +113,19 @@ impl Pki {
             "extendedKeyUsage=clientAuth\n",
             "2",
         );
-        Pki { dir }
+        Pki {
+            dir,
+            made: Instant::now(),
+        }
+    }
+
+    /// Waits until `expired.crt` has expired. Its notAfter is the second it
+    /// was signed in, and a certificate is valid through its notAfter: a
+    /// handshake in that same second accepts it (seen in CI when the test's
+    /// earlier cases ran fast).
+    pub async fn until_expired(&self) {
+        let expired_at = self.made + Duration::from_millis(1100);
+        tokio::time::sleep_until(expired_at.into()).await;
     }
 
     /// e.g. `path("ca.crt")`, `path("client.key")`.

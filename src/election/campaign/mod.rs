@@ -10,6 +10,7 @@ mod attempt;
 mod detached;
 mod leadership;
 mod queue;
+mod queue_watch;
 mod term_watch;
 
 use std::time::Duration;

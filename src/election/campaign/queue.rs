@@ -1,11 +1,10 @@
 //! The queue layout (etcd's own): a candidate's key named by its lease,
 //! its place among the older keys, and the wait for its predecessor.
 
-use etcd_client::{EventType, KeyValue};
-use futures_util::FutureExt;
+use etcd_client::KeyValue;
 
+use super::queue_watch::{self, Woken};
 use super::Attempt;
-use crate::election::keywatch::{RangeWatch, Watched};
 use crate::election::lease::Session;
 use crate::election::{keys, pick_leader, Client, ElectionName, Error};
 
@@ -110,79 +109,40 @@ fn queue_place(
 /// a deletion since the read is replayed, never missed), until it is gone:
 /// then the key leads if it was the only older key; otherwise the caller
 /// reads again (older keys in the list may be long gone). The
-/// candidate's own key is watched all along: if someone deletes it (an
-/// operator's `etcdctl del`, a revoked lease), the candidate is no longer
-/// queued and must not lead. `Some` once the queued key leads; `None` when
-/// its own key went, a watch was compacted, or its lease is in doubt (the
-/// caller reads again, and queues again if its key is gone).
+/// candidate's own key is watched all along, on the same stream: if
+/// someone deletes it (an operator's `etcdctl del`, a revoked lease), the
+/// candidate is no longer queued and must not lead. `Some` once the queued
+/// key leads; `None` when its own key went, a watch was compacted, or its
+/// lease is in doubt (the caller reads again, and queues again if its key
+/// is gone).
 ///
-/// The two watches are separate streams, so an own-key deletion before
-/// the last predecessor's can still arrive after it: one read of the own
-/// key after the predecessor's deletion settles it before winning.
+/// Only the predecessor is watched among the older keys. If older keys
+/// remain in the list once it goes (most of them long gone: earlier terms),
+/// watching each from the read's revision would replay its deletion through
+/// etcd's catch-up path, up to 100 ms a key; one read says at once who is
+/// still there, so the caller reads again.
+///
+/// Winning needs the own key to have stood at the predecessor's deletion.
+/// The shared stream proves it when its conditions hold (`queue_watch`:
+/// the own watch caught up from its start, few responses); otherwise one
+/// read of the own key settles it, as etcd's own `Campaign` reads once per
+/// wake-up.
 pub(super) async fn wait_in_queue(
     client: &Client,
     session: &Session,
     mut place: Queued,
     revision: i64,
 ) -> Option<Queued> {
-    let mut lease_state = session.state.subscribe();
-    let mut own = RangeWatch::new(&client.etcd(), place.key.clone(), None, revision + 1);
-    let own_gone = |item: Watched| match item {
-        Watched::Events(events) => events.iter().any(|e| e.event_type() == EventType::Delete),
-        // Refused: read again, and the read says why.
-        Watched::Compacted | Watched::Denied(_) => true,
-    };
-    // Only the predecessor is watched. If older keys remain in the list
-    // once it goes (most of them long gone: earlier terms), watching each
-    // from the read's revision would replay its deletion through etcd's
-    // catch-up path, up to 100 ms a key; one read says at once who is
-    // still there, so the caller reads again.
     let pred = place.older.pop()?;
-    let mut watch = RangeWatch::new(&client.etcd(), pred, None, revision + 1);
-    // The revision of the predecessor's deletion.
-    let gone_at = loop {
-        tokio::select! {
-            biased;
-            item = own.next() => {
-                if own_gone(item) {
-                    return None;
-                }
-            }
-            item = watch.next() => match item {
-                Watched::Events(events) if events.iter().any(|e| e.event_type() == EventType::Delete) => {
-                    break events
-                        .iter()
-                        .filter(|e| e.event_type() == EventType::Delete)
-                        .filter_map(|e| e.kv().map(KeyValue::mod_revision))
-                        .max()
-                        .unwrap_or(i64::MAX);
-                }
-                Watched::Events(_) => {}
-                Watched::Compacted | Watched::Denied(_) => return None,
-            },
-            _ = lease_state.changed() => {
-                if !session.is_valid() {
-                    return None;
-                }
-            }
-        }
-    };
+    let (gone_at, own_stood) =
+        match queue_watch::wait(client, session, &place.key, &pred, revision).await {
+            Woken::PredecessorGone { at, own_stood } => (at, own_stood),
+            Woken::Lost => return None,
+        };
     if !place.older.is_empty() {
         return None;
     }
-    // Whatever the own-key watch already holds is read before winning.
-    while let Some(item) = own.next().now_or_never() {
-        if own_gone(item) {
-            return None;
-        }
-    }
-    // The own-key watch is a stream of its own: a deletion of the key
-    // before the predecessor's (an operator's, at a lower revision) may
-    // still be on its way. One read, after the predecessor's deletion,
-    // says whether the key is still this candidate's; a key gone, another
-    // key, or no answer: not won (the caller reads again, and queues again
-    // if its key is gone). etcd's own `Campaign` reads once per wake-up too.
-    if !still_queued(client, &place, gone_at).await {
+    if !own_stood && !still_queued(client, &place, gone_at).await {
         return None;
     }
     session.is_valid().then_some(place)

@@ -5,6 +5,7 @@
 //! cargo bench --bench bench -- --smoke           # every measurement, tiny
 //! cargo test  --bench bench -- --smoke           # the same in the debug build (CI)
 //! cargo bench --bench bench -- --only takeover,fence --runs 9 --json out.json
+//! cargo bench --bench bench -- --markdown --runs 3  # BENCHMARKS.md's opening block
 //! ```
 //!
 //! Every figure is a ratio against a baseline measured in the same process
@@ -14,8 +15,9 @@
 //! and, where it needs one, its own `tenure serve` child (pg: its own
 //! PostgreSQL server, skipped without `initdb`); every process is
 //! SIGKILLed when its measurement ends (and on the bench's death, through
-//! PR_SET_PDEATHSIG). Results: a Markdown table on stdout, and JSON with
-//! `--json FILE`. See BENCHMARKS.md.
+//! PR_SET_PDEATHSIG). Results: a Markdown table on stdout (with `--markdown`,
+//! the block BENCHMARKS.md opens with: commit, machine, etcd, the command
+//! that regenerates it), and JSON with `--json FILE`. See BENCHMARKS.md.
 //!
 //! Run by `cargo test` (no `--bench` argument) without `--smoke`, it only
 //! says how to run it, so `cargo test --all-targets` stays fast.
@@ -30,6 +32,7 @@ mod fence;
 mod incident;
 mod ingest;
 mod load;
+mod markdown;
 mod mass;
 mod pg;
 mod pipeline;
@@ -82,6 +85,11 @@ struct Args {
     /// Also write the results (and the machine) as JSON here.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Print the results as the block BENCHMARKS.md opens with: the commit,
+    /// the machine, etcd's version, the table and the command that
+    /// regenerates it (between markers, to paste over the old block).
+    #[arg(long)]
+    markdown: bool,
     /// Exit 1 when a target is missed (off by default: the figures are
     /// noisy on shared machines; the table says which were met).
     #[arg(long)]
@@ -302,6 +310,11 @@ async fn run_all(args: &Args) -> Result<usize> {
             .collect()
     };
     let mut m = machine();
+    let commit = if args.markdown {
+        markdown::commit()
+    } else {
+        String::new()
+    };
     eprintln!(
         "bench: {} mode, {} runs, {} build; {} × {}, {} MB, kernel {}, {}; load {}",
         if cfg.smoke { "smoke" } else { "full" },
@@ -351,8 +364,29 @@ async fn run_all(args: &Args) -> Result<usize> {
     m.bench_process_cpu_seconds = procfs::self_cpu_seconds() - cpu0;
     m.wall_seconds = started.elapsed().as_secs_f64();
     rows.sort_by(|a, b| a.id.cmp(&b.id));
-    println!("{}", stats::table(&rows));
-    for r in &rows {
+    if args.markdown {
+        print!("{}", markdown::block(args, &cfg, &m, &commit, &rows));
+    } else {
+        print_table(&cfg, &m, &rows);
+    }
+    let missed = rows.iter().filter(|r| r.met == Some(false)).count();
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "machine": m,
+            "config": cfg,
+            "seconds_per_measurement": timings,
+            "rows": rows,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
+        eprintln!("bench: wrote {}", path.display());
+    }
+    Ok(missed)
+}
+
+/// The results table, each row's note, and one line on the run.
+fn print_table(cfg: &Config, m: &Machine, rows: &[Row]) {
+    println!("{}", stats::table(rows));
+    for r in rows {
         if !r.note.is_empty() {
             println!("- {}: {}", r.id, r.note);
         }
@@ -370,16 +404,4 @@ async fn run_all(args: &Args) -> Result<usize> {
         m.loadavg_before,
         m.loadavg_after
     );
-    let missed = rows.iter().filter(|r| r.met == Some(false)).count();
-    if let Some(path) = &args.json {
-        let doc = serde_json::json!({
-            "machine": m,
-            "config": cfg,
-            "seconds_per_measurement": timings,
-            "rows": rows,
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
-        eprintln!("bench: wrote {}", path.display());
-    }
-    Ok(missed)
 }

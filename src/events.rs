@@ -237,8 +237,8 @@ pub enum EventKind {
         previous_cluster_id: Option<u64>,
         cluster_id: u64,
     },
-    /// A holder's acting record for its term `record.token` (issue 22:
-    /// when it acted as leader, on its own clock; `events::acting` places
+    /// A holder's acting record for its term `record.token`
+    /// (when it acted as leader, on its own clock; `events::acting` places
     /// it on etcd's time). Each version written is one event; a reader
     /// merges a term's versions.
     Acting {
@@ -429,7 +429,7 @@ pub struct Witness {
 /// How many witnesses a resume point carries.
 pub const WITNESSES: usize = 4;
 
-/// `name` of the cluster `cluster` (issue 25): `CLUSTER/NAME` in the
+/// `name` of the cluster `cluster`: `CLUSTER/NAME` in the
 /// history, the pages, the API and the URLs of a serve with `--cluster`.
 /// The empty name (a fleet-wide event: a gap, a reset) becomes `CLUSTER/`,
 /// the cluster's own.

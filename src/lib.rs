@@ -1,15 +1,20 @@
 //! tenure: leader election on etcd that you can see.
 //!
-//! Floors, top to bottom (no import runs upward):
+//! Floors, top to bottom (no import runs upward; ARCHITECTURE.md states
+//! them and `tests/layering.rs` holds the code to them):
 //! - [`cli`]: the `tenure` command line, the only place `anyhow` is used;
-//! - [`watch`] (etcd → events), [`history`] (SQLite), [`telemetry`]
-//!   (Prometheus metrics, OpenTelemetry traces): siblings that meet only
-//!   in [`events`];
+//! - [`dev`]: the demo fleet of `tenure dev`;
+//! - [`web`]: the HTTP API, the pages, the incident view and `/metrics`;
+//! - [`watch`] (etcd → events, for every `--source` layout), [`history`]
+//!   (SQLite, or PostgreSQL shared by replicas), [`telemetry`] (Prometheus
+//!   metrics, OpenTelemetry traces): siblings that meet only in [`events`];
 //! - [`layout`]: how elections are written in etcd, as the watcher reads
-//!   them (tenure's own layout; one file per layout);
+//!   them (one file per layout: tenure's own, etcd's `concurrency`, a
+//!   single key, Patroni, Kubernetes Leases);
 //! - [`election`] (the core: campaign, leadership, fence; knows etcd and
 //!   nothing else) and [`events`] (the one event type);
-//! - [`task`]: named tasks (a panic is logged with the task's name).
+//! - [`task`]: named tasks (a panic is logged with the task's name), and
+//!   [`text`]: pure string helpers every floor may use.
 
 // By lint, not by habit: no `unsafe` in the library (the test harness needs
 // it for `pre_exec`, so this is not in Cargo.toml's [lints]); no

@@ -13,7 +13,7 @@ fn main() {
 /// incident view and the overview rendered at once on three threads held
 /// three sets of freed memory. Two arenas (an operator's
 /// `MALLOC_ARENA_MAX` wins): peak RSS under that load 284–325 MB → 205–212
-/// MB, start-up unchanged (BENCHMARKS.md, issue 23, round 3). Called
+/// MB, start-up unchanged (BENCHMARKS.md). Called
 /// before any thread exists, as `mallopt` requires. The one `unsafe` of
 /// the project (the library forbids it).
 fn limit_malloc_arenas() {

@@ -12,7 +12,7 @@ use tokio::runtime::Handle;
 use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 
 /// Spawns `future` on the current runtime as the task `name`. A panic is
-/// logged with the name, then carried on to the [`JoinHandle`] as before
+/// logged with the name, then carried on to the [`JoinHandle`]
 /// (`JoinError::is_panic`).
 pub fn spawn<F>(name: &'static str, future: F) -> JoinHandle<F::Output>
 where

@@ -481,3 +481,441 @@ fn end_causes_are_described_in_the_code_s_words() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Every `.rs` file under `src/`, as `src/…` paths.
+fn src_files() -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut stack = vec![root().join("src")];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read dir").flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.insert(rel(&p));
+            }
+        }
+    }
+    out
+}
+
+/// The `.rs` files a map names. The map is the first code block under
+/// `## Map`: an entry starts at the line's first column with a path (a file,
+/// or a directory ending in `/`), its description runs on over the indented
+/// lines below it, and every `NAME.rs` the description names is a file
+/// relative to the entry's directory (or, starting `src/`, `tests/` or
+/// `benches/`, to the repository).
+fn map_names(architecture: &str) -> BTreeSet<String> {
+    let start = architecture
+        .find("\n## Map")
+        .expect("ARCHITECTURE.md has a `## Map` section");
+    let block = architecture[start..]
+        .split("```")
+        .nth(1)
+        .expect("the Map section holds a code block");
+    let mut out = BTreeSet::new();
+    let mut base = String::new();
+    for line in block.lines() {
+        let mut words = line.split_whitespace();
+        let rest: String = if line.starts_with(|c: char| !c.is_whitespace()) {
+            let entry = words.next().unwrap_or("");
+            base = match entry.rsplit_once('/') {
+                Some((dir, _)) => format!("{dir}/"),
+                None => String::new(),
+            };
+            if entry.ends_with(".rs") {
+                out.insert(entry.to_owned());
+            }
+            words.collect::<Vec<_>>().join(" ")
+        } else {
+            line.to_owned()
+        };
+        let is_path = |c: char| c.is_ascii_alphanumeric() || "_./-".contains(c);
+        for token in rest.split(|c: char| !is_path(c)) {
+            let token = token.trim_start_matches(['.', '/']);
+            if !token.ends_with(".rs") || token.len() <= 3 {
+                continue;
+            }
+            if ["src/", "tests/", "benches/"]
+                .iter()
+                .any(|p| token.starts_with(p))
+            {
+                out.insert(token.to_owned());
+            } else {
+                out.insert(format!("{base}{token}"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_map_names_every_source_file_and_no_other() {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let named = map_names(&text);
+    let files = src_files();
+    let missing: Vec<&String> = files.difference(&named).collect();
+    let ghosts: Vec<&String> = named
+        .iter()
+        .filter(|n| n.starts_with("src/") && !files.contains(*n))
+        .collect();
+    assert!(
+        missing.is_empty() && ghosts.is_empty(),
+        "ARCHITECTURE.md's map misses {missing:?} and names files that do not exist: {ghosts:?}"
+    );
+}
+
+#[test]
+fn the_map_reader_resolves_entries_and_descriptions() {
+    let doc = "x\n## Map\n\n```\nsrc/a.rs     one (b/c.rs)\nsrc/d/       mod.rs (x), e.rs\n             f.rs; `src/g.rs`\ntests/h/     i.rs\n```\n";
+    let got: Vec<String> = map_names(doc).into_iter().collect();
+    assert_eq!(
+        got,
+        [
+            "src/a.rs",
+            "src/b/c.rs",
+            "src/d/e.rs",
+            "src/d/f.rs",
+            "src/d/mod.rs",
+            "src/g.rs",
+            "tests/h/i.rs"
+        ]
+    );
+}
+
+/// The rows of the first Markdown table of a document: cells, header first.
+fn first_table(text: &str) -> Vec<Vec<String>> {
+    prose_lines(text)
+        .iter()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .filter(|l| !l.starts_with("|---") && !l.starts_with("| ---"))
+        .map(|l| {
+            l.trim()
+                .trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// Code spans of a table cell.
+fn code_spans(cell: &str) -> Vec<String> {
+    cell.split('`')
+        .enumerate()
+        .filter(|(i, _)| i % 2 == 1)
+        .map(|(_, s)| s.to_owned())
+        .collect()
+}
+
+/// Whether `fn NAME` is defined in the file, or in any `.rs` file under the
+/// directory.
+fn defines(path: &Path, name: &str) -> bool {
+    let mut files = Vec::new();
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            for e in std::fs::read_dir(&p).expect("read dir").flatten() {
+                stack.push(e.path());
+            }
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            files.push(p);
+        }
+    }
+    files.iter().any(|f| {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        text.contains(&format!("fn {name}(")) || text.contains(&format!("fn {name}<"))
+    })
+}
+
+/// The tests RELIABILITY.md's opening table names: in the cell of its `test`
+/// column, each code span ending in `.rs` or `/` is a file or directory, and
+/// each identifier after it a test function defined there.
+fn reliability_tests(text: &str) -> Vec<(String, Vec<String>)> {
+    let table = first_table(text);
+    let header = table.first().expect("RELIABILITY.md opens with a table");
+    let col = header
+        .iter()
+        .position(|c| c.to_lowercase().starts_with("test"))
+        .expect("RELIABILITY.md's table has a `test` column");
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for row in &table[1..] {
+        let cell = row.get(col).map(String::as_str).unwrap_or("");
+        let mut file: Option<usize> = None;
+        for span in code_spans(cell) {
+            if span.ends_with(".rs") || span.ends_with('/') {
+                out.push((span, Vec::new()));
+                file = Some(out.len() - 1);
+            } else if span.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                match file {
+                    Some(i) => out[i].1.push(span),
+                    None => out.push((format!("(no file before `{span}`)"), vec![span])),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The test binaries `scripts/test.sh` runs again on every other etcd line
+/// (its `etcd_suites=(…)`).
+fn etcd_suites() -> BTreeSet<String> {
+    let script = std::fs::read_to_string(root().join("scripts/test.sh")).expect("scripts/test.sh");
+    let start = script
+        .find("etcd_suites=(")
+        .expect("test.sh names its etcd suites")
+        + 13;
+    let end = start + script[start..].find(')').expect("the list ends");
+    script[start..end]
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A row of RELIABILITY.md's table that says it runs on 3.7.4 names only
+/// test binaries `scripts/test.sh` runs on every etcd line.
+#[test]
+fn reliability_claims_only_the_etcd_lines_the_tests_run_on() {
+    let text = std::fs::read_to_string(root().join("RELIABILITY.md")).expect("RELIABILITY.md");
+    let table = first_table(&text);
+    let header = &table[0];
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|c| c.to_lowercase().starts_with(name))
+            .unwrap_or_else(|| panic!("RELIABILITY.md's table has a `{name}` column"))
+    };
+    let (test, etcd) = (col("test"), col("etcd"));
+    let suites = etcd_suites();
+    let mut failures = Vec::new();
+    for row in &table[1..] {
+        if !row.get(etcd).is_some_and(|c| c.contains("3.7.4")) {
+            continue;
+        }
+        for span in code_spans(row.get(test).map(String::as_str).unwrap_or("")) {
+            let Some(binary) = span
+                .strip_prefix("tests/")
+                .and_then(|p| p.split('/').next())
+                .map(|p| p.trim_end_matches(".rs"))
+            else {
+                continue;
+            };
+            if !suites.contains(binary) {
+                failures.push(format!(
+                    "{span}: not run on every etcd line by scripts/test.sh"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_test_reliability_names_exists() {
+    let text = std::fs::read_to_string(root().join("RELIABILITY.md")).expect("RELIABILITY.md");
+    let named = reliability_tests(&text);
+    assert!(
+        named.len() >= 20,
+        "RELIABILITY.md's table names {} tests",
+        named.len()
+    );
+    let mut failures = Vec::new();
+    for (file, fns) in &named {
+        let path = root().join(file);
+        if !path.exists() {
+            failures.push(format!("{file}: no such file"));
+            continue;
+        }
+        if fns.is_empty() {
+            failures.push(format!("{file}: names no test function"));
+        }
+        for f in fns {
+            if !defines(&path, f) {
+                failures.push(format!("{file}: no `fn {f}`"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// What a text says of history rather than of what is: a project issue's
+/// number ("issue 23", "issues 20 and 21", "#23") or a phrase comparing with
+/// an earlier state. Another project's issue ("etcd issue 15220") is a fact
+/// about that project and passes.
+fn tells_history(text: &str) -> Option<String> {
+    let lower = text.to_lowercase();
+    // "as before" ends a clause; "as before any write" is a preposition.
+    for phrase in ["as before", "as it always was"] {
+        for (i, _) in lower.match_indices(phrase) {
+            let end = lower[i + phrase.len()..].chars().next();
+            if !end.is_some_and(|c| c.is_alphanumeric() || c == ' ') {
+                return Some(phrase.to_owned());
+            }
+        }
+    }
+    let bytes = lower.as_bytes();
+    for (i, _) in lower.match_indices("issue") {
+        let mut j = i + "issue".len();
+        if bytes.get(j) == Some(&b's') {
+            j += 1;
+        }
+        if bytes.get(j) != Some(&b' ') || !bytes.get(j + 1).is_some_and(u8::is_ascii_digit) {
+            continue;
+        }
+        let before = lower[..i].trim_end();
+        let foreign = [
+            "etcd",
+            "etcd's",
+            "kubernetes",
+            "kubernetes'",
+            "go",
+            "upstream",
+        ]
+        .iter()
+        .any(|p| before.ends_with(p));
+        if !foreign {
+            return Some(lower[i..(j + 4).min(lower.len())].to_owned());
+        }
+    }
+    for (i, _) in lower.match_indices('#') {
+        if bytes.get(i + 1).is_some_and(u8::is_ascii_digit) {
+            return Some(lower[i..(i + 4).min(lower.len())].to_owned());
+        }
+    }
+    None
+}
+
+#[test]
+fn no_heading_names_an_issue_or_tells_history() {
+    let mut failures = Vec::new();
+    for doc in documents() {
+        let text = std::fs::read_to_string(&doc).expect("read doc");
+        for line in prose_lines(&text) {
+            if !line.starts_with('#') {
+                continue;
+            }
+            if let Some(what) = tells_history(line.trim_start_matches('#')) {
+                failures.push(format!("{}: {line:?} ({what})", rel(&doc)));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A line's comment: the text after `//` when the line is one, or after a
+/// trailing ` // `.
+fn comment_of(line: &str) -> Option<&str> {
+    let t = line.trim_start();
+    if let Some(c) = t.strip_prefix("//") {
+        return Some(c);
+    }
+    line.find(" // ").map(|i| &line[i + 4..])
+}
+
+#[test]
+fn no_comment_in_src_names_an_issue_or_tells_history() {
+    let mut failures = Vec::new();
+    for file in src_files() {
+        let text = std::fs::read_to_string(root().join(&file)).expect("read source");
+        for (n, line) in text.lines().enumerate() {
+            if let Some(what) = comment_of(line).and_then(tells_history) {
+                failures.push(format!("{file}:{}: {what:?}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} comments tell history instead of the contract:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn the_history_check_catches_what_it_should() {
+    for bad in [
+        "the writer (issue 15) claims",
+        "see #23",
+        "issues 20 and 21",
+        "names are kept as before.",
+        "the inbox, as it always was",
+        "Issue 22: acting",
+    ] {
+        assert!(tells_history(bad).is_some(), "missed {bad:?}");
+    }
+    for good in [
+        "etcd issue 15220 orders them",
+        "checked as before any write",
+        "the issue's optional part",
+        "#[derive(Debug)]",
+        "an issue with 3 members",
+    ] {
+        assert_eq!(tells_history(good), None, "{good:?}");
+    }
+}
+
+/// BENCHMARKS.md opens with the block `cargo bench --bench bench -- --markdown`
+/// prints: the bench's markers, the command, a commit of this repository and
+/// the results table's header as `benches/stats.rs` writes it.
+#[test]
+fn benchmarks_open_with_the_generated_block() {
+    let text = std::fs::read_to_string(root().join("BENCHMARKS.md")).expect("BENCHMARKS.md");
+    let markdown =
+        std::fs::read_to_string(root().join("benches/markdown.rs")).expect("markdown.rs");
+    let marker = |name: &str| -> String {
+        let at = markdown
+            .find(&format!("pub const {name}: &str ="))
+            .unwrap_or_else(|| panic!("benches/markdown.rs declares {name}"));
+        markdown[at..]
+            .split('"')
+            .nth(1)
+            .expect("a string")
+            .to_owned()
+    };
+    let (begin, end) = (marker("BEGIN"), marker("END"));
+    let b = text
+        .find(&begin)
+        .expect("BENCHMARKS.md holds the bench's block");
+    let e = text.find(&end).expect("the block's end marker");
+    let before = &text[..b];
+    assert!(
+        !before.contains("\n|") && before.lines().filter(|l| l.starts_with("## ")).count() == 0,
+        "BENCHMARKS.md opens with the generated block (no table or section before it)"
+    );
+    let block = &text[b..e];
+    assert!(
+        block.contains("Regenerate: `cargo bench --bench bench -- --markdown"),
+        "the block names the command that regenerates it"
+    );
+    let stats = std::fs::read_to_string(root().join("benches/stats.rs")).expect("stats.rs");
+    let header = stats
+        .lines()
+        .find(|l| l.trim_start().starts_with("\"| # | measurement"))
+        .expect("stats.rs writes the table's header")
+        .trim()
+        .trim_start_matches('"')
+        .split("\\n")
+        .next()
+        .expect("header")
+        .to_owned();
+    assert!(block.contains(&header), "the block holds the bench's table");
+    let commit = block
+        .split("on commit `")
+        .nth(1)
+        .and_then(|s| s.split('`').next())
+        .expect("the block names its commit");
+    let known = std::process::Command::new("git")
+        .args(["cat-file", "-e", &format!("{commit}^{{commit}}")])
+        .current_dir(root())
+        .status()
+        .map(|s| s.success());
+    // A tree exported without git cannot say; a checkout must know the commit.
+    if root().join(".git").exists() {
+        assert_eq!(
+            known.ok(),
+            Some(true),
+            "commit {commit} is not in this repository"
+        );
+    }
+}

@@ -251,7 +251,7 @@ async fn acquire(
 ) -> anyhow::Result<Result<Leadership, i32>> {
     let name = &args.name;
     let mut opts = CampaignOptions::new(args.ttl);
-    // Acting is the command's: started, and its group dead (issue 22).
+    // Acting is the command's: started, and its group dead.
     opts.acting = ActingReports::ByCaller;
     if args.queue {
         opts = opts.queued();

@@ -1,8 +1,8 @@
-//! Which etcd clusters `tenure serve` watches (issue 25): `--cluster
+//! Which etcd clusters `tenure serve` watches: `--cluster
 //! NAME=ENDPOINTS` (repeatable; TLS, user, prefix and sources from the
 //! other flags, the same for all), or the `[[cluster]]` tables of `--config
 //! FILE`, each with its own, named as the flags are. Without either: the
-//! one cluster of `--endpoints`, unnamed, as before.
+//! one cluster of `--endpoints`, unnamed.
 //!
 //! A cluster's name becomes the first segment of its elections' names
 //! (`NAME/jobs`) and a suffix of its history state's keys (`@NAME`): it is

@@ -21,7 +21,7 @@ pub struct FloorKeeper {
     readiness: Arc<Readiness>,
     /// Off for `tenure dev`, whose etcd is new at every start.
     enabled: bool,
-    /// Which cluster, for the log (issue 25; empty with one).
+    /// Which cluster, for the log (empty with one).
     label: String,
     tasks: JoinSet<()>,
 }

@@ -10,7 +10,7 @@ use crate::history::{parse_time, terms_to_csv, Db, Query, Reader};
 use crate::layout::path::WatchedName;
 
 /// A name as the history stores it: an election's, or `CLUSTER/NAME` of
-/// one of several clusters (issue 25), `NAME` valid within it.
+/// one of several clusters, `NAME` valid within it.
 fn history_name(raw: &str) -> Result<String, String> {
     match WatchedName::parse(raw) {
         Ok(_) => Ok(raw.to_owned()),

@@ -485,7 +485,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             return tokio::task::spawn_blocking(move || history::run(args)).await?
         }
         Command::Dev(args) => return dev::run(args).await,
-        // Several clusters: each its own connection (issue 25).
+        // Several clusters: each its own connection.
         Command::Serve(cmd) if !cmd.args.clusters.is_empty() || cmd.args.config.is_some() => {
             return Ok(serve::run_many(&cli.global, cmd)
                 .await?

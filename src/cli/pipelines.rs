@@ -1,7 +1,7 @@
 //! Each watched cluster's pipeline in `tenure serve`: its watcher and its
 //! poller of etcd's own events, feeding the one serve loop through the
 //! [`Inbox`]. With one cluster (no `--cluster`) the watcher's channel is
-//! the inbox, as it always was. With several (issue 25) each cluster's
+//! the inbox. With several, each cluster's
 //! pipeline is a task that forwards its updates tagged with the cluster's
 //! index, and one whose etcd did not answer at start first connects,
 //! trying again until it does (its `/readyz` line says why meanwhile),
@@ -234,7 +234,7 @@ async fn baseline(
         .context("reading the recorded etcd cluster events")
 }
 
-/// etcd's own events (issue 14): a bounded poll beside the watcher, from
+/// etcd's own events: a bounded poll beside the watcher, from
 /// `baseline`, named by the cluster (none with `--cluster-poll 0`).
 fn poller(
     client: &Client,

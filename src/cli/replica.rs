@@ -1,4 +1,4 @@
-//! `tenure serve` replicas sharing one PostgreSQL history (issue 15).
+//! `tenure serve` replicas sharing one PostgreSQL history.
 //!
 //! Every replica runs its own watcher for metrics, readiness and the live
 //! feed, and reads pages and API from the shared database. Exactly one
@@ -43,7 +43,7 @@ pub enum History {
 impl History {
     /// A batch of the serve loop's watcher: stored by a local store; the
     /// shared history's writer records from a watcher of its own.
-    /// With several clusters (`scope`: the batch's, issue 25), its names
+    /// With several clusters (`scope`: the batch's), its names
     /// are already `CLUSTER/NAME`.
     pub async fn write(&self, scope: &Scope, batch: Batch) -> Result<(), HistoryError> {
         match self {
@@ -53,7 +53,7 @@ impl History {
     }
 
     /// The serve loop's watcher caught up with etcd: a local history
-    /// records that it watched until now (issue 20.7: time after the last
+    /// records that it watched until now (time after the last
     /// such moment, until a watcher is live again, was not watched). The
     /// shared history's writer records its own watcher's.
     /// Waits until what this serve queued is committed (a local store);
@@ -151,7 +151,7 @@ pub struct SharedConfig {
     pub id: String,
     pub metrics: HistoryWriterMetrics,
     /// This replica's readiness: told whether the history is being
-    /// recorded (issue 20.11).
+    /// recorded.
     pub readiness: Arc<Readiness>,
 }
 
@@ -393,7 +393,7 @@ async fn write_term(
 }
 
 /// Notes in the database why this replica, as the writer, records nothing
-/// (issue 20.11); a database that cannot take even that is only logged.
+/// (every replica's `/readyz` says it); a database that cannot take even that is only logged.
 async fn note_error(cfg: &SharedConfig, message: String) {
     let (url, id) = (cfg.url.clone(), cfg.id.clone());
     let noted = tokio::task::spawn_blocking(move || {

@@ -1,5 +1,5 @@
 //! What of tenure's environment the command it supervises does not get:
-//! the credentials tenure reads (issue 20.9). The command inherits every
+//! the credentials tenure reads. The command inherits every
 //! other variable, so without this it would hold the etcd password (and
 //! hand it to everything it starts, print it in a crash dump, send it to
 //! a log collector).

@@ -17,7 +17,7 @@ use crate::events::cluster::{ClusterEvent, ClusterEventKind};
 use crate::events::{Batch, Event, EventKind, Update};
 use crate::history::{Db, Store};
 use crate::telemetry::{self, Metrics, MetricsOptions};
-// Issue 15: a SQLite file of one's own, or a PostgreSQL history shared by replicas.
+// The history: a SQLite file of one's own, or a PostgreSQL history shared by replicas.
 pub use super::clusters::{ClusterFlag, Connector, Watched};
 use super::pipelines::{in_cluster, read_access, watch_config, Common, Inbox, Member};
 use super::replica::{self, History};
@@ -226,7 +226,7 @@ pub async fn run_with(
     run_clusters(vec![one], args, metrics, stop).await
 }
 
-/// Serves `clusters` (issue 25: several, each named; or the one, unnamed)
+/// Serves `clusters` (several, each named; or the one, unnamed)
 /// until `stop` resolves or a watcher ends. One serve loop applies every
 /// cluster's updates in the order they come: each cluster's metrics and
 /// readiness are its own, its history rows are named `CLUSTER/NAME` and
@@ -401,7 +401,7 @@ pub async fn run_clusters(
 }
 
 /// A history of one unnamed cluster and one of named clusters are not
-/// mixed (issue 25): names, resume revisions and fleet-wide marks differ.
+/// mixed: names, resume revisions and fleet-wide marks differ.
 /// A named cluster the history has not seen yet is welcome (a new one);
 /// one it records that is not configured stays in it, not watched.
 async fn same_clusters(store: &History, clusters: &[Watched], db: &Db) -> anyhow::Result<()> {
@@ -637,7 +637,7 @@ fn limits_of(args: &ServeArgs) -> Limits {
 async fn close_history(store: History, members: &[Member], pid: u32) -> anyhow::Result<()> {
     for m in members {
         if m.readiness.is_ready() {
-            // Watched until this stop (issue 20.7).
+            // Watched until this stop.
             store
                 .watched(&m.scope, crate::events::now_ms())
                 .await

@@ -1,5 +1,5 @@
 //! Acting records: what a holder says about when it actually acted as
-//! leader in one term (issue 22). etcd knows when a term began and ended;
+//! leader in one term. etcd knows when a term began and ended;
 //! only the holder knows when its program started acting, was told to stop
 //! and had stopped. The difference is the split-brain window.
 //!

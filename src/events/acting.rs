@@ -1,4 +1,4 @@
-//! A term's acting, placed on etcd's time, and its margin (issue 22). Pure:
+//! A term's acting, placed on etcd's time, and its margin. Pure:
 //! the history's readers (API, pages, report) and the metrics use it alike.
 //!
 //! The holder's record (`election::acting`) counts from its base, the

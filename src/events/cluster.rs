@@ -20,8 +20,8 @@ pub struct ClusterEvent {
     /// It happened after this (unix ms); `None`: unknown how long before
     /// `at_ms`.
     pub not_before_ms: Option<i64>,
-    /// The cluster it happened in, when serve watches several (issue 25,
-    /// `--cluster NAME=...`); absent for the one cluster of a serve without.
+    /// The cluster it happened in, when serve watches several
+    /// (`--cluster NAME=...`); absent for the one cluster of a serve without.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
     #[serde(flatten)]

@@ -1,4 +1,4 @@
-//! Each stored term's acting and margin (issue 22), from the holders'
+//! Each stored term's acting and margin, from the holders'
 //! records among the stored events: which events to read for a page of
 //! terms ([`Span`]), and the terms filled from them ([`Found::fill`]).
 //! Pure; `Reader` runs the queries, `events::acting` computes each view.

@@ -42,7 +42,7 @@ pub(super) fn baseline(
     conn: &Connection,
     scope: Option<&str>,
 ) -> Result<ClusterBaseline, HistoryError> {
-    // Each cluster's own rows (issue 25): a busy cluster's must not push a
+    // Each cluster's own rows: a busy cluster's must not push a
     // quiet one's out of the window.
     let mut stmt = conn.prepare_cached(
         "SELECT json FROM (SELECT id, json FROM cluster_events \

@@ -8,11 +8,11 @@ pub(super) const CLUSTER_KEY: &str = "cluster_id";
 /// The current timeline (`terms.epoch`); absent means 0.
 pub(super) const EPOCH_KEY: &str = "epoch";
 /// The last moment (unix ms) the history's watcher is known to have been
-/// live: the commit of a batch, or a caught-up heartbeat (issue 20.7).
+/// live: the commit of a batch, or a caught-up heartbeat.
 /// Time after it, until a watcher is live again, was not watched.
 pub(super) const WATCHED_KEY: &str = "watched_at_ms";
 
-/// Which cluster's state (issue 25): `None` for the one cluster of a serve
+/// Which cluster's state: `None` for the one cluster of a serve
 /// without `--cluster`, whose keys are the plain ones above; `Some(name)`
 /// for a named cluster, whose keys end in `@name`. A name never holds `@`
 /// or `/` (`cli::clusters` refuses them), so no two scopes share a key.

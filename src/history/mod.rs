@@ -1,5 +1,9 @@
-//! The SQLite history: who led when, how each term ended, every event and
-//! every fence refusal, and the revision the watcher resumes from.
+//! The history: who led when, how each term ended, every event and every
+//! fence refusal, etcd's own events, and the revision the watcher resumes
+//! from (per cluster when serve watches several). Stored in a SQLite file
+//! of one's own (the default) or in a PostgreSQL database shared by
+//! replicas, whose one writer is fenced in the database (`pg/`); the
+//! writer's logic is written once over both (`writer.rs`).
 //!
 //! - [`Store`] is the sink `tenure serve` writes to. One dedicated OS thread
 //!   owns the only write connection; [`Store::write`] queues a [`Batch`]
@@ -9,12 +13,12 @@
 //!   `batch.revision`), so after a crash the watcher resumes exactly where
 //!   the stored events end. A batch at or below the stored resume revision
 //!   is ignored whole: a replay cannot duplicate anything.
-//! - Reads use separate read-only connections (WAL lets them run beside the
-//!   writer). They are blocking calls: from async code, use
+//! - Reads use separate read-only connections (SQLite's WAL lets them run
+//!   beside the writer; PostgreSQL's through `pg/`'s read pool). They are blocking calls: from async code, use
 //!   `spawn_blocking` (take a [`Reader`] with [`Store::reader`], it is
 //!   cheap to clone).
-//! - [`Reader`] opens an existing file for the CLI without starting a
-//!   writer; it runs the very same queries.
+//! - [`Reader`] opens an existing file or database for the CLI without
+//!   starting a writer; it runs the very same queries.
 //! - Retention: the writer deletes events and refusals older than the
 //!   retention, and ended terms that ended before it, once when it starts
 //!   and then at most once a minute (checked after each commit, so an idle
@@ -25,8 +29,8 @@
 //!   return [`HistoryError::WriterFailed`]. The stored resume revision still
 //!   matches the stored events, so a restarted process resumes correctly.
 //!
-//! Schema (version [`SCHEMA_VERSION`], in `PRAGMA user_version`): see
-//! `schema.rs`.
+//! Schema (SQLite: version [`SCHEMA_VERSION`], in `PRAGMA user_version`):
+//! see `schema.rs`, and `pg/schema.rs` for PostgreSQL's.
 
 mod acting;
 pub mod cluster;
@@ -58,7 +62,7 @@ pub use pg::{
     is_postgres_url, prepare as prepare_postgres, record_writer_error, redact, PG_SCHEMA_VERSION,
 };
 
-/// What a shared history says of its recording (issue 20.11): how far it
+/// What a shared history says of its recording: how far it
 /// has recorded, when its writer was last live, who writes, and the last
 /// failure a writer noted.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -330,7 +334,7 @@ impl Store {
         self.write_in(None, batch).await
     }
 
-    /// [`Store::write`] for the cluster `scope` names (issue 25): the
+    /// [`Store::write`] for the cluster `scope` names: the
     /// batch's names are already qualified (`CLUSTER/NAME`), its resume
     /// revision is the cluster's own.
     pub async fn write_in(&self, scope: Scope, batch: Batch) -> Result<()> {
@@ -350,7 +354,7 @@ impl Store {
 
     /// Records that the watcher was live (caught up with etcd) at `at_ms`:
     /// the history then knows it watched until that moment, even when no
-    /// event came (issue 20.7). Committed with the next group.
+    /// event came. Committed with the next group.
     pub async fn watched(&self, at_ms: i64) -> Result<()> {
         self.watched_in(None, at_ms).await
     }

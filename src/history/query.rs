@@ -78,7 +78,7 @@ pub struct TermRow {
     /// not known. `None`: both ends were seen as they happened.
     #[schema(value_type = Option<Vec<Option<f64>>>, min_items = 2, max_items = 2)]
     pub duration_bounds_seconds: Option<[Option<f64>; 2]>,
-    /// When its holder acted as leader, and the margin (issue 22); filled
+    /// When its holder acted as leader, and the margin; filled
     /// by [`crate::history::Reader::terms`] from the holders' records.
     #[serde(flatten)]
     pub acting: ActingView,
@@ -206,7 +206,7 @@ pub(super) fn watched_until(
 ) -> Result<Option<i64>, HistoryError> {
     let heartbeat = read_state(conn, &scoped(WATCHED_KEY, scope))?;
     if scope.is_some() {
-        // A named cluster's history is recent (issue 25): every commit of
+        // A named cluster's history is recent: every commit of
         // its batches raised its own key, so no arrival is later than it.
         // (The arrivals are a scan of the cluster's names; the pages ask
         // this for every lane while the cluster is down.)

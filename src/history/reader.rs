@@ -107,7 +107,7 @@ impl Reader {
         self.resume_point_of(None)
     }
 
-    /// [`Reader::resume_point`] of one cluster of several (issue 25): its
+    /// [`Reader::resume_point`] of one cluster of several: its
     /// own revision and cluster id, and its open terms by the names its
     /// watcher gives them (`CLUSTER/` taken off).
     pub fn resume_point_of(&self, scope: Option<&str>) -> Result<Option<ResumePoint>> {
@@ -142,7 +142,7 @@ impl Reader {
     }
 
     /// Each term's acting and margin, from its holder's records and the
-    /// term that followed it (issue 22; `history::acting`).
+    /// term that followed it (`history::acting`).
     fn add_acting(&self, election: &str, q: &Query, rows: &mut [TermRow]) -> Result<()> {
         let Some(span) = acting::Span::of(rows) else {
             return Ok(());
@@ -238,19 +238,19 @@ impl Reader {
     /// The last moment a watcher recording into this history is known to
     /// have been live (a batch committed, or a caught-up heartbeat), or the
     /// newest event's arrival if later; `None`: never. What came after it,
-    /// until a watcher is live again, was not watched (issue 20.7).
+    /// until a watcher is live again, was not watched.
     pub fn watched_until(&self) -> Result<Option<i64>> {
         self.watched_until_of(None)
     }
 
     /// The clusters this history records, by their resume revisions:
     /// `None` for the one cluster of a serve without `--cluster`, a name
-    /// for each of several (issue 25).
+    /// for each of several.
     pub fn scopes(&self) -> Result<Vec<Option<String>>> {
         self.run(query::scopes, pg::scopes)
     }
 
-    /// [`Reader::watched_until`] of one cluster of several (issue 25).
+    /// [`Reader::watched_until`] of one cluster of several.
     pub fn watched_until_of(&self, scope: Option<&str>) -> Result<Option<i64>> {
         self.scoped(scope)?;
         self.run(|c| query::watched_until(c, scope), pg::watched_until)
@@ -385,7 +385,7 @@ impl Reader {
         self.cluster_baseline_of(None)
     }
 
-    /// [`Reader::cluster_baseline`] of one cluster of several (issue 25).
+    /// [`Reader::cluster_baseline`] of one cluster of several.
     pub fn cluster_baseline_of(
         &self,
         scope: Option<&str>,

@@ -30,7 +30,7 @@ impl WriteConn for Connection {
         super::summary::prune(self, cutoff)
     }
 
-    /// Copies the WAL into the main file and truncates it (issue 20.8):
+    /// Copies the WAL into the main file and truncates it:
     /// otherwise a clean exit can leave every commit in `-wal` (a read-only
     /// reader closing last does not checkpoint), and a copy of the `.db`
     /// file alone, the naive backup, has no tables. Waits for readers by the

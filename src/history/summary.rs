@@ -1,11 +1,11 @@
-//! The `elections` table (SQLite schema 4, PostgreSQL schema 3; issue 23):
+//! The `elections` table (SQLite schema 4, PostgreSQL schema 3):
 //! one row per election the history knows, with its terms and refusals
 //! counted and its last event's time. The writer keeps it in the very
 //! transaction that stores the events (and retention in the one that
 //! deletes them), so listing, counting and paging elections, and one
 //! election's summary, read this table, never every row of the others.
 //! An election is known while any of `events`, `terms` or `refusals` has a
-//! row of it, as before the table existed.
+//! row of it.
 //!
 //! This file: the SQLite statements and what both backends share (the
 //! per-transaction [`Deltas`], the page types). PostgreSQL's are in

@@ -1,5 +1,5 @@
 //! Cross-election reads for the incident view: which elections were active
-//! in a window, and how much (issue 14).
+//! in a window, and how much.
 
 use std::collections::BTreeMap;
 

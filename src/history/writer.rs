@@ -34,7 +34,7 @@ pub(super) enum Msg {
     /// The etcd cluster id the watcher reads from (after the batch it
     /// loaded): stored so a restart can tell a replaced cluster.
     Cluster(Scope, u64),
-    /// One of etcd's own events (issue 14): stored in order, once.
+    /// One of etcd's own events: stored in order, once.
     ClusterEvent(crate::events::cluster::ClusterEvent),
     /// The watcher was live (caught up with etcd) at this moment, unix ms.
     Watched(Scope, i64),
@@ -57,7 +57,7 @@ pub(super) trait WriteTx {
     fn raise_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError>;
     /// Stores one event (its row, and what it means for terms and refusals).
     fn apply(&mut self, event: &Event, epoch: i64) -> Result<(), HistoryError>;
-    /// A reset of one cluster started timeline `to` (issue 25): the open
+    /// A reset of one cluster started timeline `to`: the open
     /// terms of timeline `from` whose election is not under `except` (the
     /// cluster that reset) belong to clusters that did not, and go on in
     /// timeline `to`.

@@ -1,4 +1,4 @@
-//! The shared history's writer (issue 15): which replica writes, and how
+//! The shared history's writer: which replica writes, and how
 //! many of its commits the database's writer fence refused. Registered by
 //! `tenure serve` into [`Metrics`]' registry, beside (not inside) the
 //! families of [`Metrics::new`].

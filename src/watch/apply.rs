@@ -144,8 +144,8 @@ fn ends_deleted(pending: &mut [state::Pending]) {
 /// of that one lease, in a revision of its own, and puts nothing. So a
 /// revision that also puts, or deletes keys of two leases (no lease
 /// counting as one), deleted every one of its keys while their leases
-/// lived: `deleted` for each, certain, with no lookup (issue 23: 10,000
-/// leader keys deleted by one request were 10,000 lookups). The leases are
+/// lived: `deleted` for each, certain, with no lookup (otherwise
+/// 10,000 leader keys deleted by one request are 10,000 lookups). The leases are
 /// the ones the state held ([`State::known_leases`]); a deletion of a key
 /// it did not hold says nothing.
 fn explicit_deletion(revision: &[Change]) -> bool {

@@ -43,8 +43,8 @@ pub(super) struct Sample {
 #[derive(Default)]
 pub(super) struct Leases {
     /// election → lease of its current leader. Each name is allocated once
-    /// and shared by the tables below (issue 23: five copies of 100,000
-    /// names were a fifth of the start-up).
+    /// and shared by the tables below (five copies
+    /// of 100,000 names would be a fifth of the start-up).
     current: HashMap<Arc<str>, i64>,
     pub(super) samples: HashMap<i64, Sample>,
     /// Leases whose last sample shows them near their expiry (lapsing:
@@ -80,7 +80,7 @@ impl Leases {
     }
 
     /// Room for `n` leading elections at once: a snapshot's 100,000
-    /// would otherwise grow (and rehash) every table many times (issue 23).
+    /// would otherwise grow (and rehash) every table many times.
     fn reserve(&mut self, n: usize) {
         self.current.reserve(n);
         self.in_fresh.reserve(n);

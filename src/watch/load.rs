@@ -187,7 +187,7 @@ impl Watcher {
         self.report(statuses, tx).await?;
         send(tx, Update::Watch(WatchStatus::EtcdUp(true))).await?;
         send(tx, Update::Batch(Batch { revision, events })).await?;
-        // After the batch: the sinks take it meanwhile (issue 23).
+        // After the batch: the sinks take it meanwhile.
         self.track_all_leases(state);
         report_waiting(state, tx).await?;
         send(

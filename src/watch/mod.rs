@@ -56,7 +56,7 @@ pub const MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
 /// Keys per range request of a snapshot: pages of one revision. etcd 3.4
 /// walks every key left in the range for each page (to count them), so
 /// fewer, larger pages read 100,000 keys in 2 pages' walks (150,000 keys)
-/// instead of 10 (550,000 keys): issue 23.
+/// instead of 10 (550,000 keys).
 pub const SNAPSHOT_PAGE_KEYS: i64 = 50_000;
 
 /// How long the check for a replaced etcd after a broken stream may delay
@@ -287,7 +287,7 @@ impl Watcher {
 
     /// Asks etcd's version: requested progress notifications are ordered
     /// after pending events from etcd 3.4.25 and 3.5.8 on (etcd PRs 15697,
-    /// 15695 for issue 15220). Unknown (no answer, unparsable) → untrusted.
+    /// 15695 for etcd issue 15220). Unknown (no answer, unparsable) → untrusted.
     async fn check_progress_order(&self) {
         let version = version::etcd_version(&self.client)
             .await

@@ -372,7 +372,7 @@ impl State {
         self.standing.clear();
         self.primaries.clear();
         // Room for them all at once: growing by doubling would move every
-        // election, and hold both tables, several times (issue 23).
+        // election, and hold both tables, several times.
         self.elections.reserve(kvs.len().min(self.max_elections));
         let mut statuses = Vec::new();
         for kv in kvs {
@@ -394,8 +394,8 @@ impl State {
         let mut events = self.reconcile(revision, open, at_ms);
         // Dirty, now the leaders are known: only the elections whose
         // waiting count differs from the one last reported (all that
-        // `waiting_changes` would hand out), not every election (issue 23:
-        // 100,000 names cloned, then each looked up again, at start-up).
+        // `waiting_changes` would hand out), not every election
+        // (100,000 names cloned, then each looked up again, at start-up).
         self.dirty = self
             .elections
             .iter()
@@ -451,7 +451,7 @@ impl State {
         let open: HashMap<&str, &OpenTerm> =
             open.iter().map(|t| (t.election.as_str(), t)).collect();
         let mut events = Vec::new();
-        // In name order, without a copy of each name (issue 23).
+        // In name order, without a copy of each name.
         let mut elections: Vec<(&String, &mut Election)> = self.elections.iter_mut().collect();
         elections.sort_unstable_by(|a, b| a.0.cmp(b.0));
         for (name, e) in elections {
@@ -497,7 +497,7 @@ impl State {
             .map(|(n, _)| n.clone())
             .collect();
         // Every pair (ancestor, nested) is found from its nested side: one
-        // look-up per `/` of each name, no range per name (issue 23).
+        // look-up per `/` of each name, no range per name.
         let pairs: Vec<(String, String)> = self
             .holding
             .iter()
@@ -531,7 +531,7 @@ impl State {
             .collect();
         // Every name under `name/` follows `name`, after the ones that go on
         // with a byte below `/` (`name-x`): found without building the
-        // bounds (issue 23: two strings per election at every start-up).
+        // bounds (two strings per election at every start-up).
         let nested = self
             .holding
             .range::<str, _>((Bound::Excluded(name), Bound::Unbounded))

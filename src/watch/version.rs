@@ -72,7 +72,7 @@ fn parse_answer(answer: &[u8]) -> Result<String, String> {
 
 /// Whether etcd `version` orders requested progress notifications after
 /// pending events: 3.4.25+, 3.5.8+, 3.6 and later (etcd PRs 15697, 15695
-/// for issue 15220). Unparsable: no.
+/// for etcd issue 15220). Unparsable: no.
 pub fn progress_ordered(version: &str) -> bool {
     fixed_in(version, 25, 8)
 }

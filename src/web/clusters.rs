@@ -1,4 +1,4 @@
-//! Several clusters in one server (issue 25): which cluster an election's
+//! Several clusters in one server: which cluster an election's
 //! name names (`CLUSTER/NAME`), whose client reads it live, whose
 //! readiness says since when it was not watched; `/readyz` per cluster and
 //! one `/metrics` of all. With one cluster (no `--cluster`) every name is
@@ -245,7 +245,7 @@ pub(super) fn render_metrics(s: &AppState, keep: Option<&dyn Fn(&str) -> bool>) 
     crate::telemetry::merge_clusters(&parts, &serve)
 }
 
-/// `cluster=NAME` of a page's or the report's query (issue 25): the
+/// `cluster=NAME` of a page's or the report's query: the
 /// elections of that cluster, matching `glob` within it when given.
 pub fn within_cluster(cluster: Option<&str>, glob: Option<String>) -> Option<String> {
     match cluster {

@@ -48,7 +48,7 @@ async fn events(
     State(s): State<Arc<AppState>>,
     ApiQuery(q): ApiQuery<LiveQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
-    // With several clusters, `CLUSTER/NAME` of a configured one (issue 25).
+    // With several clusters, `CLUSTER/NAME` of a configured one.
     let filter = q
         .election
         .as_deref()

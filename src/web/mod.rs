@@ -56,12 +56,12 @@ pub struct Readiness {
     live_at_ms: AtomicI64,
     /// The highest revision of a batch with events (progress excluded).
     event_revision: AtomicI64,
-    /// A shared history: whether it is being recorded (issue 20.11).
+    /// A shared history: whether it is being recorded.
     recording: std::sync::Mutex<Option<recording::Recording>>,
     /// Why tenure's token floor could not be raised after a reset (not
     /// ready until it is: tokens of the restored range are not refused).
     floor_problem: std::sync::Mutex<Option<String>>,
-    /// Why serve could not connect to this cluster yet (issue 25: one of
+    /// Why serve could not connect to this cluster yet (one of
     /// several, unreachable at start; tried again until it answers).
     connect_problem: std::sync::Mutex<Option<String>>,
 }
@@ -230,7 +230,7 @@ impl Readiness {
             .and_then(|r| r.stale(std::time::Instant::now()))
     }
 
-    /// Since when nothing has been watched (issue 20.7): `None` while the
+    /// Since when nothing has been watched: `None` while the
     /// watcher is live (ready); else the last moment a watcher is known to
     /// have been live, by this process or as the history records (a
     /// heartbeat, or the newest arrival; the previous run's, after a
@@ -312,7 +312,7 @@ pub struct AppState {
     pub client: Option<Client>,
     /// Every event, as the watcher produced it, for SSE subscribers.
     pub live: broadcast::Sender<Arc<Event>>,
-    /// etcd's own events as they are recorded (issue 14), for the same feed.
+    /// etcd's own events as they are recorded, for the same feed.
     pub cluster_live: broadcast::Sender<Arc<crate::events::cluster::ClusterEvent>>,
     pub auth: Auth,
     /// `--read-token`: every read but the probes needs it (or the API
@@ -322,7 +322,7 @@ pub struct AppState {
     pub api_rate: api::RateLimiter,
     /// What the watcher reads (the pages read Patroni's members live).
     pub sources: crate::layout::Sources,
-    /// Several clusters (issue 25, `serve --cluster`), each with its own
+    /// Several clusters (`serve --cluster`), each with its own
     /// client, readiness, metrics and sources; the fields above are then
     /// the first cluster's (`client`, `sources`) or serve-wide (`metrics`:
     /// the history writer's). Empty: the one cluster of the fields above.

@@ -1,4 +1,4 @@
-//! Whether a shared history is being recorded (issue 20.11), as one replica
+//! Whether a shared history is being recorded, as one replica
 //! can tell: its own watcher saw etcd reach a revision, and the database
 //! has not stored it for longer than a writer takeover takes. Then no
 //! replica records (the writer's watcher is stuck, the database refuses its

@@ -67,7 +67,7 @@ pub fn replayed_since(marks: &[ReplayMark], revision: i64, at_ms: i64) -> Option
 /// been live, when none is live now) on. What happened in it reaches the
 /// history only when a watcher replays it, so whether an election had a
 /// leader there is unknown: leaderless time in it is a bound, never a
-/// figure (issue 20.7). `None` when everything was watched.
+/// figure. `None` when everything was watched.
 pub fn not_watched(unwatched_since: Option<i64>, lo: i64, hi: i64) -> Option<(i64, i64)> {
     unwatched_since
         .map(|since| (since.max(lo), hi))

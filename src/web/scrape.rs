@@ -1,5 +1,5 @@
-//! `GET /metrics`: the whole scrape, or a part of it for a very large fleet
-//! (issue 23): `?scope=fleet` (the process and fleet-wide families alone,
+//! `GET /metrics`: the whole scrape, or a part of it for a very large fleet:
+//! `?scope=fleet` (the process and fleet-wide families alone,
 //! no series per election) or `?match=GLOB` (the per-election series of
 //! the elections the glob matches, with the fleet-wide families). Rendered
 //! on a blocking thread: 100,000 elections take ~0.1 s of CPU.
@@ -45,7 +45,7 @@ impl ScrapeScope {
                     }
                 },
                 "match" => scope = ScrapeScope::Matching(v.chars().take(256).collect()),
-                // One cluster's elections (issue 25).
+                // One cluster's elections.
                 "cluster" => {
                     scope = ScrapeScope::Matching(crate::events::qualify(
                         &v.chars().take(64).collect::<String>(),
@@ -105,7 +105,7 @@ pub(super) async fn metrics(State(s): State<Arc<AppState>>, RawQuery(raw): RawQu
     let text = tokio::task::spawn_blocking(move || {
         let _turn = turn;
         if !s.clusters.is_empty() {
-            // Several clusters: each its own, labelled (issue 25).
+            // Several clusters: each its own, labelled.
             return match &scope {
                 ScrapeScope::All => super::clusters::render_metrics(&s, None),
                 ScrapeScope::Fleet => super::clusters::render_metrics(&s, Some(&|_| false)),

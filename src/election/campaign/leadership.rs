@@ -32,7 +32,7 @@ pub struct Leadership {
     key_watch: JoinHandle<()>,
     signals: Option<JoinHandle<()>>,
     acquired_at: Instant,
-    /// What this term's holder reports about its acting (issue 22).
+    /// What this term's holder reports about its acting.
     acting: std::sync::Arc<std::sync::Mutex<Acting>>,
     reports: ActingReports,
 }

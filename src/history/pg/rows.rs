@@ -1,7 +1,7 @@
 //! One write transaction's rows, sent to PostgreSQL as a few multi-row
 //! statements (columns as arrays, `unnest`) instead of a round trip per
-//! event (issue 23: ingestion went at 0.6–0.8 of a bare watch, one round
-//! trip per event). Per flush, at most five statements whatever the number
+//! event (which holds ingestion to 0.6–0.8 of a bare watch). Per flush,
+//! at most five statements whatever the number
 //! of events: the events (in order: their ids keep it), the terms started,
 //! the terms ended (inserted when their start was never stored, then ended
 //! where still open: the first end recorded stands), the refusals. The

@@ -89,7 +89,7 @@ ALTER TABLE history_writer ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;
 "#;
 
 /// Version 3: the writer's last failure, so that every replica's `/readyz`
-/// can say why nothing is being recorded (issue 20.11): which replica, when,
+/// can say why nothing is being recorded: which replica, when,
 /// and its error.
 const V3: &str = r#"
 ALTER TABLE history_writer ADD COLUMN IF NOT EXISTS last_error TEXT;

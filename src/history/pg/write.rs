@@ -25,8 +25,8 @@ const WRITER_LOCK_TIMEOUT: &str = "5s";
 /// The statements of the write path, prepared once per connection.
 struct Stmts {
     /// The fence row, locked: the first statement of every transaction
-    /// (prepared once: as a string it was parsed again each time, one
-    /// more round trip per commit, issue 23).
+    /// (prepared once per session: as a string it would be parsed at
+    /// every commit, one more round trip).
     fence: Statement,
     read_state: Statement,
     read_states: Statement,
@@ -368,7 +368,7 @@ impl WriteTx for PgTx<'_, '_> {
 
 /// Records why the writer `holder` stopped recording (its commit refused,
 /// its watch stuck), on a connection of its own, so that every replica's
-/// `/readyz` can say it (issue 20.11). Not fenced: it is a note, not
+/// `/readyz` can say it. Not fenced: it is a note, not
 /// history. Blocking.
 pub fn record_writer_error(url: &str, holder: &str, message: &str) -> Result<(), HistoryError> {
     let mut conn = connect(url, "")?;

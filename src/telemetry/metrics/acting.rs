@@ -1,4 +1,4 @@
-//! The fleet's margins (issue 22): each term's margin observed once, when
+//! The fleet's margins: each term's margin observed once, when
 //! it is final, into `tenure_acting_margin_seconds`, and the time its
 //! holder acted on after the next term began added to
 //! `tenure_overlap_seconds_total`. Computed by

@@ -1,4 +1,4 @@
-//! One exposition of several clusters' metrics (issue 25): a serve with
+//! One exposition of several clusters' metrics: a serve with
 //! `--cluster` keeps one [`Metrics`](super::Metrics) per cluster (each
 //! updated only by its own watcher, so nothing in them changes) and merges
 //! their texts here: each family once, its `# HELP`/`# TYPE` from the first

@@ -98,7 +98,7 @@ pub(super) struct Election {
     leaderless_since_ms: Option<i64>,
     /// Leaderless when the watcher stopped being live: the time until it
     /// is live again is not counted (nobody watched), and counting resumes
-    /// then if still leaderless (issue 20.7).
+    /// then if still leaderless.
     leaderless_paused: bool,
     /// This process saw a term of it end (its current term, or the last
     /// one): from then on `leaderless_seconds_total` has a series.

@@ -112,8 +112,8 @@ fn sample(out: &mut String, f: &Family, suffix: &str, values: &[&str], le: Optio
 }
 
 /// `v` exactly as `{v}` (`Display`, what the registry's encoder writes)
-/// would write it, without the formatting machinery (issue 23: it was a
-/// third of a render): whole numbers by `itoa`; others by `ryu` when its
+/// would write it, without the formatting machinery (its float
+/// formatting costs a third of a render): whole numbers by `itoa`; others by `ryu` when its
 /// text is a plain decimal of at most 15 significant digits (then the only
 /// shortest one: both give it); the rest (17-digit ties, which the two
 /// round differently, exponents, infinities) by `Display`.

@@ -43,7 +43,7 @@
 //! `leaderless_seconds_total` once this process saw it lose a leader; and
 //! the fence's `fencing_checks_total` (accepted, refused) and
 //! `fencing_refusals_total` (three reasons) once it used the fence. An
-//! election that keeps its leader and never fences has 6 (issue 23: a
+//! election that keeps its leader and never fences has 6 (a
 //! scrape of 10,000 such elections is under 4 MB). Term durations and term
 //! ends by cause are fleet-wide
 //! (`tenure_term_duration_seconds`, `tenure_term_ends_total`: 25 series in
@@ -133,14 +133,14 @@ pub struct Metrics {
     p: Process,
     options: MetricsOptions,
     /// By name, so a render needs no sort; boxed, so a tree node (eleven
-    /// slots) holds pointers, not eleven elections (issue 23).
+    /// slots) holds pointers, not eleven elections.
     elections: Mutex<BTreeMap<String, Box<Election>>>,
     /// Length of the last render, to size the next one's buffer.
     last_len: AtomicUsize,
     /// The watcher is not live (etcd unreachable, the stream broken or
-    /// stuck): leaderless time does not grow until it is (issue 20.7).
+    /// stuck): leaderless time does not grow until it is.
     paused: AtomicBool,
-    /// Terms whose acting margin is not final yet (issue 22).
+    /// Terms whose acting margin is not final yet.
     margins: Mutex<acting::Margins>,
 }
 
@@ -222,7 +222,7 @@ impl Metrics {
 
     /// Creates at once the elections of `events` not yet known, when they
     /// are many (a snapshot's: 100,000 at start-up): one build of the map
-    /// from sorted names, instead of as many inserts (issue 23: the
+    /// from sorted names, instead of as many inserts (the
     /// snapshot's batch is applied before `/readyz` says ready). The same
     /// elections as [`Metrics::apply`]'s loop would create.
     fn create_many(&self, elections: &mut BTreeMap<String, Box<Election>>, events: &[Event]) {

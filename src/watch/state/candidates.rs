@@ -1,7 +1,7 @@
 //! An election's keys (leader key and queue candidates) by key. Most
 //! elections have one key, held inline; two or more go in a `BTreeMap`. A
 //! `BTreeMap` allocates a whole node (eleven slots, ~800 bytes here) for its
-//! first entry: 80 MB over 100,000 one-key elections (issue 23), against
+//! first entry: 80 MB over 100,000 one-key elections, against
 //! nothing for the inline one.
 
 use std::collections::BTreeMap;

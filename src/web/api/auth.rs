@@ -22,7 +22,7 @@ use crate::web::{AppState, Auth};
 /// `invalid_body`), the name is valid (400 `invalid_name`).
 pub(super) struct Mutation<T> {
     pub(super) name: ElectionName,
-    /// The client of the election's cluster (issue 25).
+    /// The client of the election's cluster.
     pub(super) client: crate::election::Client,
     /// Its name as the history and the pages give it (`CLUSTER/NAME`).
     pub(super) full: String,

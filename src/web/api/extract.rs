@@ -120,7 +120,7 @@ pub(super) async fn raw_name(parts: &mut Parts) -> Result<String, Response> {
 }
 
 /// The route's `{name}`, validated: with several clusters, `CLUSTER/NAME`
-/// of a configured cluster (issue 25). Handlers that also take a query
+/// of a configured cluster. Handlers that also take a query
 /// extract this after it, so a bad query is reported before a bad name,
 /// as when they validated the name themselves.
 pub(super) struct ElectionPath(pub(super) crate::web::Target);

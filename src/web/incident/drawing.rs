@@ -33,7 +33,7 @@ pub struct Row {
     pub leaderless: String,
     pub leaderless_ms: i64,
     pub bars: Vec<timeline::Bar>,
-    /// Where a holder acted on after the next term began (issue 22): red
+    /// Where a holder acted on after the next term began: red
     /// across the row.
     pub overlaps: Vec<timeline::ActingBar>,
     pub shades: Vec<timeline::Shade>,

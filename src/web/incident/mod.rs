@@ -1,4 +1,4 @@
-//! The incident view (issue 14): every election on one timeline with etcd's
+//! The incident view: every election on one timeline with etcd's
 //! own events beside them, and the postmortem report.
 //!
 //! - `GET /timeline?from=&to=&match=GLOB&page=N&per_page=N`: one lane per

@@ -34,7 +34,7 @@ pub(super) struct ReportQuery {
     #[serde(rename = "match")]
     #[param(rename = "match")]
     glob: Option<String>,
-    /// The elections of one cluster (`serve --cluster`): `match` within it.
+    /// The elections of one cluster: `match` within it.
     cluster: Option<String>,
     /// `md` (Markdown, the default) or `json`.
     #[param(pattern = "^(md|json)$")]
@@ -62,7 +62,7 @@ pub struct ReportTerm {
     /// As for the start.
     pub end_replayed: bool,
     pub end_not_before: Option<String>,
-    /// When its holder acted, and the margin (issue 22).
+    /// When its holder acted, and the margin.
     #[serde(flatten)]
     pub acting: ActingView,
 }
@@ -301,7 +301,7 @@ pub fn build_report(w: &Window, now: i64) -> Report {
 
 /// Every term whose holder reported when it acted (tenure campaign, the
 /// library), overlaps first: who acted when, and by how much each stopped
-/// before another could have acted (issue 22).
+/// before another could have acted.
 fn who_acted_when(o: &mut String, r: &Report) {
     use std::fmt::Write;
     let mut rows: Vec<(&str, &ReportTerm)> = r

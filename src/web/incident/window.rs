@@ -101,7 +101,7 @@ pub struct Window {
     /// after it was not watched (see `replays::not_watched`). With several
     /// clusters: the earliest of theirs; each lane has its own.
     pub unwatched_since: Option<i64>,
-    /// Several clusters (issue 25): the gaps and replays of each, by its
+    /// Several clusters: the gaps and replays of each, by its
     /// fleet-wide name (`CLUSTER/`). Revisions are a cluster's own: a lane
     /// reads its own cluster's.
     pub clusters: std::collections::BTreeMap<String, FleetMarks>,
@@ -146,7 +146,7 @@ impl Window {
         own.chain(clusters)
     }
 
-    /// Several clusters (issue 25): each lane's cluster's own gaps and
+    /// Several clusters: each lane's cluster's own gaps and
     /// replays, read from the history (the fleet-wide ones of one cluster
     /// are under `CLUSTER/`).
     pub fn add_cluster_marks(&mut self, reader: &Reader) -> Result<(), HistoryError> {

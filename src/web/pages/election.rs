@@ -98,7 +98,7 @@ fn load_history(
     };
     let (events, events_complete) = newest_events(reader, name, &window, limit)?;
     // Fleet-wide events (gaps, resets, replay marks) have an empty election
-    // name, or their cluster's `CLUSTER/` (issue 25), so asking for that
+    // name, or their cluster's `CLUSTER/`, so asking for that
     // name gives them alone (the events query adds them to any election's).
     let fleet_name = crate::events::fleet_name_of(name);
     let fleet: Vec<_> = reader
@@ -212,7 +212,7 @@ pub(super) async fn election_page(
 }
 
 /// Whether etcd's event `e` concerns the election `name`: serve's own and
-/// the one cluster's do; with several clusters (issue 25), only its own
+/// the one cluster's do; with several clusters, only its own
 /// cluster's.
 fn concerns(e: &crate::events::cluster::ClusterEvent, name: &str) -> bool {
     e.cluster

@@ -68,7 +68,7 @@ pub(super) struct History {
     pub(super) replays: Vec<ReplayMark>,
     pub(super) refusals: Vec<RefusalRow>,
     pub(super) known_since_ms: Option<i64>,
-    /// etcd's own events in the window (issue 14).
+    /// etcd's own events in the window.
     pub(super) cluster: Vec<ClusterEvent>,
     /// No watcher has been live since then (`None`: one is live now).
     pub(super) unwatched_since: Option<i64>,

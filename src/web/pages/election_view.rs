@@ -273,9 +273,9 @@ struct RangeLinks {
     later_href: Option<String>,
     export_csv: String,
     export_json: String,
-    /// The postmortem report of this election and window (issue 14).
+    /// The postmortem report of this election and window.
     report_md: String,
-    /// Every election over the same window (issue 14).
+    /// Every election over the same window.
     all_href: String,
 }
 

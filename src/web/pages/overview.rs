@@ -61,7 +61,7 @@ struct OverviewPage {
     next_href: Option<String>,
 }
 
-/// Overview rows per page unless `per_page` says otherwise (issue 14).
+/// Overview rows per page unless `per_page` says otherwise.
 pub const OVERVIEW_PAGE: usize = 200;
 /// The most rows one overview page shows.
 pub const OVERVIEW_MAX_PAGE: usize = 2000;
@@ -247,7 +247,7 @@ struct Listing {
 /// Leader changes are terms started in the last 24 h (the same count the
 /// API's `changes_last_hour` makes for one hour).
 ///
-/// Cost (issue 23): sorted by name and unfiltered (the default), a page of
+/// Cost: sorted by name and unfiltered (the default), a page of
 /// the `elections` table, a count of the open terms and grouped counts of
 /// the page's changes and of the day's refusals: a bounded amount whatever
 /// the number of elections. Sorted by another column or filtered, every

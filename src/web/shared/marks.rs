@@ -7,7 +7,7 @@ use crate::history::{format_duration_ms, short_time};
 use crate::web::timeline::{self, Px};
 
 /// Leaderless time when part of the window was not watched: what was
-/// watched is a lower bound, the rest unknown (issue 20.7).
+/// watched is a lower bound, the rest unknown.
 pub fn not_watched_text(watched_ms: i64, since_ms: i64) -> String {
     format!(
         "unknown (≥ {}; not watched since {})",

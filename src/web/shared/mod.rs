@@ -40,7 +40,7 @@ impl Head {
             title,
             css: assets::css_href(),
             js: assets::js_href(),
-            // Several clusters: up when every one is (issue 25).
+            // Several clusters: up when every one is.
             etcd_up: state.readiness.etcd_up()
                 && state.clusters.iter().all(|c| c.readiness.etcd_up()),
             revision: if state.clusters.is_empty() {

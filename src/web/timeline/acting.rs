@@ -1,4 +1,4 @@
-//! Acting bars (issue 22): under each term bar drawn one by one, a thin bar
+//! Acting bars: under each term bar drawn one by one, a thin bar
 //! from when its holder began acting to when it stopped (or, only bounded,
 //! to the bound, hatched), and in red the part it acted on after the next
 //! term began: two holders acting at once.

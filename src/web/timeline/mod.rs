@@ -26,8 +26,8 @@
 //!   whose token was refused (the deposed leader writing after its term),
 //!   else in a "fence" lane added at the bottom. Markers closer than
 //!   [`MARKER_MERGE`] in one lane are merged (with a count).
-//! - Under a term drawn on its own, a thin bar shows when its holder acted
-//!   (issue 22), red where it acted on after the next term began.
+//! - Under a term drawn on its own, a thin bar shows when its holder acted,
+//!   red where it acted on after the next term began.
 //! - A watcher gap (compacted history) is a dashed vertical line at the time
 //!   the watcher resynced.
 //! - Colours: one of [`HUES`] buckets per lane (the stylesheet maps bucket
@@ -125,7 +125,7 @@ pub struct Input<'a> {
     pub known_since_ms: Option<i64>,
     /// No watcher has been live since then (`None`: one is live now): the
     /// rest of the window was not watched, and whether the election had a
-    /// leader there is unknown (issue 20.7; `replays::not_watched`).
+    /// leader there is unknown (`replays::not_watched`).
     pub unwatched_since_ms: Option<i64>,
     /// Width of the drawing in SVG user units (see [`WIDTH`]).
     pub width: f64,
@@ -217,7 +217,7 @@ pub enum LaneKind {
     Fence,
 }
 
-/// When a term's holder acted (issue 22), at the bottom of its lane.
+/// When a term's holder acted, at the bottom of its lane.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ActingBar {
     pub x: Px,
@@ -314,7 +314,7 @@ pub struct Timeline {
     pub ticks: Vec<Tick>,
     pub lanes: Vec<Lane>,
     pub bars: Vec<Bar>,
-    /// When each term's holder acted, where it reported it (issue 22).
+    /// When each term's holder acted, where it reported it.
     pub acting: Vec<ActingBar>,
     pub leaderless: Vec<Shade>,
     /// The part of the window before the history's first term.
@@ -324,7 +324,7 @@ pub struct Timeline {
     pub not_watched: Option<Shade>,
     pub refusals: Vec<Marker>,
     pub gaps: Vec<Marker>,
-    /// etcd's own events (issue 14): set by the page after layout
+    /// etcd's own events: set by the page after layout
     /// ([`crate::web::shared::marks::cluster_markers`]); empty from [`layout`].
     pub cluster: Vec<ClusterMarker>,
     /// Where "now" is, when it is inside the window.

@@ -71,7 +71,7 @@ pub(super) struct TermView {
     pub(super) cause_title: &'static str,
     pub(super) revisions: String,
     pub(super) from_snapshot: bool,
-    /// The acting margin (issue 22): text, whether it is an overlap, and
+    /// The acting margin: text, whether it is an overlap, and
     /// what it says in full (a title); "—" when its holder reported nothing.
     pub(super) margin: String,
     pub(super) overlap: bool,

@@ -75,7 +75,7 @@ impl EndCause {
         match self {
             EndCause::Resigned => {
                 "the holder gave the term up: tenure's resign marker; its lease revoked before \
-                 it could expire, at its key's deletion or within 30 ms after it (etcd's \
+                 it could expire, at its key's deletion or just after it, within 0.1 s (etcd's \
                  Election.Resign then Session.Close, a lock's release, or a holder closing its \
                  session at once when another client deleted its key); or an empty holder \
                  written into its Kubernetes Lease"

@@ -21,14 +21,20 @@ const RESIGNED_MARGIN: Duration = Duration::from_millis(500);
 /// when its deletion arrives.
 const RECENT_SAMPLE: Duration = Duration::from_millis(1000);
 
-/// A key deleted while its lease lived, and that lease revoked within this
-/// long after the deletion arrived, is one act, `resigned`: etcd's
-/// `Election.Resign` then `Session.Close`, a Vault unlock (1–3 ms apart).
-/// Asked once, etcd answered `deleted` or `resigned` by whether the revoke
-/// had landed yet; asked again after this window, the word no longer
-/// depends on when etcd was asked. Its cost: a deletion whose lease lives
-/// on is recorded this much later.
+/// A key deleted while its lease lived, and that lease revoked just after
+/// (etcd's `Election.Resign` then `Session.Close`, a Vault unlock: 1–3 ms
+/// apart), is one act, `resigned`. Asked once, etcd answered `deleted` or
+/// `resigned` by whether the revoke had landed yet; so a lease found alive
+/// is asked about again this long after the deletion arrived: alive then,
+/// `deleted`. Its cost: a batch with such a deletion is recorded this much
+/// later.
 const RESIGN_THEN_CLOSE: Duration = Duration::from_millis(30);
+
+/// A lease found gone by the second ask is `resigned` only if that answer
+/// came within this long of the deletion's arrival (the revoke landed
+/// before it): a slow etcd must not stretch "just after" into a word that
+/// a fast one would not give. Later: `unknown`.
+const RESIGN_THEN_CLOSE_AT_MOST: Duration = Duration::from_millis(100);
 
 /// A lease found alive after its key's deletion: asked at `asked`, with
 /// `ttl` whole seconds left, in raft term `term`.
@@ -51,7 +57,9 @@ impl Watcher {
         let Some((ttl, raft_term)) = self.lease_ttl(lease).await else {
             return EndCause::Unknown;
         };
-        if ttl > 0 {
+        // etcd answers -1 for a lease it no longer knows; 0 is a lease
+        // alive with less than a second left.
+        if ttl >= 0 {
             let lived = Lived {
                 asked,
                 ttl,
@@ -104,15 +112,18 @@ impl Watcher {
     /// the lease still lives [`RESIGN_THEN_CLOSE`] after the deletion
     /// arrived; `resigned` if it was revoked by then: gone before the
     /// seconds it had left could run out, with no leader change (a resuming
-    /// leader can end a lease early); otherwise `unknown`.
+    /// leader can end a lease early), answered within
+    /// [`RESIGN_THEN_CLOSE_AT_MOST`]; otherwise `unknown`.
     async fn deleted_or_closed(&self, lease: i64, lived: Lived, deleted_by: Instant) -> EndCause {
         tokio::time::sleep_until(deleted_by + RESIGN_THEN_CLOSE).await;
         let later = self.lease_ttl(lease).await;
         let before_expiry = lived.asked.elapsed() < Duration::from_secs(lived.ttl.unsigned_abs());
+        let just_after = Instant::now() <= deleted_by + RESIGN_THEN_CLOSE_AT_MOST;
         match later {
-            Some((ttl, _)) if ttl > 0 => EndCause::Deleted,
+            Some((ttl, _)) if ttl >= 0 => EndCause::Deleted,
             Some(_)
                 if before_expiry
+                    && just_after
                     && lived.term.is_some()
                     && self.raft_term().await == lived.term =>
             {

@@ -109,7 +109,7 @@ fn queue_place(
 /// a deletion since the read is replayed, never missed), until it is gone:
 /// then the key leads if it was the only older key; otherwise the caller
 /// reads again (older keys in the list may be long gone). The
-/// candidate's own key is watched all along, on the same stream: if
+/// candidate's own key is watched all along, in the same watcher: if
 /// someone deletes it (an operator's `etcdctl del`, a revoked lease), the
 /// candidate is no longer queued and must not lead. `Some` once the queued
 /// key leads; `None` when its own key went, a watch was compacted, or its
@@ -122,11 +122,10 @@ fn queue_place(
 /// etcd's catch-up path, up to 100 ms a key; one read says at once who is
 /// still there, so the caller reads again.
 ///
-/// Winning needs the own key to have stood at the predecessor's deletion.
-/// The shared stream proves it when its conditions hold (`queue_watch`:
-/// the own watch caught up from its start, few responses); otherwise one
-/// read of the own key settles it, as etcd's own `Campaign` reads once per
-/// wake-up.
+/// Winning needs the own key to have stood at the predecessor's deletion:
+/// one watcher over both keys delivers their events in revision order
+/// (`queue_watch`), so the predecessor's deletion, with no deletion of the
+/// own key before or beside it, proves it without a read.
 pub(super) async fn wait_in_queue(
     client: &Client,
     session: &Session,
@@ -134,39 +133,12 @@ pub(super) async fn wait_in_queue(
     revision: i64,
 ) -> Option<Queued> {
     let pred = place.older.pop()?;
-    let (gone_at, own_stood) =
-        match queue_watch::wait(client, session, &place.key, &pred, revision).await {
-            Woken::PredecessorGone { at, own_stood } => (at, own_stood),
-            Woken::Lost => return None,
-        };
+    match queue_watch::wait(client, session, &place.key, &pred, revision).await {
+        Woken::PredecessorGone => {}
+        Woken::Lost => return None,
+    }
     if !place.older.is_empty() {
         return None;
     }
-    if !own_stood && !still_queued(client, &place, gone_at).await {
-        return None;
-    }
     session.is_valid().then_some(place)
-}
-
-/// Whether `place`'s key is still there, the one this candidate created,
-/// as of revision `at` or later. A serializable read (the member's own
-/// store, no consensus round) answers when the member has applied `at`:
-/// every change up to it, an earlier deletion of the key included, is in
-/// what it reads. Else, or when it fails, a linearizable read.
-async fn still_queued(client: &Client, place: &Queued, at: i64) -> bool {
-    let local = etcd_client::GetOptions::new().with_serializable();
-    let read = match client
-        .op(client.etcd().get(place.key.clone(), Some(local)))
-        .await
-    {
-        Ok(resp) if resp.header().is_some_and(|h| h.revision() >= at) => Ok(resp),
-        _ => client.op(client.etcd().get(place.key.clone(), None)).await,
-    };
-    match read {
-        Ok(resp) => resp
-            .kvs()
-            .first()
-            .is_some_and(|kv| kv.create_revision() == place.token),
-        Err(_) => false,
-    }
 }

@@ -1,64 +1,44 @@
-//! A queued waiter's watch: its own key and its predecessor on one watch
-//! stream, so that the predecessor's deletion can prove, without a read,
-//! that the own key still stood.
+//! A queued waiter's watch: its own key and its predecessor in one watcher
+//! (the key range from the lower of the two to the higher), so that the
+//! predecessor's deletion proves, without a read, that the own key still
+//! stood.
 //!
-//! # Why one stream proves it
+//! # Why one watcher proves it
 //!
-//! etcd hands every watcher of one stream to one channel (`chanBufLen`, 128
-//! responses), in the order the revisions commit, and the stream sends that
-//! channel's responses in order. So when the own key's watcher was caught up
-//! from its start (its `created` header is below the start: etcd put it
-//! among the synced watchers, which hear every revision as it commits),
-//! every event of the own key at a revision below the predecessor's
-//! deletion reaches the waiter before that deletion does. One exception: a
-//! watcher whose channel is full is set aside (a "victim") and its events
-//! come later, out of order. A full channel holds 128 responses, all of
-//! which arrive before anything sent after them; so while fewer than
-//! [`FEW_RESPONSES`] responses arrived on the stream, none of its watchers
-//! can have been set aside. When either condition fails the caller reads the
-//! own key once, as etcd's own `Campaign` does after every wake-up.
+//! etcd orders the events of one watcher by revision, and never posts an
+//! event that precedes one it already posted (its watch API's "ordered"
+//! guarantee): whether the watcher is caught up, catching up, set aside for
+//! a full channel, or replaying after its member restored a snapshot. So a
+//! deletion of the own key at a lower revision than the predecessor's
+//! arrives first, or in the same response. Two watchers, even on one
+//! stream, give no such order: a member that restores a snapshot replays
+//! each watcher's events apart, in no fixed order. The range may hold other
+//! keys (the queue's keys are named by lease ids, which mostly grow with
+//! time, so usually none); their events are ignored.
 //!
 //! # Silence
 //!
-//! A stream silent for [`DEFAULT_PROBE_AFTER`] is probed as `RangeWatch`
-//! probes (a read of etcd's revision while etcd has not reached the start,
-//! else a progress request); no answer, a broken stream, a cancelled watch
-//! or a compaction: [`Woken::Lost`], and the caller reads the election again.
+//! A watcher silent for [`DEFAULT_PROBE_AFTER`] (lease renewals do not
+//! count) is probed as `RangeWatch` probes: a read of etcd's revision while
+//! etcd has not reached the start (it drops progress requests then), else a
+//! progress request; no answer, a broken stream, a cancelled watch or a
+//! compaction: [`Woken::Lost`], and the caller reads the election again.
 
-use etcd_client::{
-    Event, EventType, GetOptions, KeyValue, WatchOptions, WatchResponse, WatchStream,
-};
+use etcd_client::{Event, EventType, GetOptions, WatchOptions, WatchResponse, WatchStream};
+use tokio::time::Instant;
 
 use crate::election::keywatch::DEFAULT_PROBE_AFTER;
 use crate::election::lease::Session;
 use crate::election::Client;
 
-/// Fewer responses than etcd's per-stream channel holds (128), with room to
-/// spare: while fewer arrived, no watcher of the stream was set aside.
-const FEW_RESPONSES: u32 = 100;
-
 /// What ended the wait.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Woken {
-    /// The predecessor was deleted at `at`; `own_stood`: the stream proves
-    /// the own key was not deleted before it (see the module doc), else the
-    /// caller must read it.
-    PredecessorGone { at: i64, own_stood: bool },
+    /// The predecessor was deleted, the own key still standing then.
+    PredecessorGone,
     /// The own key was deleted, the lease is no longer valid, or the watch
     /// could not go on: the caller reads the election again.
     Lost,
-}
-
-/// The two watchers' ids, in the order their `created` responses came (the
-/// order they were asked for), and what the stream proved so far.
-struct Pair {
-    own: Option<i64>,
-    pred: Option<i64>,
-    /// The own key's watcher was synced when etcd created it.
-    own_synced: bool,
-    /// Responses other than `created` that arrived.
-    responses: u32,
-    start: i64,
 }
 
 /// Waits, watching from `revision + 1` (a deletion since the read is
@@ -75,14 +55,8 @@ pub(super) async fn wait(
     let Some(mut stream) = open(client, own, pred, start).await else {
         return Woken::Lost;
     };
-    let mut pair = Pair {
-        own: None,
-        pred: None,
-        own_synced: false,
-        responses: 0,
-        start,
-    };
     let mut lease_state = session.state.subscribe();
+    let mut silent_until = Instant::now() + DEFAULT_PROBE_AFTER;
     loop {
         let message = tokio::select! {
             biased;
@@ -92,80 +66,61 @@ pub(super) async fn wait(
                 }
                 continue;
             }
-            m = tokio::time::timeout(DEFAULT_PROBE_AFTER, stream.message()) => m,
+            m = tokio::time::timeout_at(silent_until, stream.message()) => m,
         };
         let resp = match message {
             Ok(Ok(Some(resp))) => resp,
             Ok(_) => return Woken::Lost,
             Err(_) => match probe(client, &mut stream, own, start).await {
-                Probe::Short => continue,
+                Probe::Short => {
+                    silent_until = Instant::now() + DEFAULT_PROBE_AFTER;
+                    continue;
+                }
                 Probe::Answer(resp) => resp,
                 Probe::Stalled => return Woken::Lost,
             },
         };
-        if let Some(woken) = pair.take(&resp) {
+        silent_until = Instant::now() + DEFAULT_PROBE_AFTER;
+        if let Some(woken) = take(&resp, own.as_bytes(), pred.as_bytes()) {
             return woken;
         }
     }
 }
 
-/// The stream, with the own key's watcher asked for first.
+/// The stream, one watcher over `[min(own, pred), max(own, pred)]`.
 async fn open(client: &Client, own: &str, pred: &str, start: i64) -> Option<WatchStream> {
-    let opts = || Some(WatchOptions::new().with_start_revision(start));
-    let opening = async {
-        let mut stream = client.etcd().watch_client().watch(own, opts()).await.ok()?;
-        stream.watch(pred, opts()).await.ok()?;
-        Some(stream)
-    };
+    let (low, high) = if own < pred { (own, pred) } else { (pred, own) };
+    let mut end = high.as_bytes().to_vec();
+    end.push(0);
+    let opts = WatchOptions::new()
+        .with_start_revision(start)
+        .with_range(end);
+    let mut watch = client.etcd().watch_client();
+    let opening = watch.watch(low, Some(opts));
     tokio::time::timeout(DEFAULT_PROBE_AFTER, opening)
         .await
+        .ok()?
         .ok()
-        .flatten()
 }
 
-impl Pair {
-    /// One response: `Some` when it ends the wait.
-    fn take(&mut self, resp: &WatchResponse) -> Option<Woken> {
-        if resp.canceled() {
-            return Some(Woken::Lost);
-        }
-        let id = resp.watch_id();
-        if resp.created() {
-            let at = resp.header().map_or(i64::MAX, |h| h.revision());
-            if self.own.is_none() {
-                self.own = Some(id);
-                self.own_synced = at < self.start;
-            } else if self.pred.is_none() {
-                self.pred = Some(id);
-            }
-            if resp.events().is_empty() {
-                return None;
-            }
-        }
-        self.responses = self.responses.saturating_add(1);
-        let deleted = deleted_at(resp.events());
-        if Some(id) == self.own && deleted.is_some() {
-            return Some(Woken::Lost);
-        }
-        if Some(id) == self.pred {
-            if let Some(at) = deleted {
-                return Some(Woken::PredecessorGone {
-                    at,
-                    own_stood: self.own_synced && self.responses < FEW_RESPONSES,
-                });
-            }
-        }
-        None
+/// One response: `Some` when it ends the wait. The own key's deletion wins
+/// over the predecessor's in the same response (one revision, or a replay
+/// of several: either way the own key did not stand).
+fn take(resp: &WatchResponse, own: &[u8], pred: &[u8]) -> Option<Woken> {
+    if resp.canceled() {
+        return Some(Woken::Lost);
     }
+    if deletes(resp.events(), own) {
+        return Some(Woken::Lost);
+    }
+    deletes(resp.events(), pred).then_some(Woken::PredecessorGone)
 }
 
-/// The revision of the last deletion among `events`.
-fn deleted_at(events: &[Event]) -> Option<i64> {
+/// Whether `events` delete `key`.
+fn deletes(events: &[Event], key: &[u8]) -> bool {
     events
         .iter()
-        .filter(|e| e.event_type() == EventType::Delete)
-        .filter_map(|e| e.kv().map(KeyValue::mod_revision))
-        .max()
+        .any(|e| e.event_type() == EventType::Delete && e.kv().is_some_and(|kv| kv.key() == key))
 }
 
 /// What a probe of the silent stream found.

@@ -32,6 +32,8 @@ async fn history_is_exact_across_restarts_and_metrics_match() {
         .await
         .expect("connect");
     let serve = Serve::start(&[etcd.endpoint()], &db, &[], &[]).await;
+    // Watching before `a` leads: a term in the snapshot is no leader change.
+    serve.ready().await;
 
     let a = lead(&c, "orders", "a", 30).await;
     let t_a = a.token();

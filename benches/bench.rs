@@ -31,6 +31,7 @@ mod detect;
 mod fence;
 mod incident;
 mod ingest;
+mod kube;
 mod load;
 mod markdown;
 mod mass;
@@ -57,9 +58,9 @@ use serde::Serialize;
 use crate::stats::Row;
 use crate::support::procfs;
 
-const ALL: [&str; 11] = [
+const ALL: [&str; 12] = [
     "takeover", "queue", "fence", "detect", "ingest", "clusters", "pg", "render", "scale",
-    "incident", "mass",
+    "incident", "mass", "kube",
 ];
 
 #[derive(Debug, Parser)]
@@ -76,7 +77,7 @@ struct Args {
     #[arg(long)]
     runs: Option<usize>,
     /// Only these measurements (comma-separated): takeover, queue, fence,
-    /// detect, ingest, clusters, pg, render, scale, incident, mass.
+    /// detect, ingest, clusters, pg, render, scale, incident, mass, kube.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Elections for the scale measurement (default 10,000 full, 1,000 smoke).
@@ -129,6 +130,12 @@ pub struct Config {
     /// Leader keys deleted by one request (6h).
     pub mass_keys: usize,
     pub scrapes: usize,
+    /// The Kubernetes measurement (kube): node leases renewed every 10 s,
+    /// election leases every 2 s, for this long.
+    pub kube_nodes: usize,
+    pub kube_elections: usize,
+    #[serde(serialize_with = "secs")]
+    pub kube_seconds: Duration,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -160,6 +167,9 @@ impl Config {
             scale_runs: 3,
             mass_keys: 10_000,
             scrapes: 20,
+            kube_nodes: 5_000,
+            kube_elections: 300,
+            kube_seconds: Duration::from_secs(30),
         }
     }
 
@@ -187,6 +197,9 @@ impl Config {
             scale_runs: 1,
             mass_keys: 200,
             scrapes: 4,
+            kube_nodes: 100,
+            kube_elections: 10,
+            kube_seconds: Duration::from_secs(3),
         }
     }
 }
@@ -347,6 +360,7 @@ async fn run_all(args: &Args) -> Result<usize> {
             "scale" => scale::run(&cfg).await,
             "incident" => incident::run(&cfg).await,
             "mass" => mass::run(&cfg).await,
+            "kube" => kube::run(&cfg).await,
             _ => unreachable!(),
         };
         let r = r.map_err(|e| e.context(format!("measurement {what}")))?;

@@ -21,10 +21,11 @@ use anyhow::{anyhow, bail, Result};
 use etcd_client::Client as Etcd;
 use tenure::events::Update;
 use tenure::history::Store;
+use tenure::watch::WatchConfig;
 
 use crate::common::{connect, ms};
 use crate::load::Fleet;
-use crate::pipeline::{bare_watch, Pipeline};
+use crate::pipeline::{bare_watch, bare_watch_of, Pipeline};
 use crate::stats::{Row, Target};
 use crate::support::procfs::self_cpu_seconds;
 use crate::support::Etcd as EtcdProcess;
@@ -39,10 +40,29 @@ pub struct Consumed {
 /// A bare etcd-client watch drains `(after, until]`: the events, the wall
 /// clock from connected to the last revision, the bench process's CPU.
 pub async fn bare_replay(endpoint: &str, after: i64, until: i64) -> Result<Consumed> {
+    bare_replay_of(
+        endpoint,
+        {
+            let (s, e) = crate::common::keys().watch_range();
+            (s.into_bytes(), e.into_bytes())
+        },
+        after,
+        until,
+    )
+    .await
+}
+
+/// [`bare_replay`] of the range `[start, end)`.
+pub async fn bare_replay_of(
+    endpoint: &str,
+    range: (Vec<u8>, Vec<u8>),
+    after: i64,
+    until: i64,
+) -> Result<Consumed> {
     let mut etcd = connect(endpoint).await?;
     let cpu0 = self_cpu_seconds();
     let t = Instant::now();
-    let mut stream = bare_watch(&mut etcd, after + 1).await?;
+    let mut stream = bare_watch_of(&mut etcd, range, after + 1).await?;
     let mut events = 0;
     loop {
         let msg = tokio::time::timeout(Duration::from_secs(30), stream.message()).await;
@@ -88,10 +108,28 @@ pub(crate) async fn replay_into<T>(
     until: i64,
     at_end: impl FnOnce() -> T,
 ) -> Result<(Consumed, usize, T)> {
+    replay_with(
+        endpoint,
+        store,
+        WatchConfig::default(),
+        (after, until),
+        at_end,
+    )
+    .await
+}
+
+/// [`replay_into`] reading what `cfg` says.
+pub(crate) async fn replay_with<T>(
+    endpoint: &str,
+    store: Store,
+    cfg: WatchConfig,
+    (after, until): (i64, i64),
+    at_end: impl FnOnce() -> T,
+) -> Result<(Consumed, usize, T)> {
     let prepared = Pipeline::prepare_with(endpoint, store).await?;
     let cpu0 = self_cpu_seconds();
     let t = Instant::now();
-    let mut p = prepared.start(after);
+    let mut p = prepared.start_with(after, cfg);
     let mut transitions = 0;
     loop {
         if let Update::Batch(b) = p.next(Duration::from_secs(30)).await? {
@@ -240,20 +278,34 @@ struct Live {
 }
 
 /// Latest revision a consumer has processed, and when.
-type Progress = Arc<Mutex<(i64, Option<Instant>)>>;
+#[derive(Clone, Default)]
+pub struct Progress(Arc<Mutex<(i64, Option<Instant>)>>);
+
+impl Progress {
+    /// The consumer has processed `revision`, now.
+    pub fn reached(&self, revision: i64) {
+        *self.0.lock().unwrap() = (revision, Some(Instant::now()));
+    }
+
+    /// When it had processed `until`, if it has.
+    pub fn at(&self, until: i64) -> Option<Instant> {
+        let (rev, at) = *self.0.lock().unwrap();
+        (rev >= until).then_some(at).flatten()
+    }
+}
 
 async fn live_run(endpoint: &str, fleet: &Fleet, cycles: usize) -> Result<Live> {
     let before = fleet.revision().await?;
     // Bare consumer.
     let mut etcd: Etcd = connect(endpoint).await?;
     let mut stream = bare_watch(&mut etcd, before + 1).await?;
-    let bare: Progress = Arc::new(Mutex::new((before, None)));
+    let bare = Progress::default();
     let bare_task = {
         let bare = bare.clone();
         tokio::spawn(async move {
             while let Ok(Some(resp)) = stream.message().await {
                 if let Some(kv) = resp.events().last().and_then(|e| e.kv()) {
-                    *bare.lock().unwrap() = (kv.mod_revision(), Some(Instant::now()));
+                    bare.reached(kv.mod_revision());
                 }
             }
         })
@@ -268,15 +320,13 @@ async fn live_run(endpoint: &str, fleet: &Fleet, cycles: usize) -> Result<Live> 
         }
     }
     let store = p.store.clone();
-    let ten: Progress = Arc::new(Mutex::new((before, None)));
+    let ten = Progress::default();
     let ten_task = {
         let ten = ten.clone();
         tokio::spawn(async move {
             loop {
                 match p.next(Duration::from_secs(3600)).await {
-                    Ok(Update::Batch(b)) => {
-                        *ten.lock().unwrap() = (b.revision, Some(Instant::now()));
-                    }
+                    Ok(Update::Batch(b)) => ten.reached(b.revision),
                     Ok(_) => {}
                     Err(_) => break,
                 }
@@ -288,13 +338,9 @@ async fn live_run(endpoint: &str, fleet: &Fleet, cycles: usize) -> Result<Live> 
     let written = fleet.churn(cycles).await?;
     let write = t0.elapsed();
     let until = written.last;
-    let reached = |p: &Progress| {
-        let (rev, at) = *p.lock().unwrap();
-        (rev >= until).then_some(at).flatten()
-    };
     let deadline = Instant::now() + Duration::from_secs(60);
     let (tenure_at, bare_at) = loop {
-        if let (Some(t), Some(b)) = (reached(&ten), reached(&bare)) {
+        if let (Some(t), Some(b)) = (ten.at(until), bare.at(until)) {
             break (t, b);
         }
         if Instant::now() > deadline {

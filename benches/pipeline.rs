@@ -38,6 +38,11 @@ impl Prepared {
     /// Starts the watcher after `after` (everything up to it counts as
     /// already stored; nothing was open).
     pub fn start(self, after: i64) -> Pipeline {
+        self.start_with(after, WatchConfig::default())
+    }
+
+    /// [`Prepared::start`] reading what `cfg` says (other sources).
+    pub fn start_with(self, after: i64, cfg: WatchConfig) -> Pipeline {
         let (live, _) = broadcast::channel(1024);
         // Same capacity as serve's.
         let (tx, rx) = mpsc::channel::<Update>(4096);
@@ -50,9 +55,7 @@ impl Prepared {
         };
         let client = self.client;
         let watcher = tokio::spawn(async move {
-            let _ = Watcher::new(client, WatchConfig::default())
-                .run(Some(resume), tx)
-                .await;
+            let _ = Watcher::new(client, cfg).run(Some(resume), tx).await;
         });
         Pipeline {
             rx,
@@ -133,7 +136,23 @@ impl Pipeline {
 /// A bare etcd-client watch of tenure's watch range from `from`, as tenure
 /// asks for it (without previous values, since issue 23's third round).
 pub async fn bare_watch(etcd: &mut Etcd, from: i64) -> Result<WatchStream> {
-    let (start, end) = keys().watch_range();
+    bare_watch_of(
+        etcd,
+        {
+            let (s, e) = keys().watch_range();
+            (s.into_bytes(), e.into_bytes())
+        },
+        from,
+    )
+    .await
+}
+
+/// A bare etcd-client watch of `[start, end)` from `from`.
+pub async fn bare_watch_of(
+    etcd: &mut Etcd,
+    (start, end): (Vec<u8>, Vec<u8>),
+    from: i64,
+) -> Result<WatchStream> {
     let opts = WatchOptions::new()
         .with_range(end)
         .with_start_revision(from);

@@ -44,7 +44,7 @@ pub(super) use read::{
     acting, activity, changes_since, cluster_baseline, cluster_events, events, first_event_ms,
     refusals, resume_point, scopes, terms, watched_until, writer_fence, writer_status, PgPool,
 };
-pub use schema::{prepare, PG_SCHEMA_VERSION};
+pub use schema::{name_unnamed_cluster, prepare, PG_SCHEMA_VERSION};
 pub use write::record_writer_error;
 pub(super) use write::PgWriter;
 

@@ -359,10 +359,11 @@ type Ranges = Vec<(Vec<u8>, Vec<u8>)>;
 /// of the first range agree too, read one after the other (a write between
 /// the two reads lets a true duplicate through, never refuses two etcds
 /// that differ).
-pub async fn refuse_one_etcd_twice(feeds: &[super::feed::Feed]) -> anyhow::Result<()> {
+pub async fn refuse_one_etcd_twice(
+    clusters: &[(&Watched, Option<&crate::watch::WatchConfig>)],
+) -> anyhow::Result<()> {
     let mut seen: Vec<(&str, [i64; 4], Ranges)> = Vec::new();
-    for f in feeds {
-        let (c, cfg) = (&f.watched, &f.cfg);
+    for &(c, cfg) in clusters {
         let (Some(name), Some(client), Some(cfg)) = (&c.name, &c.client, cfg) else {
             continue;
         };

@@ -20,6 +20,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tracing::Instrument;
 
 use super::clusters::Watched;
+use super::feed::{in_cluster, watch_config};
 use super::floor::FloorKeeper;
 use crate::election::Client;
 use crate::events::cluster::ClusterEvent;
@@ -76,14 +77,6 @@ impl Member {
             self.floors = Some(keeper);
         }
         self.floors.as_mut()
-    }
-}
-
-/// "cluster NAME" for a message ("the etcd cluster" for the one, unnamed).
-pub(super) fn in_cluster(name: &Option<Arc<str>>) -> String {
-    match name {
-        Some(n) => format!("cluster {n:?}"),
-        None => "the etcd cluster".to_owned(),
     }
 }
 
@@ -420,25 +413,6 @@ impl Pipeline {
             _ = self.stop.changed() => true,
         }
     }
-}
-
-/// What a watcher reads and keeps: the sources checked against etcd
-/// (several key ranges need ordered progress notifications).
-pub(super) async fn watch_config(
-    client: &Client,
-    sources: Vec<crate::layout::Source>,
-    sources_only: bool,
-    max_elections: usize,
-) -> anyhow::Result<WatchConfig> {
-    let plan = Watcher::sources(client, sources, sources_only)
-        .await
-        .context("reading --source")?;
-    Ok(WatchConfig {
-        max_elections,
-        sources: Some(plan.sources),
-        covering: plan.covering,
-        ..WatchConfig::default()
-    })
 }
 
 /// The key ranges a serve watches in a cluster of this `prefix` and

@@ -13,8 +13,8 @@ use clap::Args;
 use tokio::sync::{broadcast, mpsc};
 
 pub use super::clusters::{ClusterFlag, Connector, Watched};
-use super::feed::{Feed, FeedParts, WriterCtx};
-use super::pipelines::{in_cluster, read_access, Common, Member};
+use super::feed::{in_cluster, Feed, FeedParts, WriterCtx};
+use super::pipelines::{read_access, Common, Member};
 use super::replica::{self, History};
 use super::sinks::{self, Sinks};
 use crate::election::{shutdown_signal, Client};
@@ -248,7 +248,8 @@ pub async fn run_clusters(
     // Before anything is opened: a --source etcd cannot serve is refused
     // (a cluster that did not answer reads its own once it does).
     let feeds = Feed::prepare(clusters, args.max_elections).await?;
-    super::clusters::refuse_one_etcd_twice(&feeds).await?;
+    let watched: Vec<_> = feeds.iter().map(|f| (&f.watched, f.cfg.as_ref())).collect();
+    super::clusters::refuse_one_etcd_twice(&watched).await?;
     let serve_metrics = Arc::new(Metrics::with_options(metrics).context("creating metrics")?);
     let readiness = Arc::new(Readiness::with_max_elections(args.max_elections));
     let mut store = open_history(&args, &db, &serve_metrics).await?;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::sync::{broadcast, mpsc};
 
-use super::feed::qualified;
-use super::pipelines::{in_cluster, Inbox, Member, Running};
+use super::feed::{in_cluster, qualified};
+use super::pipelines::{Inbox, Member, Running};
 use super::replica::History;
 use crate::events::cluster::{ClusterEvent, ClusterEventKind};
 use crate::events::{Event, Update};

@@ -24,12 +24,11 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::clusters::Watched;
-use super::pipelines::{in_cluster, watch_config};
 use crate::election::{Client, Ttl};
 use crate::events::{Batch, EventKind, ResumePoint};
 use crate::history::{Reader, Scope};
 use crate::telemetry::writer::HistoryWriterMetrics;
-use crate::watch::WatchConfig;
+use crate::watch::{WatchConfig, Watcher};
 use crate::web::Readiness;
 
 /// One cluster and its source, as serve watches and records it.
@@ -125,4 +124,31 @@ pub fn qualified(cluster: Option<&str>, b: &Batch) -> Batch {
         }
     }
     b
+}
+
+/// "cluster NAME" for a message ("the etcd cluster" for the one, unnamed).
+pub(super) fn in_cluster(name: &Option<Arc<str>>) -> String {
+    match name {
+        Some(n) => format!("cluster {n:?}"),
+        None => "the etcd cluster".to_owned(),
+    }
+}
+
+/// What a watcher reads and keeps: the sources checked against etcd
+/// (several key ranges need ordered progress notifications).
+pub(super) async fn watch_config(
+    client: &Client,
+    sources: Vec<crate::layout::Source>,
+    sources_only: bool,
+    max_elections: usize,
+) -> anyhow::Result<WatchConfig> {
+    let plan = Watcher::sources(client, sources, sources_only)
+        .await
+        .context("reading --source")?;
+    Ok(WatchConfig {
+        max_elections,
+        sources: Some(plan.sources),
+        covering: plan.covering,
+        ..WatchConfig::default()
+    })
 }

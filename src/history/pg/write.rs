@@ -293,17 +293,39 @@ impl WriteConn for PgWriter {
         })
     }
 
+    /// Retention of this writer's cluster only (its names `CLUSTER/…`, its
+    /// etcd events and serve's; everything for the unnamed cluster): two
+    /// clusters' writers never prune, nor count down, each other's rows.
     fn prune(&mut self, cutoff: i64) -> Result<[usize; 3], HistoryError> {
+        let own = match self.cluster.as_str() {
+            "" => String::new(),
+            c => crate::events::qualify(c, ""),
+        };
+        let cluster = (!self.cluster.is_empty()).then(|| self.cluster.clone());
         self.fenced(|tx, _| {
-            summary::before_prune(tx, cutoff)?;
-            let events = tx.execute("DELETE FROM events WHERE at_ms < $1", &[&cutoff])?;
-            let refusals = tx.execute("DELETE FROM refusals WHERE at_ms < $1", &[&cutoff])?;
-            tx.execute("DELETE FROM cluster_events WHERE at_ms < $1", &[&cutoff])?;
-            let terms = tx.execute(
-                "DELETE FROM terms WHERE ended_at_ms IS NOT NULL AND ended_at_ms < $1",
-                &[&cutoff],
+            summary::before_prune(tx, cutoff, &own)?;
+            let mine = "left(election, length($2)) = $2";
+            let events = tx.execute(
+                &format!("DELETE FROM events WHERE at_ms < $1 AND {mine}"),
+                &[&cutoff, &own],
             )?;
-            summary::after_prune(tx, cutoff)?;
+            let refusals = tx.execute(
+                &format!("DELETE FROM refusals WHERE at_ms < $1 AND {mine}"),
+                &[&cutoff, &own],
+            )?;
+            tx.execute(
+                "DELETE FROM cluster_events WHERE at_ms < $1 AND ($2::text IS NULL
+                   OR coalesce(json::jsonb ->> 'cluster', $2::text) = $2::text)",
+                &[&cutoff, &cluster],
+            )?;
+            let terms = tx.execute(
+                &format!(
+                    "DELETE FROM terms WHERE ended_at_ms IS NOT NULL AND ended_at_ms < $1 \
+                     AND {mine}"
+                ),
+                &[&cutoff, &own],
+            )?;
+            summary::after_prune(tx, cutoff, &own)?;
             Ok([events as usize, refusals as usize, terms as usize])
         })
     }

@@ -279,6 +279,19 @@ async fn history_equals_etcd(pg: &Postgres, db: &str, c: &str, etcd: &Etcd) -> u
     assert_eq!(doubled, 0, "cluster {c}: no transition recorded twice");
     let missing: Vec<_> = want.keys().filter(|k| !got.contains_key(*k)).collect();
     let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).collect();
+    if !missing.is_empty() {
+        println!(
+            "DEBUG {}",
+            pg.psql(
+                db,
+                "SELECT election, type, revision, json FROM events WHERE type NOT IN ('acting', 'term_started', 'term_ended') ORDER BY id DESC LIMIT 20"
+            )
+        );
+        println!("DEBUG {}", pg.psql(db, "SELECT * FROM watcher_state"));
+        println!("DEBUG {}", pg.psql(db, "SELECT * FROM history_writer"));
+        println!("DEBUG {}", pg.psql(db, &format!("SELECT election, epoch, token, holder, started_revision, ended_at_ms FROM terms WHERE election LIKE '{c}/%' ORDER BY token DESC LIMIT 12")));
+        println!("DEBUG {}", pg.psql(db, &format!("SELECT COUNT(*), MIN(token), MAX(token) FROM terms WHERE election LIKE '{c}/%'")));
+    }
     assert!(
         missing.is_empty(),
         "cluster {c}: etcd had, history lacks: {missing:?}"

@@ -185,10 +185,12 @@ fn witnesses(
          ORDER BY token DESC LIMIT $2",
         &[&revision, &(WITNESSES as i64), &own],
     )?;
+    // By the names the cluster's watcher gives them (`CLUSTER/` taken off).
     rows.iter()
         .map(|r| {
+            let election: String = r.try_get(0)?;
             Ok(Witness {
-                election: r.try_get(0)?,
+                election: election.get(own.len()..).unwrap_or_default().to_owned(),
                 token: r.try_get(1)?,
                 lease_id: r.try_get(2)?,
             })

@@ -108,10 +108,11 @@ async fn name_the_unnamed(
 async fn cluster_id(client: &Client) -> Option<u64> {
     let mut etcd = client.etcd().clone();
     let count = etcd_client::GetOptions::new().with_count_only();
-    let prefix = client.keys().prefix().to_owned();
+    // Any key (not empty: etcd refuses that), tenure's own root.
+    let key = client.keys().elections_root();
     let answer = tokio::time::timeout(
         std::time::Duration::from_secs(2),
-        client.op(etcd.get(prefix, Some(count))),
+        client.op(etcd.get(key, Some(count))),
     )
     .await
     .ok()?

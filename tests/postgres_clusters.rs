@@ -682,3 +682,117 @@ async fn a_one_cluster_history_becomes_the_named_clusters_whose_etcd_it_recorded
     assert_eq!(body["terms"].as_array().expect("terms").len(), 1, "{body}");
     assert_eq!(s.stop().await, Some(0));
 }
+
+/// The fence row of `c` with its generation: token, holder, generation.
+fn fence_row(pg: &Postgres, db: &str, c: &str) -> String {
+    pg.psql(
+        db,
+        &format!("SELECT token, holder, generation FROM history_writer WHERE cluster = '{c}'"),
+    )
+}
+
+/// Cluster a's etcd restored from a snapshot (its revisions back below
+/// the writer token its fence row holds): a's writer resets a's fence row
+/// (a new generation), a's history records the reset and a's token floor
+/// is raised; b's fence row, writer and history are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_clusters_etcd_restored_resets_its_fence_only() {
+    let (mut ea, eb) = (Etcd::start().await, Etcd::start().await);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let snapshot = dir.path().join("a.db");
+    let at = ea.snapshot_save(&snapshot).await;
+    {
+        let mut raw = ea.client().await;
+        for i in 0..100 {
+            raw.put(format!("filler/{i}"), "x", None)
+                .await
+                .expect("put");
+        }
+    }
+    let pg = Postgres::start();
+    let db = "restored";
+    let url = pg.create_database(db);
+    let mut replicas: Vec<Option<Serve>> = Vec::new();
+    for _ in 0..2 {
+        replicas.push(Some(replica(&ea.endpoint(), &eb.endpoint(), &url).await));
+    }
+    for r in replicas.iter().flatten() {
+        r.ready().await;
+    }
+    writer_of(&pg, db, "a", &replicas).await;
+    writer_of(&pg, db, "b", &replicas).await;
+    let (old_a, _) = fence(&pg, db, "a").expect("a's writer");
+    assert!(
+        old_a > at + 100,
+        "a's writer token {old_a} above the snapshot's {at}"
+    );
+    let b_before = fence_row(&pg, db, "b");
+    let load_b = Load::start(&[&eb]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let restored = Instant::now();
+    ea.restore(&snapshot, None).await;
+    let row = eventually(Duration::from_secs(40), "a's fence reset", async || {
+        let row = fence_row(&pg, db, "a");
+        let f: Vec<&str> = row.split('|').collect();
+        (f.len() == 3 && f[2] == "1").then_some(row)
+    })
+    .await;
+    println!(
+        "[figure] cluster a's etcd restored to revision {at}: a's fence row reset to {row} \
+         {} ms after the restore; b's row {b_before} unchanged",
+        restored.elapsed().as_millis()
+    );
+    let token: i64 = row
+        .split('|')
+        .next()
+        .expect("token")
+        .parse()
+        .expect("token");
+    assert!(
+        token < old_a,
+        "a's new timeline's token {token} below {old_a}"
+    );
+    fence_stays(
+        &pg,
+        db,
+        "b",
+        &fence(&pg, db, "b").expect("b"),
+        Duration::from_secs(2),
+    )
+    .await;
+    assert_eq!(fence_row(&pg, db, "b"), b_before, "b's fence row untouched");
+    // a's history has its reset, b's none.
+    let resets = |c: &str| -> String {
+        pg.psql(
+            db,
+            &format!("SELECT COUNT(*) FROM events WHERE election = '{c}/' AND type = 'reset'"),
+        )
+    };
+    eventually(Duration::from_secs(20), "a's reset recorded", async || {
+        (resets("a") == "1").then_some(())
+    })
+    .await;
+    assert_eq!(resets("b"), "0");
+    // a's token floor is raised (tenure's, in a's etcd); b's is not.
+    let ca = Client::connect(&[ea.endpoint()], "")
+        .await
+        .expect("connect");
+    let cb = Client::connect(&[eb.endpoint()], "")
+        .await
+        .expect("connect");
+    let floor = eventually(Duration::from_secs(20), "a's floor", async || {
+        ca.floor().await.ok().flatten()
+    })
+    .await;
+    assert!(floor >= old_a, "a's floor {floor} covers its old timeline");
+    assert_eq!(
+        cb.floor().await.expect("floor"),
+        None,
+        "b's floor untouched"
+    );
+    load_b.stop().await;
+    let nb = history_equals_etcd(&pg, db, "b", &eb).await;
+    assert_eq!(fence_row(&pg, db, "b"), b_before);
+    println!("[figure] restore of a: {nb} terms of b recorded exactly once meanwhile");
+}

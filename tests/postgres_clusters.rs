@@ -370,6 +370,31 @@ async fn the_writer_of_one_cluster_killed_another_takes_it_the_other_cluster_und
     }
     let (wa, wb) = split_writers(&pg, db, &eb, &replicas).await;
     assert_ne!(wa, wb);
+    // Each replica says, per cluster, who writes it and since when; the
+    // writer's gauge is per cluster.
+    let (token_a, holder_a) = fence(&pg, db, "a").expect("a's writer");
+    for r in replicas.iter().flatten() {
+        let said = format!("history writer: {holder_a} (token {token_a}) since ");
+        eventually(
+            Duration::from_secs(10),
+            "/readyz names a's writer",
+            async || {
+                let text = reqwest::get(r.url("/readyz"))
+                    .await
+                    .ok()?
+                    .text()
+                    .await
+                    .ok()?;
+                let a_lines = text.split("cluster b:").next()?.to_owned();
+                a_lines.contains(&said).then_some(())
+            },
+        )
+        .await;
+    }
+    let gauge = |c: &str| format!("tenure_history_writer{{cluster=\"{c}\"}}");
+    let writer = replicas[wa].as_ref().expect("a's writer");
+    assert_eq!(writer.metric(&gauge("a")).await, Some(1.0));
+    assert_eq!(writer.metric(&gauge("b")).await, Some(0.0));
     let load = Load::start(&[&ea, &eb]).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let (old_a, _) = fence(&pg, db, "a").expect("a's writer");

@@ -92,9 +92,14 @@ fn which(replicas: &[Option<Serve>], holder: &str) -> Option<usize> {
     })
 }
 
-/// Cluster `c`'s writer, once its fence names a live replica.
+/// Cluster `c`'s writer, once its fence names a live replica and it has
+/// committed (its watcher loaded etcd's snapshot: what follows is recorded
+/// as it happens).
 async fn writer_of(pg: &Postgres, db: &str, c: &str, replicas: &[Option<Serve>]) -> usize {
     eventually(Duration::from_secs(30), "a writer", async || {
+        let committed =
+            format!("SELECT COUNT(*) FROM watcher_state WHERE key = 'resume_revision@{c}'");
+        (pg.psql(db, &committed) == "1").then_some(())?;
         which(replicas, &fence(pg, db, c)?.1)
     })
     .await
@@ -620,6 +625,20 @@ async fn a_one_cluster_history_becomes_the_named_clusters_whose_etcd_it_recorded
     )
     .await;
     one.ready().await;
+    // Its writer has loaded etcd's snapshot: what follows is recorded as it
+    // happens.
+    eventually(
+        Duration::from_secs(30),
+        "the writer's first commit",
+        async || {
+            let r = pg.psql(
+                db,
+                "SELECT COUNT(*) FROM watcher_state WHERE key = 'resume_revision'",
+            );
+            (r == "1").then_some(())
+        },
+    )
+    .await;
     let c = Client::connect(&[ea.endpoint()], "")
         .await
         .expect("connect");
@@ -685,7 +704,12 @@ async fn a_one_cluster_history_becomes_the_named_clusters_whose_etcd_it_recorded
         db,
         &format!("SELECT COUNT(*) FROM terms WHERE election = 'a/load-0' AND holder = '{holder}'"),
     );
-    assert_eq!(got, "1");
+    assert_eq!(
+        got,
+        "1",
+        "{}",
+        pg.psql(db, "SELECT election, epoch, token, holder FROM terms")
+    );
     let keys = pg.psql(
         db,
         "SELECT key FROM watcher_state WHERE key LIKE 'resume_revision%' ORDER BY key",

@@ -122,11 +122,13 @@ CREATE INDEX terms_seen_starting ON terms (started_at_ms) WHERE NOT from_snapsho
 /// elects its own writer (in its own etcd), whose token fences only that
 /// cluster's row: `cluster` is its name, `''` the one cluster of a serve
 /// without `--cluster` (the row that was there keeps its token, holder,
-/// generation and last error).
+/// generation and last error). The epoch row always exists: every commit
+/// locks it, shared, and a reset exclusively (`WriteTx::lock_epoch`).
 const V5: &str = r#"
 ALTER TABLE history_writer ADD COLUMN cluster TEXT NOT NULL DEFAULT '';
 ALTER TABLE history_writer DROP COLUMN id;
 ALTER TABLE history_writer ADD PRIMARY KEY (cluster);
+INSERT INTO watcher_state (key, value) VALUES ('epoch', 0) ON CONFLICT (key) DO NOTHING;
 "#;
 
 /// Every migration, in order; `tenure_schema.version` counts those applied.

@@ -30,7 +30,9 @@ struct Stmts {
     /// every commit, one more round trip).
     fence: Statement,
     read_state: Statement,
-    read_states: Statement,
+    /// The epoch row, shared and exclusive (`WriteTx::lock_epoch`).
+    epoch_shared: Statement,
+    epoch_exclusive: Statement,
     set_state: Statement,
     raise_state: Statement,
     /// The rows of events, terms, refusals and the `elections` table.
@@ -180,8 +182,10 @@ impl PgWriter {
                 "SELECT token, generation FROM history_writer WHERE cluster = $1 FOR UPDATE",
             )?,
             read_state: client.prepare("SELECT value FROM watcher_state WHERE key = $1")?,
-            read_states: client
-                .prepare("SELECT key, value FROM watcher_state WHERE key = ANY($1::text[])")?,
+            epoch_shared: client
+                .prepare("SELECT value FROM watcher_state WHERE key = 'epoch' FOR SHARE")?,
+            epoch_exclusive: client
+                .prepare("SELECT value FROM watcher_state WHERE key = 'epoch' FOR UPDATE")?,
             set_state: client.prepare(
                 "INSERT INTO watcher_state (key, value) VALUES ($1, $2)
                  ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
@@ -349,13 +353,18 @@ impl WriteTx for PgTx<'_, '_> {
             .transpose()?)
     }
 
-    fn read_states(&mut self, keys: &[&str]) -> Result<Vec<Option<i64>>, HistoryError> {
-        let rows = self.tx.query(&self.stmts.read_states, &[&keys])?;
-        let mut found = std::collections::HashMap::with_capacity(rows.len());
-        for row in rows {
-            found.insert(row.try_get::<_, String>(0)?, row.try_get::<_, i64>(1)?);
-        }
-        Ok(keys.iter().map(|k| found.get(*k).copied()).collect())
+    fn lock_epoch(&mut self, reset: bool) -> Result<i64, HistoryError> {
+        let stmt = if reset {
+            &self.stmts.epoch_exclusive
+        } else {
+            &self.stmts.epoch_shared
+        };
+        Ok(self
+            .tx
+            .query_opt(stmt, &[])?
+            .map(|r| r.try_get(0))
+            .transpose()?
+            .unwrap_or(0))
     }
 
     fn set_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError> {

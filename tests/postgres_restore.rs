@@ -287,11 +287,15 @@ async fn a_version_1_fence_is_migrated_with_its_token() {
     .expect("join")
     .expect("claim");
     let _ = w.close().await;
-    // Back to what version 1 had.
+    // Back to what version 1 had: one fence row, `id = 1`, no generation.
     pg.psql(
         "v1",
         "DROP TABLE elections; DROP INDEX terms_seen_starting; \
-         ALTER TABLE history_writer DROP COLUMN generation; UPDATE tenure_schema SET version = 1",
+         ALTER TABLE history_writer DROP COLUMN generation; \
+         ALTER TABLE history_writer DROP COLUMN cluster; \
+         ALTER TABLE history_writer ADD COLUMN id INTEGER NOT NULL DEFAULT 1 PRIMARY KEY \
+           CHECK (id = 1); \
+         UPDATE tenure_schema SET version = 1",
     );
     let u = url.clone();
     let w = tokio::task::spawn_blocking(move || {
@@ -300,10 +304,14 @@ async fn a_version_1_fence_is_migrated_with_its_token() {
     .await
     .expect("join")
     .expect("migrate and claim");
-    assert_eq!(pg.psql("v1", "SELECT version FROM tenure_schema"), "4");
+    assert_eq!(pg.psql("v1", "SELECT version FROM tenure_schema"), "5");
+    // The one row is the unnamed cluster's (schema 5: a row per cluster).
     assert_eq!(
-        pg.psql("v1", "SELECT token, generation FROM history_writer"),
-        "9|0"
+        pg.psql(
+            "v1",
+            "SELECT token, generation, cluster FROM history_writer"
+        ),
+        "9|0|"
     );
     // A lower token is still refused after the migration.
     let u = url.clone();

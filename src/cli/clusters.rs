@@ -185,6 +185,33 @@ pub async fn connect(
     sources: &[Source],
     sources_only: bool,
 ) -> anyhow::Result<Option<Vec<Watched>>> {
+    let Some(specs) = specs_of(global, flags, config, sources, sources_only)? else {
+        return Ok(None);
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for s in &specs {
+        anyhow::ensure!(
+            seen.insert(s.name.as_str()),
+            "cluster {:?} is named twice: each cluster needs its own name",
+            s.name
+        );
+    }
+    let mut out = Vec::with_capacity(specs.len());
+    for s in specs {
+        out.push(connect_one(s).await?);
+    }
+    Ok(Some(out))
+}
+
+/// The clusters the flags or the file name, each with its settings
+/// (`None`: neither names any).
+fn specs_of(
+    global: &Global,
+    flags: &[ClusterFlag],
+    config: Option<&Path>,
+    sources: &[Source],
+    sources_only: bool,
+) -> anyhow::Result<Option<Vec<Spec>>> {
     let specs = match (flags.is_empty(), config) {
         (true, None) => return Ok(None),
         (false, Some(_)) => anyhow::bail!(
@@ -231,50 +258,42 @@ pub async fn connect(
             read_file(path, global.timeout)?
         }
     };
-    let mut seen = std::collections::BTreeSet::new();
-    for s in &specs {
-        anyhow::ensure!(
-            seen.insert(s.name.as_str()),
-            "cluster {:?} is named twice: each cluster needs its own name",
-            s.name
-        );
-    }
-    let mut out = Vec::with_capacity(specs.len());
-    for s in specs {
-        let name = s.name.clone();
-        let config = access_config(s.access, &format!("cluster {name:?}'s user"))?;
-        let at = s.endpoints.join(",");
-        let connector = Connector {
-            endpoints: s.endpoints,
-            prefix: s.prefix,
-            config,
-            timeout: s.timeout,
-        };
-        // A cluster that does not answer now is watched once it does; a
-        // certificate, user or password problem is an error now.
-        let client = match connector.connect().await {
-            Ok(c) => Some(c),
-            Err(e) if e.is_unavailable() => {
-                eprintln!(
-                    "tenure: cluster {name}: etcd at {at} does not answer ({e}); its elections \
-                     are not watched until it does"
-                );
-                None
-            }
-            Err(e) => {
-                return Err(e)
-                    .with_context(|| format!("cluster {name:?}: connecting to etcd at {at}"))
-            }
-        };
-        out.push(Watched {
-            name: Some(Arc::from(name)),
-            client,
-            connector,
-            sources: s.sources,
-            sources_only: s.sources_only,
-        });
-    }
-    Ok(Some(out))
+    Ok(Some(specs))
+}
+
+/// One cluster's connection: connected now, or (etcd not answering) later.
+async fn connect_one(s: Spec) -> anyhow::Result<Watched> {
+    let name = s.name.clone();
+    let config = access_config(s.access, &format!("cluster {name:?}'s user"))?;
+    let at = s.endpoints.join(",");
+    let connector = Connector {
+        endpoints: s.endpoints,
+        prefix: s.prefix,
+        config,
+        timeout: s.timeout,
+    };
+    // A cluster that does not answer now is watched once it does; a
+    // certificate, user or password problem is an error now.
+    let client = match connector.connect().await {
+        Ok(c) => Some(c),
+        Err(e) if e.is_unavailable() => {
+            eprintln!(
+                "tenure: cluster {name}: etcd at {at} does not answer ({e}); its elections \
+                 are not watched until it does"
+            );
+            None
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("cluster {name:?}: connecting to etcd at {at}"))
+        }
+    };
+    Ok(Watched {
+        name: Some(Arc::from(name)),
+        client,
+        connector,
+        sources: s.sources,
+        sources_only: s.sources_only,
+    })
 }
 
 /// The `[[cluster]]` tables of `path`; relative paths in them are taken
@@ -360,11 +379,10 @@ type Ranges = Vec<(Vec<u8>, Vec<u8>)>;
 /// the two reads lets a true duplicate through, never refuses two etcds
 /// that differ).
 pub async fn refuse_one_etcd_twice(
-    clusters: &[Watched],
-    cfgs: &[Option<crate::watch::WatchConfig>],
+    clusters: &[(&Watched, Option<&crate::watch::WatchConfig>)],
 ) -> anyhow::Result<()> {
     let mut seen: Vec<(&str, [i64; 4], Ranges)> = Vec::new();
-    for (c, cfg) in clusters.iter().zip(cfgs) {
+    for &(c, cfg) in clusters {
         let (Some(name), Some(client), Some(cfg)) = (&c.name, &c.client, cfg) else {
             continue;
         };

@@ -10,14 +10,17 @@ mod campaign;
 mod clusters;
 mod dev;
 mod exec;
+mod feed;
 mod floor;
 mod group;
 mod guard;
 mod history;
+mod migrate;
 mod pipelines;
 mod replica;
 mod secrets;
 mod serve;
+mod sinks;
 mod stderr;
 mod watched;
 

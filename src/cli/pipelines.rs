@@ -20,6 +20,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tracing::Instrument;
 
 use super::clusters::Watched;
+use super::feed::{in_cluster, watch_config};
 use super::floor::FloorKeeper;
 use crate::election::Client;
 use crate::events::cluster::ClusterEvent;
@@ -76,14 +77,6 @@ impl Member {
             self.floors = Some(keeper);
         }
         self.floors.as_mut()
-    }
-}
-
-/// "cluster NAME" for a message ("the etcd cluster" for the one, unnamed).
-pub(super) fn in_cluster(name: &Option<Arc<str>>) -> String {
-    match name {
-        Some(n) => format!("cluster {n:?}"),
-        None => "the etcd cluster".to_owned(),
     }
 }
 
@@ -158,8 +151,7 @@ impl Running {
 /// Starts every cluster's pipeline from its resume point: at once where
 /// serve is connected (`cfgs[i]` read), else once its etcd answers.
 pub(super) async fn start(
-    clusters: &[Watched],
-    cfgs: Vec<Option<WatchConfig>>,
+    feeds: &[super::feed::Feed],
     resumes: Vec<Option<ResumePoint>>,
     members: &mut [Member],
     common: Common,
@@ -170,10 +162,10 @@ pub(super) async fn start(
         stop,
         tasks: tasks.clone(),
     };
-    let one = clusters.len() == 1 && clusters.iter().all(|c| c.name.is_none());
-    if let (true, [c], [Some(cfg)], [m]) = (one, clusters, cfgs.as_slice(), &mut *members) {
+    let one = feeds.len() == 1 && feeds.iter().all(|f| f.scope().is_none());
+    if let (true, [f], [m]) = (one, feeds, &mut *members) {
         // One cluster: its watcher's channel is the inbox.
-        let Some(client) = c.client.clone() else {
+        let (Some(client), Some(cfg)) = (f.watched.client.clone(), &f.cfg) else {
             anyhow::bail!("not connected to etcd");
         };
         let (tx, rx) = mpsc::channel::<Update>(4096);
@@ -193,12 +185,12 @@ pub(super) async fn start(
         return Ok((Inbox::One(rx), running));
     }
     let (all, rx) = mpsc::channel::<(usize, Option<Update>)>(4096);
-    for (i, ((c, cfg), resume)) in clusters.iter().zip(cfgs).zip(resumes).enumerate() {
-        let m = &members[i];
+    for (i, (f, resume)) in feeds.iter().zip(resumes).enumerate() {
+        let (m, c) = (&members[i], &f.watched);
         let p = Pipeline {
             i,
             watched: c.clone(),
-            cfg,
+            cfg: f.cfg.clone(),
             resume,
             readiness: m.readiness.clone(),
             client: m.client.clone(),
@@ -421,25 +413,6 @@ impl Pipeline {
             _ = self.stop.changed() => true,
         }
     }
-}
-
-/// What a watcher reads and keeps: the sources checked against etcd
-/// (several key ranges need ordered progress notifications).
-pub(super) async fn watch_config(
-    client: &Client,
-    sources: Vec<crate::layout::Source>,
-    sources_only: bool,
-    max_elections: usize,
-) -> anyhow::Result<WatchConfig> {
-    let plan = Watcher::sources(client, sources, sources_only)
-        .await
-        .context("reading --source")?;
-    Ok(WatchConfig {
-        max_elections,
-        sources: Some(plan.sources),
-        covering: plan.covering,
-        ..WatchConfig::default()
-    })
 }
 
 /// The key ranges a serve watches in a cluster of this `prefix` and

@@ -12,16 +12,16 @@ use anyhow::Context;
 use clap::Args;
 use tokio::sync::{broadcast, mpsc};
 
+pub use super::clusters::{ClusterFlag, Connector, Watched};
+use super::feed::{in_cluster, Feed, FeedParts, WriterCtx};
+use super::pipelines::{read_access, Common, Member};
+use super::replica::{self, History};
+use super::sinks::{self, Sinks};
 use crate::election::{shutdown_signal, Client};
-use crate::events::cluster::{ClusterEvent, ClusterEventKind};
-use crate::events::{Batch, Event, EventKind, Update};
+use crate::events::cluster::ClusterEvent;
+use crate::events::ResumePoint;
 use crate::history::{Db, Store};
 use crate::telemetry::{self, Metrics, MetricsOptions};
-// The history: a SQLite file of one's own, or a PostgreSQL history shared by replicas.
-pub use super::clusters::{ClusterFlag, Connector, Watched};
-use super::pipelines::{in_cluster, read_access, watch_config, Common, Inbox, Member};
-use super::replica::{self, History};
-use crate::watch::WatchConfig;
 use crate::web::api::RateLimiter;
 use crate::web::{self, AppState, Auth, Limits, Readiness};
 
@@ -227,10 +227,10 @@ pub async fn run_with(
 }
 
 /// Serves `clusters` (several, each named; or the one, unnamed)
-/// until `stop` resolves or a watcher ends. One serve loop applies every
-/// cluster's updates in the order they come: each cluster's metrics and
-/// readiness are its own, its history rows are named `CLUSTER/NAME` and
-/// its history state is kept under its name, in one history.
+/// until `stop` resolves or a watcher ends. Each cluster is a feed
+/// (`feed.rs`): its metrics and readiness are its own, its history rows
+/// are named `CLUSTER/NAME` and its history state is kept under its name,
+/// in one history; on a shared history each feed has its own writer.
 pub async fn run_clusters(
     clusters: Vec<Watched>,
     args: ServeArgs,
@@ -239,160 +239,51 @@ pub async fn run_clusters(
 ) -> anyhow::Result<i32> {
     // Bound first: a replica of a shared history names its address when it
     // campaigns to write.
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("listening on {}", args.listen))?;
+    let listener = bind(&args).await?;
     let addr = listener.local_addr()?;
-    anyhow::ensure!(
-        args.read_token.as_deref() != Some(""),
-        "--read-token (TENURE_READ_TOKEN) is set but empty: give the token reads need, or \
-         unset it to leave reads open (a secret that failed to populate must not open them)"
-    );
-    let db = Db::from_arg(&args.db);
-    let named = clusters.iter().any(|c| c.name.is_some());
-    anyhow::ensure!(
-        !(named && matches!(db, Db::Postgres(_))),
-        "--cluster with a PostgreSQL history is not supported: its replicas elect one \
-         writer in one etcd. Give several clusters a SQLite history (--db FILE), or run one \
-         serve per cluster (ARCHITECTURE.md, \"Several clusters\")"
-    );
     if clusters.is_empty() {
         anyhow::bail!("no cluster to watch");
     }
+    let db = Db::from_arg(&args.db);
     // Before anything is opened: a --source etcd cannot serve is refused
     // (a cluster that did not answer reads its own once it does).
-    let mut cfgs = Vec::with_capacity(clusters.len());
-    for c in &clusters {
-        let cfg = match &c.client {
-            Some(client) => Some(
-                watch_config(
-                    client,
-                    c.sources.clone(),
-                    c.sources_only,
-                    args.max_elections,
-                )
-                .await
-                .with_context(|| in_cluster(&c.name))?,
-            ),
-            None => None,
-        };
-        cfgs.push(cfg);
-    }
-    super::clusters::refuse_one_etcd_twice(&clusters, &cfgs).await?;
+    let feeds = Feed::prepare(clusters, args.max_elections).await?;
+    let watched: Vec<_> = feeds.iter().map(|f| (&f.watched, f.cfg.as_ref())).collect();
+    super::clusters::refuse_one_etcd_twice(&watched).await?;
     let serve_metrics = Arc::new(Metrics::with_options(metrics).context("creating metrics")?);
     let readiness = Arc::new(Readiness::with_max_elections(args.max_elections));
-    let first = clusters.iter().find_map(|c| c.client.clone());
-    let store = open_history(
-        first.as_ref(),
-        &args,
-        cfgs.first().cloned().flatten(),
-        &db,
-        addr,
-        &serve_metrics,
-        &readiness,
-    )
-    .await?;
-    same_clusters(&store, &clusters, &db).await?;
-    let mut members = Vec::with_capacity(clusters.len());
-    let mut resumes = Vec::with_capacity(clusters.len());
-    for (c, cfg) in clusters.iter().zip(&cfgs) {
-        let (metrics, readiness) = if named {
-            (
-                Arc::new(Metrics::with_options(metrics).context("creating metrics")?),
-                Arc::new(Readiness::with_max_elections(args.max_elections)),
-            )
-        } else {
-            (serve_metrics.clone(), readiness.clone())
-        };
-        let reader = store.reader();
-        let scope = c.name.clone();
-        let resume = tokio::task::spawn_blocking(move || reader.resume_point_of(scope.as_deref()))
-            .await?
-            .context("reading where the history left off")?;
-        if let Some(r) = &resume {
-            // Terms leading across the restart get their series now: the
-            // watcher adopts them without an event.
-            metrics.adopt(&r.open_terms);
-        }
-        announce(c.name.as_deref(), resume.as_ref(), &db);
-        let m = Member::new(c.name.clone(), metrics, readiness, args.raise_token_floor);
-        if let (Some(client), Some(cfg)) = (&c.client, cfg) {
-            let _ = m.sources.set(cfg.sources_read(client.keys().prefix()));
-            let _ = m.client.set(client.clone());
-        }
-        members.push(m);
-        resumes.push(resume);
+    let mut store = open_history(&args, &db, &serve_metrics).await?;
+    super::migrate::same_clusters(&store, &feeds, &db).await?;
+    let own = Own {
+        args: &args,
+        options: metrics,
+        serve_metrics: &serve_metrics,
+        readiness: &readiness,
+    };
+    let (mut members, resumes) = members_of(&feeds, &own, &store, &db).await?;
+    if let History::Shared(shared) = &mut store {
+        start_writers(shared, &feeds, &members, &args, addr)?;
     }
-
-    let (live, _) = tokio::sync::broadcast::channel(1024);
-    let (cluster_live, _) = tokio::sync::broadcast::channel(256);
-    let state = Arc::new(AppState {
-        metrics: serve_metrics.clone(),
-        readiness: members[0].readiness.clone(),
-        history: store.reader(),
-        client: first,
-        live: live.clone(),
-        cluster_live: cluster_live.clone(),
-        auth: auth_of(&args),
-        read_token: args.read_token.clone(),
-        api_rate: RateLimiter::new(args.campaign_rate),
-        limits: limits_of(&args),
-        sources: members[0]
-            .sources
-            .get()
-            .cloned()
-            .unwrap_or_else(|| crate::layout::Sources::tenure("")),
-        clusters: if named {
-            members
-                .iter()
-                .map(|m| web::ClusterView {
-                    name: m.scope.clone().unwrap_or_else(|| Arc::from("")),
-                    client: m.client.clone(),
-                    readiness: m.readiness.clone(),
-                    metrics: m.metrics.clone(),
-                    sources: m.sources.clone(),
-                })
-                .collect()
-        } else {
-            Vec::new()
-        },
-    });
-    let (stop_http, server) = start_http(listener, state);
+    let state = app_state(&args, &members, &store, serve_metrics.clone());
+    let (stop_http, server) = start_http(listener, state.clone());
     eprintln!(
         "tenure: serving on http://{addr} (dashboard at /, API at /api/v1, metrics at /metrics)"
     );
-
-    let (ctx, mut crx) = mpsc::channel::<ClusterEvent>(256);
+    let (ctx, crx) = mpsc::channel::<ClusterEvent>(256);
     let common = Common {
         max_elections: args.max_elections,
         cluster_poll: args.cluster_poll,
         reader: store.reader(),
         events: ctx,
     };
-    let (mut inbox, running) =
-        super::pipelines::start(&clusters, cfgs, resumes, &mut members, common).await?;
-    let pid = std::process::id();
-    store
-        .cluster_event(serve_event(ClusterEventKind::ServeStarted {
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            pid,
-        }))
-        .await
-        .context("writing history")?;
-    let mut sinks = Sinks {
+    let (inbox, running) = super::pipelines::start(&feeds, resumes, &mut members, common).await?;
+    let sinks = Sinks {
         members,
-        store: &store,
-        live: &live,
-        cluster_live: &cluster_live,
+        store,
+        live: state.live.clone(),
+        cluster_live: state.cluster_live.clone(),
     };
-    let code = sinks.serve(&mut inbox, &mut crx, stop).await?;
-    // Whatever the watchers already produced is complete: keep it.
-    running.stop();
-    for (i, u) in inbox.rest().await {
-        sinks.apply(i, &u).await?;
-    }
-    let members = sinks.members;
-    close_history(store, &members, pid).await?;
+    let code = sinks::run(sinks, inbox, crx, running, stop).await?;
     let _ = stop_http.send(());
     if let Ok(Err(e)) = server.await {
         eprintln!("tenure: HTTP server: {e}");
@@ -400,33 +291,142 @@ pub async fn run_clusters(
     Ok(code)
 }
 
-/// A history of one unnamed cluster and one of named clusters are not
-/// mixed: names, resume revisions and fleet-wide marks differ.
-/// A named cluster the history has not seen yet is welcome (a new one);
-/// one it records that is not configured stays in it, not watched.
-async fn same_clusters(store: &History, clusters: &[Watched], db: &Db) -> anyhow::Result<()> {
-    let reader = store.reader();
-    let recorded = tokio::task::spawn_blocking(move || reader.scopes())
-        .await?
-        .context("reading which clusters the history records")?;
-    let named = clusters.iter().any(|c| c.name.is_some());
-    let names: Vec<&str> = recorded.iter().flatten().map(String::as_str).collect();
-    if named && recorded.contains(&None) {
-        anyhow::bail!(
-            "the history at {} records one etcd cluster watched without --cluster: several \
-             clusters need a history of their own (give another --db), or serve it as before",
-            db.display()
+/// The HTTP listener, with the read token checked first.
+async fn bind(args: &ServeArgs) -> anyhow::Result<tokio::net::TcpListener> {
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    anyhow::ensure!(
+        args.read_token.as_deref() != Some(""),
+        "--read-token (TENURE_READ_TOKEN) is set but empty: give the token reads need, or \
+         unset it to leave reads open (a secret that failed to populate must not open them)"
+    );
+    Ok(listener)
+}
+
+/// What the members are made of: the serve-wide metrics and readiness
+/// (the one cluster's own), and the options each cluster's metrics get.
+struct Own<'a> {
+    args: &'a ServeArgs,
+    options: MetricsOptions,
+    serve_metrics: &'a Arc<Metrics>,
+    readiness: &'a Arc<Readiness>,
+}
+
+/// Each feed's parts in the serve loop, and where its history resumes.
+async fn members_of(
+    feeds: &[Feed],
+    own: &Own<'_>,
+    store: &History,
+    db: &Db,
+) -> anyhow::Result<(Vec<Member>, Vec<Option<ResumePoint>>)> {
+    let named = feeds.iter().any(|f| f.scope().is_some());
+    let mut members = Vec::with_capacity(feeds.len());
+    let mut resumes = Vec::with_capacity(feeds.len());
+    for f in feeds {
+        let (metrics, readiness) = if named {
+            (
+                Arc::new(Metrics::with_options(own.options).context("creating metrics")?),
+                Arc::new(Readiness::with_max_elections(own.args.max_elections)),
+            )
+        } else {
+            (own.serve_metrics.clone(), own.readiness.clone())
+        };
+        let resume = f.resume(&store.reader()).await?;
+        if let Some(r) = &resume {
+            // Terms leading across the restart get their series now: the
+            // watcher adopts them without an event.
+            metrics.adopt(&r.open_terms);
+        }
+        announce(f.scope().as_deref(), resume.as_ref(), db);
+        let m = Member::new(
+            f.scope().clone(),
+            metrics,
+            readiness,
+            own.args.raise_token_floor,
         );
+        if let (Some(client), Some(cfg)) = (&f.watched.client, &f.cfg) {
+            let _ = m.sources.set(cfg.sources_read(client.keys().prefix()));
+            let _ = m.client.set(client.clone());
+        }
+        members.push(m);
+        resumes.push(resume);
     }
-    if !named && !names.is_empty() {
-        anyhow::bail!(
-            "the history at {} records the clusters {} (serve --cluster/--config): give them \
-             again, or another --db for one cluster without --cluster",
-            db.display(),
-            names.join(", ")
-        );
+    Ok((members, resumes))
+}
+
+/// Each feed's writer on the shared history: its writer metrics are its
+/// cluster's (the serve-wide ones for the one unnamed cluster).
+fn start_writers(
+    shared: &mut replica::Shared,
+    feeds: &[Feed],
+    members: &[Member],
+    args: &ServeArgs,
+    addr: SocketAddr,
+) -> anyhow::Result<()> {
+    let Db::Postgres(url) = Db::from_arg(&args.db) else {
+        return Ok(());
+    };
+    let ctx = WriterCtx {
+        url,
+        retention: args.retention,
+        ttl: crate::election::Ttl::from_duration(args.writer_ttl)?,
+        id: replica::candidate_id(addr),
+        max_elections: args.max_elections,
+    };
+    for (f, m) in feeds.iter().zip(members) {
+        let parts = FeedParts {
+            metrics: telemetry::writer::HistoryWriterMetrics::register(&m.metrics)
+                .context("creating metrics")?,
+            readiness: m.readiness.clone(),
+            client: m.client.clone(),
+        };
+        shared.add(f.writer(&ctx, parts, shared.reader()));
     }
     Ok(())
+}
+
+/// What the web serves: the history, the live feeds, and each cluster's
+/// view with several.
+fn app_state(
+    args: &ServeArgs,
+    members: &[Member],
+    store: &History,
+    metrics: Arc<Metrics>,
+) -> Arc<AppState> {
+    let named = members.iter().any(|m| m.scope.is_some());
+    let (live, _) = broadcast::channel(1024);
+    let (cluster_live, _) = broadcast::channel(256);
+    let first = members.iter().find_map(|m| m.client.get().cloned());
+    let clusters = members
+        .iter()
+        .filter(|_| named)
+        .map(|m| web::ClusterView {
+            name: m.scope.clone().unwrap_or_else(|| Arc::from("")),
+            client: m.client.clone(),
+            readiness: m.readiness.clone(),
+            metrics: m.metrics.clone(),
+            sources: m.sources.clone(),
+        })
+        .collect();
+    Arc::new(AppState {
+        metrics,
+        readiness: members[0].readiness.clone(),
+        history: store.reader(),
+        client: first,
+        live,
+        cluster_live,
+        auth: auth_of(args),
+        read_token: args.read_token.clone(),
+        api_rate: RateLimiter::new(args.campaign_rate),
+        limits: limits_of(args),
+        sources: members[0]
+            .sources
+            .get()
+            .cloned()
+            .unwrap_or_else(|| crate::layout::Sources::tenure("")),
+        clusters,
+    })
 }
 
 /// The HTTP server, stopped gracefully when the returned sender is used.
@@ -464,151 +464,28 @@ fn announce(cluster: Option<&str>, resume: Option<&crate::events::ResumePoint>, 
     }
 }
 
-/// Where every update goes, in order.
-struct Sinks<'a> {
-    members: Vec<Member>,
-    store: &'a History,
-    live: &'a broadcast::Sender<Arc<Event>>,
-    cluster_live: &'a broadcast::Sender<Arc<ClusterEvent>>,
-}
-
-impl Sinks<'_> {
-    /// The watchers' updates and etcd's own events to the sinks, until
-    /// `stop` (exit code 0) or a watcher stops (1). A batch also tells its
-    /// cluster's token floor keeper of resets.
-    async fn serve(
-        &mut self,
-        inbox: &mut Inbox,
-        crx: &mut mpsc::Receiver<ClusterEvent>,
-        stop: impl std::future::Future<Output = ()>,
-    ) -> anyhow::Result<i32> {
-        tokio::pin!(stop);
-        loop {
-            tokio::select! {
-                (i, update) = inbox.recv() => match update {
-                    Some(u) => self.apply(i, &u).await?,
-                    None => {
-                        let name = self.members.get(i).and_then(|m| m.scope.clone());
-                        eprintln!("tenure: the watcher of {} stopped", in_cluster(&name));
-                        return Ok(1);
-                    }
-                },
-                Some(e) = crx.recv() => record_cluster(self.store, self.cluster_live, e).await?,
-                _ = &mut stop => return Ok(0),
-            }
-        }
-    }
-
-    /// One update of cluster `i`: its metrics and readiness, the traces,
-    /// the history (named by the cluster) and the live feed.
-    async fn apply(&mut self, i: usize, u: &Update) -> anyhow::Result<()> {
-        let Some(m) = self.members.get_mut(i) else {
-            return Ok(());
-        };
-        if let (Update::Batch(b), Some(floors)) = (u, m.floors()) {
-            floors.on_batch(b);
-        }
-        m.metrics.apply(u);
-        // The first batch (the snapshot) makes /readyz say ready once the
-        // pages can show it: after it is committed, not when it arrives.
-        let first_load = matches!(u, Update::Batch(_)) && !m.readiness.is_loaded();
-        if !first_load {
-            m.readiness.apply(u);
-        }
-        // The history, the live feed and the traces name elections as the
-        // pages do: `CLUSTER/NAME` with several clusters.
-        let named = match u {
-            Update::Batch(b) => Some(Update::Batch(qualified(m.scope.as_deref(), b))),
-            _ => None,
-        };
-        telemetry::record(named.as_ref().unwrap_or(u));
-        for mut e in crate::events::cluster::from_update(u, crate::events::now_ms()) {
-            e.cluster = m.scope.as_deref().map(str::to_owned);
-            record_cluster(self.store, self.cluster_live, e).await?;
-        }
-        let store = self.store;
-        if let Update::Cluster { cluster_id } = u {
-            store
-                .set_cluster(&m.scope, *cluster_id)
-                .await
-                .context("writing history")?;
-        }
-        store
-            .heartbeat(&m.scope, u)
-            .await
-            .context("writing history")?;
-        if let Some(Update::Batch(b)) = named {
-            for e in &b.events {
-                // No subscribers is fine.
-                let _ = self.live.send(Arc::new(e.clone()));
-            }
-            store.write(&m.scope, b).await.context("writing history")?;
-        }
-        if first_load {
-            store.flush().await.context("writing history")?;
-            m.readiness.apply(u);
-        }
-        Ok(())
-    }
-}
-
-/// `b` with its elections named by `cluster` (`CLUSTER/NAME`, and
-/// `CLUSTER/` for its fleet-wide events); as it is without one.
-fn qualified(cluster: Option<&str>, b: &Batch) -> Batch {
-    let mut b = b.clone();
-    if let Some(c) = cluster {
-        for e in &mut b.events {
-            e.election = crate::events::qualify(c, &e.election);
-            if let EventKind::NameCollision { other } = &mut e.kind {
-                *other = crate::events::qualify(c, other);
-            }
-        }
-    }
-    b
-}
-
-/// The history sink and where it left off: a SQLite file of one's own (this
-/// replica writes), or the shared PostgreSQL history (the replicas campaign
-/// to write; see `replica.rs`).
+/// The history sink: a SQLite file of one's own (this replica writes
+/// every feed), or the shared PostgreSQL history (each feed's writer is
+/// elected; see `feed/writer.rs`), whose writers start with the members.
 async fn open_history(
-    client: Option<&Client>,
     args: &ServeArgs,
-    watch: Option<WatchConfig>,
     db: &Db,
-    addr: SocketAddr,
     metrics: &Arc<Metrics>,
-    readiness: &Arc<Readiness>,
 ) -> anyhow::Result<History> {
-    let writer_metrics =
-        telemetry::writer::HistoryWriterMetrics::register(metrics).context("creating metrics")?;
     Ok(match db {
         Db::Sqlite(path) => {
+            let writer_metrics = telemetry::writer::HistoryWriterMetrics::register(metrics)
+                .context("creating metrics")?;
             let store = Store::open(path, args.retention)
                 .with_context(|| format!("opening the history at {}", path.display()))?;
             writer_metrics.writer.set(1);
             History::Local(store)
         }
         Db::Postgres(url) => {
-            // One cluster, connected (several are refused before).
-            let (Some(client), Some(watch)) = (client, watch) else {
-                anyhow::bail!("a PostgreSQL history needs its etcd cluster connected at start");
-            };
             let reader = replica::open_reader(url)
                 .await
                 .with_context(|| format!("opening the history at {}", db.display()))?;
-            History::Shared(replica::Shared::start(
-                client.clone(),
-                reader,
-                replica::SharedConfig {
-                    url: url.clone(),
-                    retention: args.retention,
-                    watch,
-                    ttl: crate::election::Ttl::from_duration(args.writer_ttl)?,
-                    id: replica::candidate_id(addr),
-                    metrics: writer_metrics,
-                    readiness: readiness.clone(),
-                },
-            )?)
+            History::Shared(replica::Shared::new(reader))
         }
     })
 }
@@ -629,66 +506,5 @@ fn limits_of(args: &ServeArgs) -> Limits {
         max_ttl_seconds: args.max_ttl,
         campaigns_per_second: args.campaign_rate,
         ..Limits::default()
-    }
-}
-
-/// The stop recorded (watched until now, for each cluster whose watcher
-/// was live; serve stopped) and the history closed, everything committed.
-async fn close_history(store: History, members: &[Member], pid: u32) -> anyhow::Result<()> {
-    for m in members {
-        if m.readiness.is_ready() {
-            // Watched until this stop.
-            store
-                .watched(&m.scope, crate::events::now_ms())
-                .await
-                .context("writing history")?;
-        }
-    }
-    store
-        .cluster_event(serve_event(ClusterEventKind::ServeStopped { pid }))
-        .await
-        .context("writing history")?;
-    let reader = store.reader();
-    let revision = store.close().await.context("closing the history")?;
-    if members.iter().all(|m| m.scope.is_none()) {
-        eprintln!("tenure: history committed up to revision {revision}");
-        return Ok(());
-    }
-    for m in members {
-        let (reader, scope) = (reader.clone(), m.scope.clone());
-        let resume = tokio::task::spawn_blocking(move || reader.resume_point_of(scope.as_deref()))
-            .await?
-            .context("reading the history's resume revisions")?;
-        eprintln!(
-            "tenure: history of {} committed up to revision {}",
-            in_cluster(&m.scope),
-            resume.map_or(0, |r| r.revision)
-        );
-    }
-    Ok(())
-}
-
-/// Stores one of etcd's events and tells the live feed.
-async fn record_cluster(
-    store: &History,
-    live: &broadcast::Sender<Arc<ClusterEvent>>,
-    e: ClusterEvent,
-) -> anyhow::Result<()> {
-    store
-        .cluster_event(e.clone())
-        .await
-        .context("writing history")?;
-    // No subscribers is fine.
-    let _ = live.send(Arc::new(e));
-    Ok(())
-}
-
-fn serve_event(kind: ClusterEventKind) -> ClusterEvent {
-    let now = crate::events::now_ms();
-    ClusterEvent {
-        at_ms: now,
-        not_before_ms: Some(now),
-        cluster: None,
-        kind,
     }
 }

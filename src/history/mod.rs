@@ -59,7 +59,8 @@ use crate::events::{Batch, Event};
 pub use export::terms_to_csv;
 pub use meta::Scope;
 pub use pg::{
-    is_postgres_url, prepare as prepare_postgres, record_writer_error, redact, PG_SCHEMA_VERSION,
+    is_postgres_url, name_unnamed_cluster, prepare as prepare_postgres, record_writer_error,
+    redact, PG_SCHEMA_VERSION,
 };
 
 /// What a shared history says of its recording: how far it
@@ -73,6 +74,8 @@ pub struct WriterStatus {
     pub watched_at_ms: Option<i64>,
     /// The fence's token and holder (`None`: no writer yet).
     pub writer: Option<(i64, String)>,
+    /// Since when that writer holds the fence (unix ms).
+    pub writer_since_ms: Option<i64>,
     /// The last failure a writer noted: its holder, when, what.
     pub last_error: Option<(String, i64, String)>,
 }
@@ -266,9 +269,24 @@ impl Store {
         holder: &str,
         revision: RevisionSource,
     ) -> Result<Store> {
+        Store::open_postgres_for(url, "", retention, token, holder, revision)
+    }
+
+    /// [`Store::open_postgres`] as the writer of the cluster `cluster` (its
+    /// name; `""` the one unnamed cluster): `token` is of that cluster's
+    /// `tenure/history-writer` election and claims that cluster's fence row
+    /// only, so the writers of several clusters never fence each other.
+    pub fn open_postgres_for(
+        url: &str,
+        cluster: &str,
+        retention: Duration,
+        token: i64,
+        holder: &str,
+        revision: RevisionSource,
+    ) -> Result<Store> {
         let refused = Arc::new(AtomicU64::new(0));
         let (conn, reset) =
-            match pg::PgWriter::connect(url, token, holder, refused.clone(), revision) {
+            match pg::PgWriter::connect(url, cluster, token, holder, refused.clone(), revision) {
                 Ok(c) => c,
                 Err(e) => {
                     if e.is_fenced() {

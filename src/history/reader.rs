@@ -111,23 +111,10 @@ impl Reader {
     /// own revision and cluster id, and its open terms by the names its
     /// watcher gives them (`CLUSTER/` taken off).
     pub fn resume_point_of(&self, scope: Option<&str>) -> Result<Option<ResumePoint>> {
-        self.scoped(scope)?;
-        self.run(|c| query::resume_point(c, scope), pg::resume_point)
-    }
-
-    /// Several clusters share a SQLite history only (ARCHITECTURE.md,
-    /// "Several clusters").
-    fn scoped(&self, scope: Option<&str>) -> Result<()> {
-        match (&self.backend, scope) {
-            (ReadBackend::Postgres(_), Some(c)) => Err(HistoryError::Schema {
-                path: self.path().to_owned(),
-                reason: format!(
-                    "cluster {c:?}: a shared PostgreSQL history records one etcd cluster; \
-                     give several --cluster a SQLite history (--db FILE)"
-                ),
-            }),
-            _ => Ok(()),
-        }
+        self.run(
+            |c| query::resume_point(c, scope),
+            |c| pg::resume_point(c, scope),
+        )
     }
 
     /// Terms of `election` overlapping `[from, to]` (an open term overlaps
@@ -252,25 +239,38 @@ impl Reader {
 
     /// [`Reader::watched_until`] of one cluster of several.
     pub fn watched_until_of(&self, scope: Option<&str>) -> Result<Option<i64>> {
-        self.scoped(scope)?;
-        self.run(|c| query::watched_until(c, scope), pg::watched_until)
+        self.run(
+            |c| query::watched_until(c, scope),
+            |c| pg::watched_until(c, scope),
+        )
     }
 
     /// What the shared history says of its recording; `None` on SQLite.
     /// Blocking.
     pub fn writer_status(&self) -> Result<Option<WriterStatus>> {
+        self.writer_status_of(None)
+    }
+
+    /// [`Reader::writer_status`] of one cluster of several: its resume
+    /// revision, heartbeat and writer fence row.
+    pub fn writer_status_of(&self, scope: Option<&str>) -> Result<Option<WriterStatus>> {
         match &self.backend {
             ReadBackend::Sqlite(_) => Ok(None),
-            ReadBackend::Postgres(pool) => pool.with(pg::writer_status).map(Some),
+            ReadBackend::Postgres(pool) => pool.with(|c| pg::writer_status(c, scope)).map(Some),
         }
     }
 
     /// The shared history's writer fence: the highest writer token that has
     /// written and its holder; `None` on SQLite or before any writer.
     pub fn writer_fence(&self) -> Result<Option<(i64, String)>> {
+        self.writer_fence_of(None)
+    }
+
+    /// [`Reader::writer_fence`] of one cluster of several (its own row).
+    pub fn writer_fence_of(&self, scope: Option<&str>) -> Result<Option<(i64, String)>> {
         match &self.backend {
             ReadBackend::Sqlite(_) => Ok(None),
-            ReadBackend::Postgres(pool) => pool.with(pg::writer_fence),
+            ReadBackend::Postgres(pool) => pool.with(|c| pg::writer_fence(c, scope.unwrap_or(""))),
         }
     }
 
@@ -390,7 +390,9 @@ impl Reader {
         &self,
         scope: Option<&str>,
     ) -> Result<ClusterBaseline, HistoryError> {
-        self.scoped(scope)?;
-        self.run(|c| cluster::baseline(c, scope), pg::cluster_baseline)
+        self.run(
+            |c| cluster::baseline(c, scope),
+            |c| pg::cluster_baseline(c, scope),
+        )
     }
 }

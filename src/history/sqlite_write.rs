@@ -56,9 +56,7 @@ impl WriteTx for SqliteTx<'_> {
     fn read_state(&mut self, key: &str) -> Result<Option<i64>, HistoryError> {
         read_state(self.tx, key)
     }
-    fn read_states(&mut self, keys: &[&str]) -> Result<Vec<Option<i64>>, HistoryError> {
-        keys.iter().map(|k| read_state(self.tx, k)).collect()
-    }
+
     fn set_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError> {
         set_state(self.tx, key, value)
     }

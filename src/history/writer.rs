@@ -48,9 +48,16 @@ pub(super) type Failure = Arc<Mutex<Option<String>>>;
 /// ([`Writer::commit`]) is written once, above both backends.
 pub(super) trait WriteTx {
     fn read_state(&mut self, key: &str) -> Result<Option<i64>, HistoryError>;
-    /// The values of `keys`, in order (`None`: absent), in one read: on a
-    /// shared database each statement is a round trip, several per commit.
-    fn read_states(&mut self, keys: &[&str]) -> Result<Vec<Option<i64>>, HistoryError>;
+    /// The current epoch, held until the commit: shared by every commit,
+    /// exclusive (`reset`) by one that starts a new epoch. On a history
+    /// that several clusters' writers share, a reset then waits for every
+    /// commit that read the old epoch, so its carry of the open terms sees
+    /// theirs, and no commit writes terms into an epoch a reset has closed.
+    /// One writer (SQLite): a plain read.
+    fn lock_epoch(&mut self, reset: bool) -> Result<i64, HistoryError> {
+        let _ = reset;
+        Ok(self.read_state(EPOCH_KEY)?.unwrap_or(0))
+    }
     fn set_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError>;
     /// Stores `value` under `key` unless as high a value is stored: never
     /// backwards, in one statement.
@@ -219,11 +226,10 @@ fn standing<'a>(
         return Ok(&mut all[i]);
     }
     let key = scoped(RESUME_KEY, scope.as_deref());
-    let states = tx.read_states(&[&key, EPOCH_KEY])?;
-    let stored = states.first().copied().flatten();
     if epoch.is_none() {
-        *epoch = Some(states.get(1).copied().flatten().unwrap_or(0));
+        *epoch = Some(tx.lock_epoch(false)?);
     }
+    let stored = tx.read_state(&key)?;
     all.push(Standing {
         scope: scope.clone(),
         stored,
@@ -264,7 +270,9 @@ fn apply_batch(
     let scope = s.scope.as_deref();
     for event in &batch.events {
         if let EventKind::Reset { cluster_id, .. } = &event.kind {
-            *epoch += 1;
+            // The newest epoch, as another cluster's writer may have just
+            // committed one (equal to `*epoch` with one writer).
+            *epoch = tx.lock_epoch(true)?.max(*epoch) + 1;
             tx.set_state(EPOCH_KEY, *epoch)?;
             tx.set_state(&scoped(CLUSTER_KEY, scope), *cluster_id as i64)?;
             if let Some(name) = scope {

@@ -210,6 +210,9 @@ pub(super) fn readyz(s: &AppState) -> (bool, String) {
                 lines.push_str(&format!("  {line}\n"));
             }
         }
+        if let Some(status) = v.readiness.recording_status() {
+            lines.push_str(&format!("  {}\n", writer_line(&status)));
+        }
     }
     let head = if ready {
         format!("ready: {} clusters watched\n", s.clusters.len())
@@ -223,6 +226,19 @@ pub(super) fn readyz(s: &AppState) -> (bool, String) {
         format!("not ready: cluster {} not watched\n", down.join(", "))
     };
     (ready, format!("{head}{lines}"))
+}
+
+/// Who records a cluster's part of a shared history, and since when, as
+/// its fence row says.
+fn writer_line(s: &crate::history::WriterStatus) -> String {
+    match (&s.writer, s.writer_since_ms) {
+        (Some((token, holder)), Some(since)) => format!(
+            "history writer: {holder} (token {token}) since {} UTC",
+            crate::history::short_time(since)
+        ),
+        (Some((token, holder)), None) => format!("history writer: {holder} (token {token})"),
+        (None, _) => "history writer: none has written yet".to_owned(),
+    }
 }
 
 /// One exposition of every cluster's metrics (`cluster` label), with the

@@ -221,6 +221,16 @@ impl Readiness {
         }
     }
 
+    /// What the shared history said last of its recording (this cluster's
+    /// writer, since when); `None` on a history of one's own.
+    pub fn recording_status(&self) -> Option<crate::history::WriterStatus> {
+        self.recording
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .and_then(|r| r.last().cloned())
+    }
+
     /// Why the shared history is not being recorded, if it is not.
     pub fn not_recording(&self) -> Option<String> {
         self.recording

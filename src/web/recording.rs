@@ -63,6 +63,11 @@ impl Recording {
         }
     }
 
+    /// What the database said last (`None`: not read yet).
+    pub fn last(&self) -> Option<&WriterStatus> {
+        self.last.as_ref()
+    }
+
     /// The revision the database has stored, as last read.
     fn recorded(&self) -> i64 {
         self.last.as_ref().and_then(|s| s.revision).unwrap_or(0)
@@ -122,6 +127,7 @@ mod tests {
             revision: Some(revision),
             watched_at_ms: Some(1_000),
             writer: Some((7, "replica-a".into())),
+            writer_since_ms: None,
             last_error: Some(("replica-a".into(), 2_000, "check constraint".into())),
         })
     }

@@ -5,12 +5,15 @@
 //! writer's logic (resume revision, epochs, resets) is shared
 //! (`writer::commit_in` through [`WriteTx`]).
 //!
-//! **Fencing.** Exactly one replica writes: the holder of the etcd election
-//! `tenure/history-writer`, whose token is the one it writes with. Every
-//! write transaction first locks the one row of `history_writer`
-//! (`SELECT … FOR UPDATE`), refuses ([`HistoryError::Fenced`]) when a higher
-//! token is stored there, and stores its own token otherwise, then commits
-//! with the batches. So a writer that lost its term (paused, partitioned)
+//! **Fencing.** Exactly one replica writes each cluster: the holder of the
+//! etcd election `tenure/history-writer` in that cluster's etcd, whose token
+//! is the one it writes with. Every write transaction first locks that
+//! cluster's row of `history_writer` (keyed by its name, `''` for the one
+//! unnamed cluster; `SELECT … FOR UPDATE`), refuses
+//! ([`HistoryError::Fenced`]) when a higher token is stored there, and
+//! stores its own token otherwise, then commits with the batches. Two
+//! clusters' writers lock two rows: neither waits for, nor fences, the
+//! other. So a writer that lost its term (paused, partitioned)
 //! cannot commit after a newer writer has, however late it wakes up: the
 //! database itself decides, in the same transaction as the rows. A new
 //! writer claims the row as soon as it opens ([`PgWriter::connect`]), before
@@ -44,7 +47,7 @@ pub(super) use read::{
     acting, activity, changes_since, cluster_baseline, cluster_events, events, first_event_ms,
     refusals, resume_point, scopes, terms, watched_until, writer_fence, writer_status, PgPool,
 };
-pub use schema::{prepare, PG_SCHEMA_VERSION};
+pub use schema::{name_unnamed_cluster, prepare, PG_SCHEMA_VERSION};
 pub use write::record_writer_error;
 pub(super) use write::PgWriter;
 

@@ -9,6 +9,7 @@ use super::schema::check_version;
 use super::{connect, redact, Conn};
 use crate::events::cluster::{ClusterBaseline, ClusterEvent};
 use crate::events::{Event, Witness, WITNESSES};
+use crate::history::meta::scoped;
 use crate::history::query::{OpenTerm, Query, RefusalRow, ResumePoint, TermRow};
 use crate::history::schema::{CLUSTER_KEY, RESUME_KEY, WATCHED_KEY};
 use crate::history::time::format_ms;
@@ -97,29 +98,65 @@ pub(in crate::history) fn scopes(client: &mut Client) -> Result<Vec<Option<Strin
         .collect()
 }
 
-pub(in crate::history) fn watched_until(client: &mut Client) -> Result<Option<i64>, HistoryError> {
+pub(in crate::history) fn watched_until(
+    client: &mut Client,
+    scope: Option<&str>,
+) -> Result<Option<i64>, HistoryError> {
     let mut tx = snapshot(client)?;
-    let heartbeat = state(&mut tx, WATCHED_KEY)?;
-    let arrival: Option<i64> = tx
-        .query_one("SELECT max(at_ms) FROM events", &[])?
-        .try_get(0)?;
+    let heartbeat = state(&mut tx, &scoped(WATCHED_KEY, scope))?;
+    if scope.is_some() {
+        // A named cluster's every commit raised its own key: no arrival
+        // of its is later.
+        tx.commit()?;
+        return Ok(heartbeat);
+    }
+    let arrival = newest_arrival(&mut tx, scope)?;
     tx.commit()?;
     Ok(heartbeat.max(arrival))
 }
 
+/// The newest arrival stored (of the cluster `scope` names, by its names).
+fn newest_arrival(
+    tx: &mut Transaction<'_>,
+    scope: Option<&str>,
+) -> Result<Option<i64>, HistoryError> {
+    Ok(match scope {
+        None => tx
+            .query_one("SELECT max(at_ms) FROM events", &[])?
+            .try_get(0)?,
+        Some(c) => tx
+            .query_one(
+                "SELECT max(at_ms) FROM events WHERE election >= $1 AND election < $2",
+                &[&format!("{c}/"), &format!("{c}0")],
+            )?
+            .try_get(0)?,
+    })
+}
+
+/// See `Reader::resume_point_of`: the cluster's own revision, cluster id
+/// and open terms (by the names its watcher gives them).
 pub(in crate::history) fn resume_point(
     client: &mut Client,
+    scope: Option<&str>,
 ) -> Result<Option<ResumePoint>, HistoryError> {
     let mut tx = snapshot(client)?;
-    let Some(revision) = state(&mut tx, RESUME_KEY)? else {
+    let Some(revision) = state(&mut tx, &scoped(RESUME_KEY, scope))? else {
         return Ok(None);
     };
-    let open_terms = open_terms(&mut tx)?;
-    let cluster_id = state(&mut tx, CLUSTER_KEY)?.map(|c| c as u64);
-    let live_at_ms: Option<i64> = tx
-        .query_one("SELECT max(at_ms) FROM events", &[])?
-        .try_get(0)?;
-    let witnesses = witnesses(&mut tx, revision)?;
+    let mut open_terms = open_terms(&mut tx)?;
+    if let Some(cluster) = scope {
+        let own = crate::events::qualify(cluster, "");
+        open_terms.retain_mut(|t| match t.election.strip_prefix(&own) {
+            Some(name) => {
+                t.election = name.to_owned();
+                true
+            }
+            None => false,
+        });
+    }
+    let cluster_id = state(&mut tx, &scoped(CLUSTER_KEY, scope))?.map(|c| c as u64);
+    let live_at_ms = newest_arrival(&mut tx, scope)?;
+    let witnesses = witnesses(&mut tx, revision, scope)?;
     tx.commit()?;
     Ok(Some(ResumePoint {
         revision,
@@ -132,18 +169,28 @@ pub(in crate::history) fn resume_point(
 
 /// [`ResumePoint::witnesses`]: the newest terms of the current timeline
 /// whose token is at or below `revision`.
-fn witnesses(tx: &mut Transaction<'_>, revision: i64) -> Result<Vec<Witness>, HistoryError> {
+fn witnesses(
+    tx: &mut Transaction<'_>,
+    revision: i64,
+    scope: Option<&str>,
+) -> Result<Vec<Witness>, HistoryError> {
+    let own = scope
+        .map(|c| crate::events::qualify(c, ""))
+        .unwrap_or_default();
     let rows = tx.query(
         "SELECT election, token, lease_id FROM terms
          WHERE epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)
-           AND token <= $1 AND NOT from_snapshot AND layout IS NOT NULL
+           AND token <= $1 AND left(election, length($3)) = $3
+           AND NOT from_snapshot AND layout IS NOT NULL
          ORDER BY token DESC LIMIT $2",
-        &[&revision, &(WITNESSES as i64)],
+        &[&revision, &(WITNESSES as i64), &own],
     )?;
+    // By the names the cluster's watcher gives them (`CLUSTER/` taken off).
     rows.iter()
         .map(|r| {
+            let election: String = r.try_get(0)?;
             Ok(Witness {
-                election: r.try_get(0)?,
+                election: election.get(own.len()..).unwrap_or_default().to_owned(),
                 token: r.try_get(1)?,
                 lease_id: r.try_get(2)?,
             })
@@ -406,66 +453,89 @@ pub(in crate::history) fn cluster_events(
         .collect()
 }
 
+/// See `Reader::cluster_baseline_of`: a named cluster's own rows (a busy
+/// cluster's must not push a quiet one's out of the window); every row for
+/// the one unnamed cluster.
 pub(in crate::history) fn cluster_baseline(
     client: &mut Client,
+    scope: Option<&str>,
 ) -> Result<ClusterBaseline, HistoryError> {
+    let own = "($1::text IS NULL OR (json::jsonb ->> 'cluster') = $1::text)";
     let mut events: Vec<ClusterEvent> = client
         .query(
-            "SELECT json FROM (SELECT id, json FROM cluster_events
-             WHERE type IN ('member_added', 'member_removed', 'alarm_raised', 'alarm_cleared', 'reset')
-             ORDER BY id DESC LIMIT 10000) AS recent ORDER BY id",
-            &[],
+            &format!(
+                "SELECT json FROM (SELECT id, json FROM cluster_events
+                 WHERE type IN ('member_added', 'member_removed', 'alarm_raised', 'alarm_cleared', 'reset')
+                   AND {own}
+                 ORDER BY id DESC LIMIT 10000) AS recent ORDER BY id"
+            ),
+            &[&scope],
         )?
         .iter()
         .map(|r| parse_cluster(&r.try_get::<_, String>(0)?))
         .collect::<Result<_, _>>()?;
     if let Some(r) = client.query_opt(
-        "SELECT json FROM cluster_events WHERE type = 'leader_changed' ORDER BY id DESC LIMIT 1",
-        &[],
+        &format!(
+            "SELECT json FROM cluster_events WHERE type = 'leader_changed' AND {own}
+             ORDER BY id DESC LIMIT 1"
+        ),
+        &[&scope],
     )? {
         events.push(parse_cluster(&r.try_get::<_, String>(0)?)?);
     }
     Ok(ClusterBaseline::fold(&events))
 }
 
-/// The fence row: the highest writer token that has written, and its holder
-/// (`None` before any writer).
-/// See `Reader::writer_status`.
+/// See `Reader::writer_status_of`: the cluster's resume revision and
+/// heartbeat, and its fence row (`""`: the unnamed cluster's).
 pub(in crate::history) fn writer_status(
     client: &mut Client,
+    scope: Option<&str>,
 ) -> Result<crate::history::WriterStatus, HistoryError> {
     let mut tx = snapshot(client)?;
-    let revision = state(&mut tx, RESUME_KEY)?;
-    let watched_at_ms = state(&mut tx, WATCHED_KEY)?;
-    let row = tx.query_one(
-        "SELECT token, holder, last_error, last_error_holder, last_error_at_ms
-         FROM history_writer WHERE id = 1",
-        &[],
+    let revision = state(&mut tx, &scoped(RESUME_KEY, scope))?;
+    let watched_at_ms = state(&mut tx, &scoped(WATCHED_KEY, scope))?;
+    let row = tx.query_opt(
+        "SELECT token, holder, last_error, last_error_holder, last_error_at_ms, since_ms
+         FROM history_writer WHERE cluster = $1",
+        &[&scope.unwrap_or("")],
     )?;
+    tx.commit()?;
+    let mut status = crate::history::WriterStatus {
+        revision,
+        watched_at_ms,
+        ..Default::default()
+    };
+    let Some(row) = row else {
+        return Ok(status);
+    };
     let token: i64 = row.try_get(0)?;
     let error: Option<String> = row.try_get(2)?;
     let error_holder: Option<String> = row.try_get(3)?;
     let error_at: Option<i64> = row.try_get(4)?;
-    tx.commit()?;
-    Ok(crate::history::WriterStatus {
-        revision,
-        watched_at_ms,
-        writer: if token > 0 {
-            Some((token, row.try_get(1)?))
-        } else {
-            None
-        },
-        last_error: match (error, error_at) {
-            (Some(e), Some(at)) => Some((error_holder.unwrap_or_default(), at, e)),
-            _ => None,
-        },
-    })
+    if token > 0 {
+        status.writer = Some((token, row.try_get(1)?));
+        status.writer_since_ms = Some(row.try_get(5)?);
+    }
+    if let (Some(e), Some(at)) = (error, error_at) {
+        status.last_error = Some((error_holder.unwrap_or_default(), at, e));
+    }
+    Ok(status)
 }
 
+/// The fence row of `cluster` (`""`: the unnamed one): the highest writer
+/// token that has written, and its holder (`None` before any writer).
 pub(in crate::history) fn writer_fence(
     client: &mut Client,
+    cluster: &str,
 ) -> Result<Option<(i64, String)>, HistoryError> {
-    let row = client.query_one("SELECT token, holder FROM history_writer WHERE id = 1", &[])?;
+    let Some(row) = client.query_opt(
+        "SELECT token, holder FROM history_writer WHERE cluster = $1",
+        &[&cluster],
+    )?
+    else {
+        return Ok(None);
+    };
     let token: i64 = row.try_get(0)?;
     Ok((token > 0).then_some((token, row.try_get(1)?)))
 }

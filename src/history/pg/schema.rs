@@ -118,8 +118,21 @@ FROM (SELECT election FROM events WHERE election <> ''
 CREATE INDEX terms_seen_starting ON terms (started_at_ms) WHERE NOT from_snapshot;
 "#;
 
+/// Version 5: a writer fence per cluster. Each etcd cluster of a history
+/// elects its own writer (in its own etcd), whose token fences only that
+/// cluster's row: `cluster` is its name, `''` the one cluster of a serve
+/// without `--cluster` (the row that was there keeps its token, holder,
+/// generation and last error). The epoch row always exists: every commit
+/// locks it, shared, and a reset exclusively (`WriteTx::lock_epoch`).
+const V5: &str = r#"
+ALTER TABLE history_writer ADD COLUMN cluster TEXT NOT NULL DEFAULT '';
+ALTER TABLE history_writer DROP COLUMN id;
+ALTER TABLE history_writer ADD PRIMARY KEY (cluster);
+INSERT INTO watcher_state (key, value) VALUES ('epoch', 0) ON CONFLICT (key) DO NOTHING;
+"#;
+
 /// Every migration, in order; `tenure_schema.version` counts those applied.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 /// The PostgreSQL schema version this build writes and reads.
 pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -213,4 +226,59 @@ pub fn prepare(url: &str) -> Result<(), HistoryError> {
         },
         e => e,
     })
+}
+
+/// Makes the history of the one cluster of a serve without `--cluster`
+/// the history of the named cluster `name` (`serve --cluster`), in one
+/// transaction under the migration lock: its state keys get `@name`, its
+/// elections' names (rows, event JSON, summaries) `name/`, its etcd events
+/// its name, and its writer fence row becomes that cluster's (the tokens
+/// go on: the same etcd, the same election). `false` when there was no
+/// unnamed cluster's history (another replica named it first). Blocking.
+pub fn name_unnamed_cluster(url: &str, name: &str) -> Result<bool, HistoryError> {
+    let mut conn = connect(url, "")?;
+    let client = conn.get()?;
+    let named = (|| {
+        let mut tx = client.transaction()?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+        let unnamed: bool = tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM watcher_state WHERE key = 'resume_revision')",
+                &[],
+            )?
+            .try_get(0)?;
+        if !unnamed {
+            return Ok(false);
+        }
+        tx.batch_execute(&name_sql(name))?;
+        tx.commit()?;
+        Ok(true)
+    })();
+    named.map_err(|e| match e {
+        HistoryError::Postgres { error, .. } => HistoryError::Postgres {
+            db: redact(url),
+            error,
+        },
+        e => e,
+    })
+}
+
+/// The statements of [`name_unnamed_cluster`]: `name` is a validated
+/// cluster name (letters, digits, `-`, `_`, `.`), quoted as a literal.
+fn name_sql(name: &str) -> String {
+    let n = name.replace('\'', "''");
+    format!(
+        "UPDATE watcher_state SET key = key || '@{n}'
+           WHERE key IN ('resume_revision', 'cluster_id', 'watched_at_ms');
+         UPDATE terms SET election = '{n}/' || election;
+         UPDATE refusals SET election = '{n}/' || election;
+         UPDATE events SET election = '{n}/' || election,
+           json = jsonb_set(json::jsonb, '{{election}}', to_jsonb('{n}/' || election))::text;
+         UPDATE elections SET election = '{n}/' || election;
+         UPDATE cluster_events
+           SET json = jsonb_set(json::jsonb, '{{cluster}}', to_jsonb('{n}'::text))::text
+           WHERE type NOT IN ('serve_started', 'serve_stopped')
+             AND (json::jsonb ->> 'cluster') IS NULL;
+         UPDATE history_writer SET cluster = '{n}' WHERE cluster = '';"
+    )
 }

@@ -43,20 +43,25 @@ pub(super) fn write(
 
 /// Retention's part: run in the prune's transaction *before* its deletes
 /// (`cutoff` as they use it), and [`after_prune`] after them.
-pub(super) fn before_prune(tx: &mut Transaction<'_>, cutoff: i64) -> Result<(), HistoryError> {
+pub(super) fn before_prune(
+    tx: &mut Transaction<'_>,
+    cutoff: i64,
+    own: &str,
+) -> Result<(), HistoryError> {
     tx.execute(
         "UPDATE elections e SET terms = e.terms - g.n
          FROM (SELECT election, COUNT(*) AS n FROM terms
-               WHERE ended_at_ms IS NOT NULL AND ended_at_ms < $1 GROUP BY election) g
+               WHERE ended_at_ms IS NOT NULL AND ended_at_ms < $1
+                 AND left(election, length($2)) = $2 GROUP BY election) g
          WHERE e.election = g.election",
-        &[&cutoff],
+        &[&cutoff, &own],
     )?;
     tx.execute(
         "UPDATE elections e SET refusals = e.refusals - g.n
          FROM (SELECT election, COUNT(*) AS n FROM refusals
-               WHERE at_ms < $1 GROUP BY election) g
+               WHERE at_ms < $1 AND left(election, length($2)) = $2 GROUP BY election) g
          WHERE e.election = g.election",
-        &[&cutoff],
+        &[&cutoff, &own],
     )?;
     Ok(())
 }
@@ -64,14 +69,20 @@ pub(super) fn before_prune(tx: &mut Transaction<'_>, cutoff: i64) -> Result<(), 
 /// Retention's part after its deletes: an election whose newest event was
 /// older than the cutoff has none left; one with nothing left is
 /// forgotten.
-pub(super) fn after_prune(tx: &mut Transaction<'_>, cutoff: i64) -> Result<(), HistoryError> {
+pub(super) fn after_prune(
+    tx: &mut Transaction<'_>,
+    cutoff: i64,
+    own: &str,
+) -> Result<(), HistoryError> {
     tx.execute(
-        "UPDATE elections SET last_event_ms = NULL WHERE last_event_ms < $1",
-        &[&cutoff],
+        "UPDATE elections SET last_event_ms = NULL
+         WHERE last_event_ms < $1 AND left(election, length($2)) = $2",
+        &[&cutoff, &own],
     )?;
     tx.execute(
-        "DELETE FROM elections WHERE terms <= 0 AND refusals <= 0 AND last_event_ms IS NULL",
-        &[],
+        "DELETE FROM elections WHERE terms <= 0 AND refusals <= 0 AND last_event_ms IS NULL
+           AND left(election, length($1)) = $1",
+        &[&own],
     )?;
     Ok(())
 }

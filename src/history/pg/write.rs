@@ -1,5 +1,6 @@
-//! The one writer: its session, the fence every write transaction takes
-//! first, and the event inserts (the write path's prepared statements).
+//! A cluster's writer: its session, the fence (that cluster's row) every
+//! write transaction takes first, and the event inserts (the write path's
+//! prepared statements).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,12 +25,14 @@ const WRITER_LOCK_TIMEOUT: &str = "5s";
 
 /// The statements of the write path, prepared once per connection.
 struct Stmts {
-    /// The fence row, locked: the first statement of every transaction
+    /// The cluster's fence row, locked: the first statement of every transaction
     /// (prepared once per session: as a string it would be parsed at
     /// every commit, one more round trip).
     fence: Statement,
     read_state: Statement,
-    read_states: Statement,
+    /// The epoch row, shared and exclusive (`WriteTx::lock_epoch`).
+    epoch_shared: Statement,
+    epoch_exclusive: Statement,
     set_state: Statement,
     raise_state: Statement,
     /// The rows of events, terms, refusals and the `elections` table.
@@ -37,10 +40,13 @@ struct Stmts {
     cluster_event: Statement,
 }
 
-/// The one writer's connection, fenced by its election token.
+/// One cluster's writer connection, fenced by its election token in that
+/// cluster's row of `history_writer`.
 pub(in crate::history) struct PgWriter {
     conn: Conn,
     url: String,
+    /// The fence row's key: the cluster's name, `""` for the unnamed one.
+    cluster: String,
     token: i64,
     /// The fence's generation this writer claimed under.
     generation: i64,
@@ -58,6 +64,7 @@ impl PgWriter {
     /// new generation.
     pub(in crate::history) fn connect(
         url: &str,
+        cluster: &str,
         token: i64,
         holder: &str,
         refused: Arc<AtomicU64>,
@@ -67,13 +74,13 @@ impl PgWriter {
         let client = conn.get()?;
         let claimed = (|| {
             let mut tx = client.transaction()?;
-            let claimed = Self::claim(&mut tx, token, holder, &refused, &mut revision)?;
+            let claimed = Self::claim(&mut tx, cluster, token, holder, &refused, &mut revision)?;
             tx.commit()?;
             Ok(claimed)
         })()
         .map_err(|e| with_url(e, url))?;
         let (generation, reset) = claimed;
-        tracing::info!(db = %redact(url), token, generation, "history: writer fence claimed");
+        tracing::info!(db = %redact(url), cluster, token, generation, "history: writer fence claimed");
         if let Some((stored, generation)) = reset {
             tracing::warn!(
                 db = %redact(url), stored, token, generation,
@@ -83,6 +90,7 @@ impl PgWriter {
         let writer = PgWriter {
             conn,
             url: url.to_owned(),
+            cluster: cluster.to_owned(),
             token,
             generation,
             holder: holder.to_owned(),
@@ -111,14 +119,21 @@ impl PgWriter {
     /// off by `idle_in_transaction_session_timeout` and claims nothing.
     fn claim(
         tx: &mut Transaction<'_>,
+        cluster: &str,
         token: i64,
         holder: &str,
         refused: &AtomicU64,
         revision: &mut RevisionSource,
     ) -> Result<(i64, Option<(i64, i64)>), HistoryError> {
+        // A cluster's first writer makes its row (no token yet).
+        tx.execute(
+            "INSERT INTO history_writer (cluster, token, holder, since_ms) VALUES ($1, 0, '', 0)
+             ON CONFLICT (cluster) DO NOTHING",
+            &[&cluster],
+        )?;
         let row = tx.query_one(
-            "SELECT token, generation FROM history_writer WHERE id = 1 FOR UPDATE",
-            &[],
+            "SELECT token, generation FROM history_writer WHERE cluster = $1 FOR UPDATE",
+            &[&cluster],
         )?;
         let (stored, generation): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
         let current = revision().map_err(|e| {
@@ -126,13 +141,14 @@ impl PgWriter {
                 "reading etcd's revision to claim the writer fence: {e}"
             ))
         })?;
-        let set = |tx: &mut Transaction<'_>, generation: i64| {
-            tx.execute(
+        let set =
+            |tx: &mut Transaction<'_>, generation: i64| {
+                tx.execute(
                 "UPDATE history_writer SET token = $1, holder = $2, since_ms = $3, generation = $4
-                 WHERE id = 1",
-                &[&token, &holder, &crate::events::now_ms(), &generation],
+                 WHERE cluster = $5",
+                &[&token, &holder, &crate::events::now_ms(), &generation, &cluster],
             )
-        };
+            };
         if token > current || (stored > token && stored <= current) {
             refused.fetch_add(1, Ordering::Relaxed);
             return Err(HistoryError::Fenced { token, stored });
@@ -162,11 +178,14 @@ impl PgWriter {
             migrate(client, url)?;
         }
         let stmts = Stmts {
-            fence: client
-                .prepare("SELECT token, generation FROM history_writer WHERE id = 1 FOR UPDATE")?,
+            fence: client.prepare(
+                "SELECT token, generation FROM history_writer WHERE cluster = $1 FOR UPDATE",
+            )?,
             read_state: client.prepare("SELECT value FROM watcher_state WHERE key = $1")?,
-            read_states: client
-                .prepare("SELECT key, value FROM watcher_state WHERE key = ANY($1::text[])")?,
+            epoch_shared: client
+                .prepare("SELECT value FROM watcher_state WHERE key = 'epoch' FOR SHARE")?,
+            epoch_exclusive: client
+                .prepare("SELECT value FROM watcher_state WHERE key = 'epoch' FOR UPDATE")?,
             set_state: client.prepare(
                 "INSERT INTO watcher_state (key, value) VALUES ($1, $2)
                  ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
@@ -207,12 +226,12 @@ impl PgWriter {
     fn fence(
         tx: &mut Transaction<'_>,
         read: &Statement,
-        token: i64,
-        generation: i64,
+        me: (&str, i64, i64),
         holder: &str,
         refused: &AtomicU64,
     ) -> Result<(), HistoryError> {
-        let row = tx.query_one(read, &[])?;
+        let (cluster, token, generation) = me;
+        let row = tx.query_one(read, &[&cluster])?;
         let (stored, current): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
         if stored > token || generation != current {
             refused.fetch_add(1, Ordering::Relaxed);
@@ -220,8 +239,8 @@ impl PgWriter {
         }
         if stored < token {
             tx.execute(
-                "UPDATE history_writer SET token = $1, holder = $2, since_ms = $3 WHERE id = 1",
-                &[&token, &holder, &crate::events::now_ms()],
+                "UPDATE history_writer SET token = $1, holder = $2, since_ms = $3 WHERE cluster = $4",
+                &[&token, &holder, &crate::events::now_ms(), &cluster],
             )?;
         }
         Ok(())
@@ -248,13 +267,13 @@ impl PgWriter {
         body: impl FnOnce(&mut Transaction<'_>, &Stmts) -> Result<T, HistoryError>,
     ) -> Result<T, HistoryError> {
         self.reconnect_if_closed()?;
-        let (token, claimed) = (self.token, self.generation);
+        let me = (self.cluster.as_str(), self.token, self.generation);
         let (holder, refused, url) = (&self.holder, &self.refused, &self.url);
         let stmts = &self.stmts;
         let client = self.conn.get()?;
         let result = (|| {
             let mut tx = client.transaction()?;
-            Self::fence(&mut tx, &stmts.fence, token, claimed, holder, refused)?;
+            Self::fence(&mut tx, &stmts.fence, me, holder, refused)?;
             let out = body(&mut tx, stmts)?;
             tx.commit()?;
             Ok(out)
@@ -278,17 +297,39 @@ impl WriteConn for PgWriter {
         })
     }
 
+    /// Retention of this writer's cluster only (its names `CLUSTER/…`, its
+    /// etcd events and serve's; everything for the unnamed cluster): two
+    /// clusters' writers never prune, nor count down, each other's rows.
     fn prune(&mut self, cutoff: i64) -> Result<[usize; 3], HistoryError> {
+        let own = match self.cluster.as_str() {
+            "" => String::new(),
+            c => crate::events::qualify(c, ""),
+        };
+        let cluster = (!self.cluster.is_empty()).then(|| self.cluster.clone());
         self.fenced(|tx, _| {
-            summary::before_prune(tx, cutoff)?;
-            let events = tx.execute("DELETE FROM events WHERE at_ms < $1", &[&cutoff])?;
-            let refusals = tx.execute("DELETE FROM refusals WHERE at_ms < $1", &[&cutoff])?;
-            tx.execute("DELETE FROM cluster_events WHERE at_ms < $1", &[&cutoff])?;
-            let terms = tx.execute(
-                "DELETE FROM terms WHERE ended_at_ms IS NOT NULL AND ended_at_ms < $1",
-                &[&cutoff],
+            summary::before_prune(tx, cutoff, &own)?;
+            let mine = "left(election, length($2)) = $2";
+            let events = tx.execute(
+                &format!("DELETE FROM events WHERE at_ms < $1 AND {mine}"),
+                &[&cutoff, &own],
             )?;
-            summary::after_prune(tx, cutoff)?;
+            let refusals = tx.execute(
+                &format!("DELETE FROM refusals WHERE at_ms < $1 AND {mine}"),
+                &[&cutoff, &own],
+            )?;
+            tx.execute(
+                "DELETE FROM cluster_events WHERE at_ms < $1 AND ($2::text IS NULL
+                   OR coalesce(json::jsonb ->> 'cluster', $2::text) = $2::text)",
+                &[&cutoff, &cluster],
+            )?;
+            let terms = tx.execute(
+                &format!(
+                    "DELETE FROM terms WHERE ended_at_ms IS NOT NULL AND ended_at_ms < $1 \
+                     AND {mine}"
+                ),
+                &[&cutoff, &own],
+            )?;
+            summary::after_prune(tx, cutoff, &own)?;
             Ok([events as usize, refusals as usize, terms as usize])
         })
     }
@@ -312,13 +353,18 @@ impl WriteTx for PgTx<'_, '_> {
             .transpose()?)
     }
 
-    fn read_states(&mut self, keys: &[&str]) -> Result<Vec<Option<i64>>, HistoryError> {
-        let rows = self.tx.query(&self.stmts.read_states, &[&keys])?;
-        let mut found = std::collections::HashMap::with_capacity(rows.len());
-        for row in rows {
-            found.insert(row.try_get::<_, String>(0)?, row.try_get::<_, i64>(1)?);
-        }
-        Ok(keys.iter().map(|k| found.get(*k).copied()).collect())
+    fn lock_epoch(&mut self, reset: bool) -> Result<i64, HistoryError> {
+        let stmt = if reset {
+            &self.stmts.epoch_exclusive
+        } else {
+            &self.stmts.epoch_shared
+        };
+        Ok(self
+            .tx
+            .query_opt(stmt, &[])?
+            .map(|r| r.try_get(0))
+            .transpose()?
+            .unwrap_or(0))
     }
 
     fn set_state(&mut self, key: &str, value: i64) -> Result<(), HistoryError> {
@@ -366,18 +412,25 @@ impl WriteTx for PgTx<'_, '_> {
     }
 }
 
-/// Records why the writer `holder` stopped recording (its commit refused,
-/// its watch stuck), on a connection of its own, so that every replica's
-/// `/readyz` can say it. Not fenced: it is a note, not
-/// history. Blocking.
-pub fn record_writer_error(url: &str, holder: &str, message: &str) -> Result<(), HistoryError> {
+/// Records why the writer `holder` of `cluster` (`""`: the unnamed one)
+/// stopped recording (its commit refused, its watch stuck), on a connection
+/// of its own, so that every replica's `/readyz` can say it. Not fenced: it
+/// is a note, not history. Blocking.
+pub fn record_writer_error(
+    url: &str,
+    cluster: &str,
+    holder: &str,
+    message: &str,
+) -> Result<(), HistoryError> {
     let mut conn = connect(url, "")?;
     let now = crate::events::now_ms();
     conn.get()?
         .execute(
-            "UPDATE history_writer SET last_error = $1, last_error_holder = $2, \
-             last_error_at_ms = $3 WHERE id = 1",
-            &[&message, &holder, &now],
+            "INSERT INTO history_writer \
+             (cluster, token, holder, since_ms, last_error, last_error_holder, last_error_at_ms) \
+             VALUES ($4, 0, '', 0, $1, $2, $3) ON CONFLICT (cluster) DO UPDATE \
+             SET last_error = $1, last_error_holder = $2, last_error_at_ms = $3",
+            &[&message, &holder, &now, &cluster],
         )
         .map_err(|e| with_url(e.into(), url))?;
     Ok(())

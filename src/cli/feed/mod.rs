@@ -1,0 +1,154 @@
+//! The feed layer of `tenure serve`: a feed is one etcd cluster (its
+//! validated name, or the one unnamed cluster of a serve without
+//! `--cluster`) and what is watched in it. A feed owns its place in the
+//! history: its resume point (the `watcher_state` keys of its scope), and
+//! on a shared PostgreSQL history its writer fence row (keyed by its name,
+//! `""` for the unnamed one) and its writer term (the election
+//! `tenure/history-writer` under its own prefix, in its own etcd).
+//!
+//! Each feed is built as a source is (`build(ctx) -> task`): [`Feed::writer`]
+//! starts the feed's writer task on a shared history; the serve loop's
+//! pipeline of the feed is started by `pipelines.rs`. A SQLite history and
+//! a PostgreSQL one go through the same feeds: only the shared history
+//! builds writer tasks.
+//!
+//! Invariants: a feed's writer term never blocks another feed's (each
+//! campaigns in its own etcd, claims and locks only its own fence row);
+//! a feed's fence row is written only by that feed's writer.
+
+pub mod writer;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::clusters::Watched;
+use crate::election::{Client, Ttl};
+use crate::events::{Batch, EventKind, ResumePoint};
+use crate::history::{Reader, Scope};
+use crate::telemetry::writer::HistoryWriterMetrics;
+use crate::watch::{WatchConfig, Watcher};
+use crate::web::Readiness;
+
+/// One cluster and its source, as serve watches and records it.
+#[derive(Clone)]
+pub struct Feed {
+    /// The cluster: its connection, name and sources.
+    pub watched: Watched,
+    /// What its watcher reads, checked against its etcd at start (`None`:
+    /// its etcd did not answer then; read once it does).
+    pub cfg: Option<WatchConfig>,
+}
+
+/// What every feed's writer shares: the database, this replica's id and
+/// the writer term's TTL.
+#[derive(Clone)]
+pub struct WriterCtx {
+    pub url: String,
+    pub retention: Duration,
+    /// TTL of each writer term: a dead writer is replaced within it.
+    pub ttl: Ttl,
+    /// This replica's candidate id (shown as the writer's holder).
+    pub id: String,
+    pub max_elections: usize,
+}
+
+/// What one feed's writer reports to: its metrics and readiness, and the
+/// client cell its pipeline fills once its etcd answers.
+pub struct FeedParts {
+    pub metrics: HistoryWriterMetrics,
+    pub readiness: Arc<Readiness>,
+    pub client: Arc<OnceLock<Client>>,
+}
+
+impl Feed {
+    /// Reads each connected cluster's watch configuration (a `--source`
+    /// its etcd cannot serve is refused now); a cluster that did not answer
+    /// reads its own once it does.
+    pub async fn prepare(
+        clusters: Vec<Watched>,
+        max_elections: usize,
+    ) -> anyhow::Result<Vec<Feed>> {
+        let mut feeds = Vec::with_capacity(clusters.len());
+        for c in clusters {
+            let cfg = match &c.client {
+                Some(client) => Some(
+                    watch_config(client, c.sources.clone(), c.sources_only, max_elections)
+                        .await
+                        .with_context(|| in_cluster(&c.name))?,
+                ),
+                None => None,
+            };
+            feeds.push(Feed { watched: c, cfg });
+        }
+        Ok(feeds)
+    }
+
+    /// Its scope in the history: its name, `None` for the unnamed cluster.
+    pub fn scope(&self) -> &Scope {
+        &self.watched.name
+    }
+
+    /// Its writer fence row's key: its name, `""` for the unnamed cluster.
+    pub fn fence_key(&self) -> &str {
+        self.watched.name.as_deref().unwrap_or("")
+    }
+
+    /// Where its history left off (`None`: never recorded).
+    pub async fn resume(&self, reader: &Reader) -> anyhow::Result<Option<ResumePoint>> {
+        let (reader, scope) = (reader.clone(), self.scope().clone());
+        tokio::task::spawn_blocking(move || reader.resume_point_of(scope.as_deref()))
+            .await?
+            .context("reading where the history left off")
+    }
+
+    /// Builds its writer task on the shared history: campaigns in its own
+    /// etcd, and records it while it holds the term.
+    pub fn writer(&self, ctx: &WriterCtx, parts: FeedParts, reader: Reader) -> writer::FeedWriter {
+        writer::FeedWriter::start(self.clone(), ctx.clone(), parts, reader)
+    }
+}
+
+/// `b` with its elections named by `cluster` (`CLUSTER/NAME`, and
+/// `CLUSTER/` for its fleet-wide events); as it is without one. The
+/// history, the live feed and the traces name elections as the pages do.
+pub fn qualified(cluster: Option<&str>, b: &Batch) -> Batch {
+    let mut b = b.clone();
+    if let Some(c) = cluster {
+        for e in &mut b.events {
+            e.election = crate::events::qualify(c, &e.election);
+            if let EventKind::NameCollision { other } = &mut e.kind {
+                *other = crate::events::qualify(c, other);
+            }
+        }
+    }
+    b
+}
+
+/// "cluster NAME" for a message ("the etcd cluster" for the one, unnamed).
+pub(super) fn in_cluster(name: &Option<Arc<str>>) -> String {
+    match name {
+        Some(n) => format!("cluster {n:?}"),
+        None => "the etcd cluster".to_owned(),
+    }
+}
+
+/// What a watcher reads and keeps: the sources checked against etcd
+/// (several key ranges need ordered progress notifications).
+pub(super) async fn watch_config(
+    client: &Client,
+    sources: Vec<crate::layout::Source>,
+    sources_only: bool,
+    max_elections: usize,
+) -> anyhow::Result<WatchConfig> {
+    let plan = Watcher::sources(client, sources, sources_only)
+        .await
+        .context("reading --source")?;
+    Ok(WatchConfig {
+        max_elections,
+        sources: Some(plan.sources),
+        covering: plan.covering,
+        ..WatchConfig::default()
+    })
+}

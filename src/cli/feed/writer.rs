@@ -1,0 +1,466 @@
+//! One feed's writer on the shared PostgreSQL history: campaigns for the
+//! election `tenure/history-writer` in the feed's own etcd (under its
+//! prefix), and while it holds that term opens the history with the term's
+//! token, which claims the feed's own fence row (`history::pg`: every commit
+//! locks that row and is refused if a higher token of the feed has
+//! written), reads the feed's stored resume point, and runs a watcher of
+//! its own from there, so a new writer records exactly what the previous
+//! one did not. When its term ends (lease lost, paused past its TTL,
+//! partitioned from that etcd) it stops that watcher and closes its store;
+//! the other feeds' writers, in other etcds and on other rows, go on.
+//! Standby replicas wait on the election (a watch: they take over as soon
+//! as the key goes, at most the TTL after the writer died).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::{Feed, FeedParts, WriterCtx};
+use crate::election::{CampaignOptions, Client, ElectionName, Leadership};
+use crate::events::cluster::ClusterEvent;
+use crate::events::{now_ms, Update, WatchStatus};
+use crate::history::{HistoryError, Reader, RevisionSource, Scope, Store};
+use crate::watch::{WatchConfig, Watcher};
+use crate::web::Readiness;
+
+/// The election each feed's replicas campaign for, in the feed's etcd.
+pub const WRITER_ELECTION: &str = "tenure/history-writer";
+
+/// A stuck writer notes its error in the database at most this often.
+const NOTE_EVERY: Duration = Duration::from_secs(5);
+/// How often a replica reads whether a feed's history is being recorded.
+const RECORDING_POLL: Duration = Duration::from_secs(1);
+/// A writer takeover takes the TTL (the dead writer's lease runs out) plus
+/// this, to open the database, claim the fence and resume.
+const TAKEOVER: Duration = Duration::from_secs(3);
+
+/// A feed's running writer task and its recording poller.
+pub struct FeedWriter {
+    pub scope: Scope,
+    /// etcd's own events of this feed, recorded while it writes.
+    pub cluster: mpsc::Sender<ClusterEvent>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+    poller: JoinHandle<()>,
+}
+
+/// Everything one feed's writer term needs.
+struct Term {
+    feed: Feed,
+    ctx: WriterCtx,
+    parts: FeedParts,
+    reader: Reader,
+}
+
+enum Ended {
+    Stop,
+    Lost(String),
+    Failed(String),
+}
+
+impl FeedWriter {
+    /// Starts campaigning for the feed's writer term, and polling whether
+    /// its history is being recorded (for `/readyz`).
+    pub fn start(feed: Feed, ctx: WriterCtx, parts: FeedParts, reader: Reader) -> FeedWriter {
+        parts
+            .readiness
+            .check_recording(ctx.ttl.as_duration() + TAKEOVER);
+        let scope = feed.scope().clone();
+        let poller = crate::task::spawn(
+            "recording poller",
+            poll_recording(reader.clone(), scope.clone(), parts.readiness.clone()),
+        );
+        let (cluster, cluster_rx) = mpsc::channel(256);
+        let (stop, stop_rx) = oneshot::channel();
+        let term = Term {
+            feed,
+            ctx,
+            parts,
+            reader,
+        };
+        let task = crate::task::spawn("history writer", term.run(cluster_rx, stop_rx));
+        FeedWriter {
+            scope,
+            cluster,
+            stop: Some(stop),
+            task,
+            poller,
+        }
+    }
+
+    /// Stops writing: the term resigned, the last commit tried.
+    pub async fn stop(mut self) {
+        self.poller.abort();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Term {
+    /// "history writer of cluster NAME: " (or of the one cluster).
+    fn who(&self) -> String {
+        match self.feed.scope() {
+            Some(n) => format!("history writer of cluster {n}"),
+            None => "history writer".to_owned(),
+        }
+    }
+
+    async fn run(self, mut cluster: mpsc::Receiver<ClusterEvent>, mut stop: oneshot::Receiver<()>) {
+        let Ok(name) = ElectionName::new(WRITER_ELECTION) else {
+            return;
+        };
+        let Some((client, watch)) = self.connected(&mut cluster, &mut stop).await else {
+            return;
+        };
+        loop {
+            let won = self.campaign(&client, &name, &mut cluster, &mut stop).await;
+            let leadership = match won {
+                Ok(Some(l)) => l,
+                Ok(None) => return,
+                Err(e) => {
+                    eprintln!(
+                        "tenure: {}: campaign for {WRITER_ELECTION} failed: {e}; retrying",
+                        self.who()
+                    );
+                    if paused(&mut stop).await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let ended = self
+                .write_term(&client, &watch, &leadership, &mut cluster, &mut stop)
+                .await;
+            self.parts.metrics.writer.set(0);
+            if self.ended(ended, leadership, &mut stop).await {
+                return;
+            }
+        }
+    }
+
+    /// What the term's end means: `true` when serve stops.
+    async fn ended(
+        &self,
+        ended: Ended,
+        leadership: Leadership,
+        stop: &mut oneshot::Receiver<()>,
+    ) -> bool {
+        let token = leadership.token();
+        match ended {
+            Ended::Stop => {
+                let _ = leadership.resign().await;
+                true
+            }
+            Ended::Lost(reason) => {
+                eprintln!(
+                    "tenure: {}: lost the writer term (token {token}): {reason}; standing by",
+                    self.who()
+                );
+                drop(leadership);
+                false
+            }
+            Ended::Failed(e) => {
+                eprintln!(
+                    "tenure: {}: stopped writing (token {token}): {e}; resigning and standing by",
+                    self.who()
+                );
+                self.note_error(format!("stopped writing (token {token}): {e}"))
+                    .await;
+                let _ = leadership.resign().await;
+                paused(stop).await
+            }
+        }
+    }
+
+    /// The feed's client and watch configuration: at once when serve
+    /// connected at start, else once its pipeline has connected (draining
+    /// etcd's events meanwhile). `None`: serve stopped first.
+    async fn connected(
+        &self,
+        cluster: &mut mpsc::Receiver<ClusterEvent>,
+        stop: &mut oneshot::Receiver<()>,
+    ) -> Option<(Client, WatchConfig)> {
+        loop {
+            if let Some(client) = self.parts.client.get() {
+                if let Some(cfg) = &self.feed.cfg {
+                    return Some((client.clone(), cfg.clone()));
+                }
+                let w = &self.feed.watched;
+                let cfg = super::watch_config(
+                    client,
+                    w.sources.clone(),
+                    w.sources_only,
+                    self.ctx.max_elections,
+                )
+                .await;
+                if let Ok(cfg) = cfg {
+                    return Some((client.clone(), cfg));
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                Some(_) = cluster.recv() => {}
+                _ = &mut *stop => return None,
+            }
+        }
+    }
+
+    /// Standby: waits for the term (a watch on the key), draining etcd's
+    /// events, which the writer records. Stopping ends the wait cleanly
+    /// (its lease revoked): `Ok(None)`.
+    async fn campaign(
+        &self,
+        client: &Client,
+        name: &ElectionName,
+        cluster: &mut mpsc::Receiver<ClusterEvent>,
+        stop: &mut oneshot::Receiver<()>,
+    ) -> Result<Option<Leadership>, crate::election::Error> {
+        let opts = CampaignOptions::new(self.ctx.ttl);
+        let stopped = async {
+            let _ = stop.await;
+        };
+        // The writer's token fences only the database, whose fence starts a
+        // new generation when etcd starts over: not refused by tenure's
+        // token floor (else no writer after a restore).
+        let writer = client.clone().without_token_floor();
+        let campaign = writer.campaign_wait_until(name, &self.ctx.id, &opts, None, stopped);
+        tokio::pin!(campaign);
+        loop {
+            tokio::select! {
+                l = &mut campaign => return l,
+                Some(_) = cluster.recv() => {}
+            }
+        }
+    }
+
+    /// Opens the history as the feed's writer with the term's token:
+    /// claims its fence row (reading etcd's revision with the row locked: a
+    /// reset for a new etcd timeline, or a term of a timeline etcd no longer
+    /// has; see `history::pg`).
+    async fn open(&self, client: &Client, leadership: &Leadership) -> Result<Store, String> {
+        let token = leadership.token();
+        let revision: RevisionSource = {
+            let (c, key) = (client.clone(), leadership.key().to_owned());
+            let runtime = tokio::runtime::Handle::current();
+            Box::new(move || {
+                let answer = runtime
+                    .block_on(c.op(c.etcd().get(key.as_str(), None)))
+                    .map_err(|e| e.to_string())?;
+                answer
+                    .header()
+                    .map(|h| h.revision())
+                    .ok_or_else(|| "etcd's answer had no header".to_owned())
+            })
+        };
+        let (url, retention, id) = (
+            self.ctx.url.clone(),
+            self.ctx.retention,
+            self.ctx.id.clone(),
+        );
+        let fence = self.feed.fence_key().to_owned();
+        let opened = tokio::task::spawn_blocking(move || {
+            Store::open_postgres_for(&url, &fence, retention, token, &id, revision)
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let store = opened.map_err(|e| {
+            if e.is_fenced() {
+                self.parts.metrics.refused.inc();
+            }
+            e.to_string()
+        })?;
+        if let Some((stored, generation)) = store.fence_reset() {
+            eprintln!(
+                "tenure: {}: etcd's revision is below the writer token {stored} stored in \
+                 the database: etcd was restored from a snapshot or replaced. The writer fence \
+                 starts over (generation {generation}, token {token}); writers of the old \
+                 timeline stay refused",
+                self.who()
+            );
+        }
+        Ok(store)
+    }
+
+    /// One writer term: claim the fence, resume from the stored revision,
+    /// record until the term ends.
+    async fn write_term(
+        &self,
+        client: &Client,
+        watch: &WatchConfig,
+        leadership: &Leadership,
+        cluster: &mut mpsc::Receiver<ClusterEvent>,
+        stop: &mut oneshot::Receiver<()>,
+    ) -> Ended {
+        let won = Instant::now();
+        let store = match self.open(client, leadership).await {
+            Ok(s) => s,
+            Err(e) => return Ended::Failed(e),
+        };
+        let resume = match self.feed.resume(&self.reader).await {
+            Ok(resume) => resume,
+            Err(e) => return self.close(store, Ended::Failed(format!("{e:#}"))).await,
+        };
+        self.parts.metrics.writer.set(1);
+        eprintln!(
+            "tenure: {}: this replica writes (token {}), resuming after revision {} ({} ms after winning)",
+            self.who(),
+            leadership.token(),
+            resume.as_ref().map_or(0, |r| r.revision),
+            won.elapsed().as_millis()
+        );
+        let (tx, mut rx) = mpsc::channel::<Update>(4096);
+        let watcher = crate::task::spawn(
+            "history watcher",
+            Watcher::new(client.clone(), watch.clone()).run(resume, tx),
+        );
+        let mut noted: Option<Instant> = None;
+        let ended = loop {
+            tokio::select! {
+                reason = leadership.lost() => break Ended::Lost(format!("{reason:?}")),
+                _ = &mut *stop => break Ended::Stop,
+                u = rx.recv() => {
+                    let Some(u) = u else {
+                        break Ended::Failed("the history watcher stopped".into());
+                    };
+                    if let Err(e) = self.record(&store, u, &mut noted).await {
+                        break write_failed(&store, e);
+                    }
+                }
+                Some(e) = cluster.recv() => {
+                    if let Err(e) = store.cluster_event(e).await {
+                        break write_failed(&store, e);
+                    }
+                }
+            }
+        };
+        watcher.abort();
+        self.close(store, ended).await
+    }
+
+    /// One update of the writer's own watcher, to the history under the
+    /// feed's scope (its names `CLUSTER/NAME` with several clusters).
+    async fn record(
+        &self,
+        store: &Store,
+        u: Update,
+        noted: &mut Option<Instant>,
+    ) -> Result<(), HistoryError> {
+        let scope = self.feed.scope();
+        match u {
+            Update::Batch(b) => {
+                let b = super::qualified(scope.as_deref(), &b);
+                store.write_in(scope.clone(), b).await
+            }
+            Update::Cluster { cluster_id } => store.set_cluster_in(scope.clone(), cluster_id).await,
+            Update::Watch(WatchStatus::CaughtUp { .. }) => {
+                store.watched_in(scope.clone(), now_ms()).await
+            }
+            Update::Watch(WatchStatus::Stuck {
+                next_revision,
+                attempts,
+            }) if noted.is_none_or(|at: Instant| at.elapsed() >= NOTE_EVERY) => {
+                // Recording nothing until it delivers: say why, for every
+                // replica's /readyz (at most every few seconds).
+                *noted = Some(Instant::now());
+                self.note_error(format!(
+                    "the writer's watch keeps failing at revision {next_revision} \
+                     ({attempts} attempts); nothing is recorded"
+                ))
+                .await;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Notes in the database why this replica, as the feed's writer,
+    /// records nothing (every replica's `/readyz` says it); a database that
+    /// cannot take even that is only logged.
+    async fn note_error(&self, message: String) {
+        let (url, id) = (self.ctx.url.clone(), self.ctx.id.clone());
+        let fence = self.feed.fence_key().to_owned();
+        let noted = tokio::task::spawn_blocking(move || {
+            crate::history::record_writer_error(&url, &fence, &id, &message)
+        })
+        .await;
+        if let Ok(Err(e)) = noted {
+            eprintln!(
+                "tenure: {}: cannot note its error in the database: {e}",
+                self.who()
+            );
+        }
+    }
+
+    /// Commits (or tries to: a stale writer is refused) what is queued, and
+    /// counts the refusals.
+    async fn close(&self, store: Store, ended: Ended) -> Ended {
+        let flushed = store.flush().await;
+        let refused = store.refused_commits();
+        if refused > 0 {
+            self.parts.metrics.refused.inc_by(refused);
+            eprintln!(
+                "tenure: {}: {refused} commit(s) refused by the writer fence: a newer writer \
+                 has written, or etcd started over and the fence was reset; nothing of this \
+                 term's remainder was stored",
+                self.who()
+            );
+        }
+        let closed = store.close().await;
+        match (ended, flushed.and(closed)) {
+            // A failed final commit of a term that ended anyway changes
+            // nothing: the next writer resumes from the stored revision.
+            (Ended::Stop, Err(e)) => {
+                eprintln!("tenure: {}: the last commit failed: {e}", self.who());
+                Ended::Stop
+            }
+            (ended, _) => ended,
+        }
+    }
+}
+
+/// Waits a second before trying again, or until serve stops (`true`).
+async fn paused(stop: &mut oneshot::Receiver<()>) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_secs(1)) => false,
+        _ = stop => true,
+    }
+}
+
+/// How a term ends on a failed write: a commit refused by the fence means
+/// a newer writer has written, so the term is lost (whichever of this and
+/// the lease's loss is seen first); anything else is a failure.
+fn write_failed(store: &Store, e: HistoryError) -> Ended {
+    if store.refused_commits() > 0 {
+        Ended::Lost("a newer writer has written (commit refused by the fence)".into())
+    } else {
+        Ended::Failed(e.to_string())
+    }
+}
+
+/// Reads, every [`RECORDING_POLL`], how far the feed's history is recorded
+/// and who writes it, and tells `readiness` (which compares it with what
+/// this replica's own watcher has seen). A read that hangs counts as
+/// failed.
+async fn poll_recording(reader: Reader, scope: Scope, readiness: Arc<Readiness>) {
+    loop {
+        let (r, s) = (reader.clone(), scope.clone());
+        let read = tokio::time::timeout(
+            RECORDING_POLL * 2,
+            tokio::task::spawn_blocking(move || r.writer_status_of(s.as_deref())),
+        )
+        .await;
+        let status = match read {
+            Ok(Ok(Ok(Some(s)))) => Ok(s),
+            Ok(Ok(Ok(None))) => return,
+            Ok(Ok(Err(e))) => Err(e.to_string()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {:?}", RECORDING_POLL * 2)),
+        };
+        readiness.observe_recording(status);
+        tokio::time::sleep(RECORDING_POLL).await;
+    }
+}

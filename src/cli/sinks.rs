@@ -1,0 +1,195 @@
+//! The serve loop's sinks: every watcher's updates and etcd's own events,
+//! applied in order to each cluster's metrics and readiness, the traces,
+//! the history (named by the cluster) and the live feeds; then, at a stop,
+//! the history closed with the stop recorded.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::sync::{broadcast, mpsc};
+
+use super::feed::{in_cluster, qualified};
+use super::pipelines::{Inbox, Member, Running};
+use super::replica::History;
+use crate::events::cluster::{ClusterEvent, ClusterEventKind};
+use crate::events::{Event, Update};
+use crate::telemetry;
+
+/// Records serve's start, applies every update until `stop` or a watcher
+/// stops, keeps what the watchers had already produced, and closes the
+/// history. The exit code: 0 at `stop`, 1 when a watcher stopped.
+pub(super) async fn run(
+    mut sinks: Sinks,
+    mut inbox: Inbox,
+    mut crx: mpsc::Receiver<ClusterEvent>,
+    running: Running,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<i32> {
+    let pid = std::process::id();
+    sinks
+        .store
+        .cluster_event(serve_event(ClusterEventKind::ServeStarted {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            pid,
+        }))
+        .await
+        .context("writing history")?;
+    let code = sinks.serve(&mut inbox, &mut crx, stop).await?;
+    // Whatever the watchers already produced is complete: keep it.
+    running.stop();
+    for (i, u) in inbox.rest().await {
+        sinks.apply(i, &u).await?;
+    }
+    let Sinks { members, store, .. } = sinks;
+    close_history(store, &members, pid).await?;
+    Ok(code)
+}
+
+/// Where every update goes, in order.
+pub(super) struct Sinks {
+    pub members: Vec<Member>,
+    pub store: History,
+    pub live: broadcast::Sender<Arc<Event>>,
+    pub cluster_live: broadcast::Sender<Arc<ClusterEvent>>,
+}
+
+impl Sinks {
+    /// The watchers' updates and etcd's own events to the sinks, until
+    /// `stop` (exit code 0) or a watcher stops (1). A batch also tells its
+    /// cluster's token floor keeper of resets.
+    async fn serve(
+        &mut self,
+        inbox: &mut Inbox,
+        crx: &mut mpsc::Receiver<ClusterEvent>,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> anyhow::Result<i32> {
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                (i, update) = inbox.recv() => match update {
+                    Some(u) => self.apply(i, &u).await?,
+                    None => {
+                        let name = self.members.get(i).and_then(|m| m.scope.clone());
+                        eprintln!("tenure: the watcher of {} stopped", in_cluster(&name));
+                        return Ok(1);
+                    }
+                },
+                Some(e) = crx.recv() => record_cluster(&self.store, &self.cluster_live, e).await?,
+                _ = &mut stop => return Ok(0),
+            }
+        }
+    }
+
+    /// One update of cluster `i`: its metrics and readiness, the traces,
+    /// the history (named by the cluster) and the live feed.
+    async fn apply(&mut self, i: usize, u: &Update) -> anyhow::Result<()> {
+        let Some(m) = self.members.get_mut(i) else {
+            return Ok(());
+        };
+        if let (Update::Batch(b), Some(floors)) = (u, m.floors()) {
+            floors.on_batch(b);
+        }
+        m.metrics.apply(u);
+        // The first batch (the snapshot) makes /readyz say ready once the
+        // pages can show it: after it is committed, not when it arrives.
+        let first_load = matches!(u, Update::Batch(_)) && !m.readiness.is_loaded();
+        if !first_load {
+            m.readiness.apply(u);
+        }
+        // The history, the live feed and the traces name elections as the
+        // pages do: `CLUSTER/NAME` with several clusters.
+        let named = match u {
+            Update::Batch(b) => Some(Update::Batch(qualified(m.scope.as_deref(), b))),
+            _ => None,
+        };
+        telemetry::record(named.as_ref().unwrap_or(u));
+        for mut e in crate::events::cluster::from_update(u, crate::events::now_ms()) {
+            e.cluster = m.scope.as_deref().map(str::to_owned);
+            record_cluster(&self.store, &self.cluster_live, e).await?;
+        }
+        let store = &self.store;
+        if let Update::Cluster { cluster_id } = u {
+            store
+                .set_cluster(&m.scope, *cluster_id)
+                .await
+                .context("writing history")?;
+        }
+        store
+            .heartbeat(&m.scope, u)
+            .await
+            .context("writing history")?;
+        if let Some(Update::Batch(b)) = named {
+            for e in &b.events {
+                // No subscribers is fine.
+                let _ = self.live.send(Arc::new(e.clone()));
+            }
+            store.write(&m.scope, b).await.context("writing history")?;
+        }
+        if first_load {
+            store.flush().await.context("writing history")?;
+            m.readiness.apply(u);
+        }
+        Ok(())
+    }
+}
+
+/// The stop recorded (watched until now, for each cluster whose watcher
+/// was live; serve stopped) and the history closed, everything committed.
+async fn close_history(store: History, members: &[Member], pid: u32) -> anyhow::Result<()> {
+    for m in members {
+        if m.readiness.is_ready() {
+            // Watched until this stop.
+            store
+                .watched(&m.scope, crate::events::now_ms())
+                .await
+                .context("writing history")?;
+        }
+    }
+    store
+        .cluster_event(serve_event(ClusterEventKind::ServeStopped { pid }))
+        .await
+        .context("writing history")?;
+    let reader = store.reader();
+    let revision = store.close().await.context("closing the history")?;
+    if members.iter().all(|m| m.scope.is_none()) {
+        eprintln!("tenure: history committed up to revision {revision}");
+        return Ok(());
+    }
+    for m in members {
+        let (reader, scope) = (reader.clone(), m.scope.clone());
+        let resume = tokio::task::spawn_blocking(move || reader.resume_point_of(scope.as_deref()))
+            .await?
+            .context("reading the history's resume revisions")?;
+        eprintln!(
+            "tenure: history of {} committed up to revision {}",
+            in_cluster(&m.scope),
+            resume.map_or(0, |r| r.revision)
+        );
+    }
+    Ok(())
+}
+
+/// Stores one of etcd's events and tells the live feed.
+async fn record_cluster(
+    store: &History,
+    live: &broadcast::Sender<Arc<ClusterEvent>>,
+    e: ClusterEvent,
+) -> anyhow::Result<()> {
+    store
+        .cluster_event(e.clone())
+        .await
+        .context("writing history")?;
+    // No subscribers is fine.
+    let _ = live.send(Arc::new(e));
+    Ok(())
+}
+
+fn serve_event(kind: ClusterEventKind) -> ClusterEvent {
+    let now = crate::events::now_ms();
+    ClusterEvent {
+        at_ms: now,
+        not_before_ms: Some(now),
+        cluster: None,
+        kind,
+    }
+}

@@ -20,6 +20,8 @@
 //! `leases` the lease sampler, `replay` what a new stream replays.
 
 pub mod cluster;
+#[cfg(feature = "server")]
+pub mod kube;
 pub mod state;
 
 mod apply;

@@ -15,7 +15,9 @@
 //! kube-apiserver restarted (its watch cache starts over): the API serve
 //! resumes at a resourceVersion nobody has any more (410 Gone), lists
 //! afresh and records a gap over that term, never the term itself; the
-//! etcd serve, which watched throughout, has it.
+//! etcd serve, which watched throughout, has it. Once more without the
+//! compaction: the exact list at the stored resourceVersion is read from
+//! etcd, and the new watch cache refuses the watch from there (410).
 //!
 //! Wall time: about 70 s on 2 busy cores (kube-apiserver started twice,
 //! each 4 s Lease that runs out waited for).
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use support::kube::{self, Candidate, KubeApiserver, LeaseLog, Recorded, Write};
+use support::kube::{self, Candidate, KubeApiserver, LeaseLog, Recorded, Term, Write};
 use support::{Etcd, Serve};
 
 const KEY: &str = "/registry/leases/default/demo";
@@ -104,6 +106,76 @@ async fn reader(api: &KubeApiserver, dir: &Path) -> String {
         403
     );
     kubeconfig.display().to_string()
+}
+
+/// Waits (20 s at most) for a gap over `[token, ended]`; the gaps.
+async fn wait_for_gap(serve: &Serve, token: i64, ended: i64) -> Vec<(i64, i64)> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let found = gaps(serve).await;
+        let over = found
+            .iter()
+            .any(|(from, to)| *from <= token && ended <= *to);
+        if over || Instant::now() > deadline {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What a term unseen by the API serve needs.
+struct Parts<'a> {
+    etcd: &'a Etcd,
+    log: &'a LeaseLog,
+    dir: &'a Path,
+    db: &'a Path,
+}
+
+impl Parts<'_> {
+    /// The API serve stopped; candidate `id` takes the Lease and releases
+    /// it; etcd compacted (`compact`); kube-apiserver restarted (its watch
+    /// cache starts at the present); the API serve started again. The
+    /// new kube-apiserver, the serve, and the term it did not see.
+    async fn unseen_term(
+        &self,
+        api: KubeApiserver,
+        by_api: Serve,
+        id: &str,
+        compact: bool,
+    ) -> (KubeApiserver, Serve, Term) {
+        let long = Duration::from_secs(30);
+        assert_eq!(by_api.stop().await, Some(0));
+        let before = self.log.writes().last().expect("a write").revision;
+        let mut c = Candidate::start(&api, "default", "demo", id);
+        self.log
+            .wait_for("its hold", long, |w| w.holder == id)
+            .await;
+        c.signal(Signal::SIGTERM);
+        assert_eq!(c.wait(long).await, Some(0));
+        let released = |w: &Write| w.revision > before + 1 && !w.deleted && w.holder.is_empty();
+        self.log.wait_for("its release", long, released).await;
+        if compact {
+            let head = kube::head(self.etcd).await;
+            let mut raw = self.etcd.client().await;
+            raw.compact(head, None).await.expect("compact");
+        }
+        drop(api);
+        let api = KubeApiserver::start(&self.etcd.endpoint()).await;
+        // Its CA, port and signing key are new: a new token and kubeconfig.
+        let kubeconfig = reader(&api, self.dir).await;
+        let nowhere = ["http://127.0.0.1:9".to_owned()];
+        let args = ["--kubeconfig", kubeconfig.as_str()];
+        let by_api = Serve::start(&nowhere, self.db, &args, &[]).await;
+        by_api.ready().await;
+        let term = kube::terms_of(&self.log.writes(), INTRUDER)
+            .pop()
+            .expect("its term");
+        assert_eq!(
+            (term.holder.as_str(), term.ended_as),
+            (id, Some("resigned"))
+        );
+        (api, by_api, term)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,11 +263,10 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     // A last release.
     kube::by_id(&mut cs, &l4).signal(Signal::SIGTERM);
     assert_eq!(kube::by_id(&mut cs, &l4).wait(long).await, Some(0));
-    let released = log
-        .wait_for("l4's release", long, |w| {
-            w.revision > gone.revision && !w.deleted && w.holder.is_empty()
-        })
-        .await;
+    log.wait_for("l4's release", long, |w| {
+        w.revision > gone.revision && !w.deleted && w.holder.is_empty()
+    })
+    .await;
 
     // Both histories against the test's own record, and so each other.
     let truth = kube::terms_of(&log.writes(), INTRUDER);
@@ -233,51 +304,36 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
         began.elapsed()
     );
 
-    // A gap: the API serve stopped; a term begins and ends; etcd is
-    // compacted and kube-apiserver restarted, so neither its watch cache
-    // nor etcd has the API serve's resourceVersion any more.
-    assert_eq!(by_api.stop().await, Some(0));
-    let mut g = Candidate::start(&api, "default", "demo", "g");
-    log.wait_for("g holding", long, |w| w.holder == "g").await;
-    g.signal(Signal::SIGTERM);
-    assert_eq!(g.wait(long).await, Some(0));
-    log.wait_for("g's release", long, |w| {
-        w.revision > released.revision + 1 && !w.deleted && w.holder.is_empty()
-    })
-    .await;
-    let head = kube::head(&etcd).await;
-    raw.compact(head, None).await.expect("compact");
-    drop(api);
-    let api = KubeApiserver::start(&etcd.endpoint()).await;
-    // Its CA, port and signing key are new: a new token and kubeconfig.
-    reader(&api, dir.path()).await;
-    let by_api = Serve::start(&nowhere, &api_db, &api_args, &[]).await;
-    by_api.ready().await;
-
-    let truth = kube::terms_of(&log.writes(), INTRUDER);
-    let g_term = truth.last().expect("g's term").clone();
-    assert_eq!(
-        (g_term.holder.as_str(), g_term.ended_as),
-        ("g", Some("resigned"))
-    );
-    let with_g = kube::wanted(&truth);
-    assert_eq!(settled(&by_etcd, &with_g).await, with_g, "from etcd");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let gaps = loop {
-        let found = gaps(&by_api).await;
-        if !found.is_empty() || Instant::now() > deadline {
-            break found;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    // A 410 on the list: the API serve stopped while a term begins and
+    // ends, etcd compacted and kube-apiserver restarted, so neither etcd
+    // nor the watch cache has its resourceVersion.
+    let parts = Parts {
+        etcd: &etcd,
+        log: &log,
+        dir: dir.path(),
+        db: &api_db,
     };
-    let ended = g_term.ended.expect("g ended");
-    assert!(
-        gaps.iter()
-            .any(|(from, to)| *from <= g_term.token && ended <= *to),
-        "no gap over g's term [{}, {ended}]: {gaps:?}\n{}",
-        g_term.token,
-        by_api.log_text()
-    );
+    let (api, by_api, g) = parts.unseen_term(api, by_api, "g", true).await;
+    // A 410 on the watch: the same without the compaction, so the exact
+    // list at the stored resourceVersion reads it from etcd, and only the
+    // new watch cache cannot start there.
+    let (api, by_api, h) = parts.unseen_term(api, by_api, "h", false).await;
+    let truth = kube::terms_of(&log.writes(), INTRUDER);
+    let with_both = kube::wanted(&truth);
+    assert_eq!(settled(&by_etcd, &with_both).await, with_both, "from etcd");
+    for t in [&g, &h] {
+        let ended = t.ended.expect("ended");
+        let found = wait_for_gap(&by_api, t.token, ended).await;
+        assert!(
+            found
+                .iter()
+                .any(|(from, to)| *from <= t.token && ended <= *to),
+            "no gap over {}'s term [{}, {ended}]: {found:?}\n{}",
+            t.holder,
+            t.token,
+            by_api.log_text()
+        );
+    }
     // Unseen: never invented.
     assert_eq!(kube::recorded(&by_api, NAME).await, want, "through the API");
 

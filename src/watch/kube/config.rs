@@ -572,5 +572,17 @@ UvYl8q8hH042urezgLgZKhYFFbNF30IWS93McOPF\n\
         assert!(e.to_string().contains("KUBERNETES_SERVICE_HOST"), "{e}");
         let e = ApiConfig::in_cluster_at(Some("10.0.0.1".into()), None, dir.path()).unwrap_err();
         assert!(e.to_string().contains("token"), "{e}");
+        std::fs::write(dir.path().join("token"), "tok\n").unwrap();
+        std::fs::write(dir.path().join("ca.crt"), CA).unwrap();
+        let cfg =
+            ApiConfig::in_cluster_at(Some("10.0.0.1".into()), Some("6443".into()), dir.path())
+                .unwrap();
+        assert_eq!((cfg.authority.as_str(), cfg.port), ("10.0.0.1:6443", 6443));
+        assert_eq!(cfg.bearer().unwrap().as_deref(), Some("Bearer tok"));
+        let v6 = ApiConfig::in_cluster_at(Some("fd00::1".into()), None, dir.path()).unwrap();
+        assert_eq!(
+            (v6.authority.as_str(), v6.host.as_str()),
+            ("[fd00::1]:443", "fd00::1")
+        );
     }
 }

@@ -264,7 +264,9 @@ struct Run<'w> {
 
 /// How one watch ended.
 enum Ended {
-    /// Closed by the server, stalled, or broken: reopen from `applied`.
+    /// Closed by the server at its timeout: the next watch goes on.
+    Closed,
+    /// Stalled, broken or ended by an error: reopen from `applied`.
     Reopen(RestartReason),
     /// The revision is gone: list afresh (a gap).
     Gone,
@@ -273,9 +275,9 @@ enum Ended {
 impl Run<'_> {
     async fn watch(&mut self) -> Result<(), Closed> {
         loop {
+            let began = Instant::now();
             let ended = match self.open().await {
                 Ok((answer, opened_at)) => {
-                    self.backoff = Duration::from_millis(100);
                     self.set_up(true).await?;
                     self.stream(answer, opened_at).await?
                 }
@@ -283,22 +285,36 @@ impl Run<'_> {
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot watch Leases; retrying");
                     self.set_up(false).await?;
-                    tokio::time::sleep(self.backoff).await;
-                    self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
                     Ended::Reopen(RestartReason::StreamError)
                 }
             };
+            // A watch of no use (refused, or ended within a second) is
+            // opened again after a pause that doubles up to 5 s.
+            if began.elapsed() < Duration::from_secs(1) && !matches!(ended, Ended::Closed) {
+                tokio::time::sleep(self.backoff).await;
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            } else {
+                self.backoff = Duration::from_millis(100);
+            }
             match ended {
-                Ended::Gone => self.relist().await?,
+                Ended::Gone => {
+                    self.relist().await?;
+                    continue;
+                }
+                // The server's own end of a watch (`timeoutSeconds`): the
+                // next one goes on from the same revision, unannounced.
+                Ended::Closed => {}
                 Ended::Reopen(reason) => {
                     if reason != RestartReason::StreamError || self.up {
                         self.send(Update::Watch(WatchStatus::Restarted(reason)))
                             .await?;
                     }
-                    if !self.replay.active {
-                        self.replay = Replay::since(self.live_at_ms);
-                    }
                 }
+            }
+            // What the next watch delivers up to the revision the API has
+            // when it opens happened while nobody watched.
+            if !self.replay.active {
+                self.replay = Replay::since(self.live_at_ms);
             }
         }
     }
@@ -359,7 +375,7 @@ impl Run<'_> {
                     return Ok(Ended::Reopen(RestartReason::Stalled));
                 }
                 Err(_) => continue,
-                Ok(Ok(None)) => return Ok(Ended::Reopen(RestartReason::Cancelled)),
+                Ok(Ok(None)) => return Ok(Ended::Closed),
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "the Lease watch broke; reopening");
                     return Ok(Ended::Reopen(RestartReason::StreamError));

@@ -123,6 +123,27 @@ async fn wait_for_gap(serve: &Serve, token: i64, ended: i64) -> Vec<(i64, i64)> 
     }
 }
 
+/// A token the API refuses: serve says what to grant, and is not ready.
+async fn refused_is_said(api: &KubeApiserver, dir: &Path) {
+    let bad = dir.join("refused");
+    std::fs::create_dir(&bad).unwrap();
+    std::fs::write(bad.join("token"), "not-a-token").unwrap();
+    let kubeconfig = bad.join("kubeconfig");
+    api.kubeconfig_for("token", &kubeconfig);
+    let args = ["--kubeconfig", kubeconfig.to_str().unwrap()];
+    let nowhere = ["http://127.0.0.1:9".to_owned()];
+    let serve = Serve::start(&nowhere, &bad.join("h.db"), &args, &[]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !serve.log_text().contains("ClusterRole tenure-lease-reader") {
+        assert!(Instant::now() < deadline, "{}", serve.log_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(serve.log_text().contains("(401)"), "{}", serve.log_text());
+    let ready = reqwest::get(serve.url("/readyz")).await.expect("readyz");
+    assert_eq!(ready.status().as_u16(), 503);
+    serve.stop().await;
+}
+
 /// What a term unseen by the API serve needs.
 struct Parts<'a> {
     etcd: &'a Etcd,
@@ -190,6 +211,8 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     let api = KubeApiserver::start(&etcd.endpoint()).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = reader(&api, dir.path()).await;
+
+    refused_is_said(&api, dir.path()).await;
 
     let source = "kubernetes:/registry/";
     let etcd_args: Vec<&str> = if support::fixtures::merges_several_ranges(&mut raw).await {

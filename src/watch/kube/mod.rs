@@ -290,7 +290,7 @@ impl Run<'_> {
             };
             // A watch of no use (refused, or ended within a second) is
             // opened again after a pause that doubles up to 5 s.
-            if began.elapsed() < Duration::from_secs(1) && !matches!(ended, Ended::Closed) {
+            if began.elapsed() < Duration::from_secs(1) {
                 tokio::time::sleep(self.backoff).await;
                 self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
             } else {

@@ -32,17 +32,6 @@ const NAME: &str = "/registry/default/demo";
 const INTRUDER: &str = "intruder";
 const LEASE_API: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases/demo";
 
-/// Waits until serve counts `n` lapsed Leases (counted at most once a
-/// second, after a watch answer: an idle stream answers a probe every few
-/// seconds).
-async fn lapsed(serve: &Serve, n: f64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while serve.metric("tenure_leases_lapsed").await != Some(n) {
-        assert!(Instant::now() < deadline, "tenure_leases_lapsed never {n}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_terms_are_recorded_as_kube_apiserver_wrote_them() {
     if !kube::available() {
@@ -147,10 +136,10 @@ async fn lease_terms_are_recorded_as_kube_apiserver_wrote_them() {
     log.wait_for("e holding", long, |w| w.holder == "e").await;
     e.signal(Signal::SIGSTOP);
     causes.push("expired");
-    lapsed(&serve, 1.0).await;
+    kube::lapsed(&serve, 1.0).await;
     let mut f = Candidate::start(&api, "default", "demo", "f");
     log.wait_for("f holding", long, |w| w.holder == "f").await;
-    lapsed(&serve, 0.0).await;
+    kube::lapsed(&serve, 0.0).await;
     e.signal(Signal::SIGKILL);
     f.signal(Signal::SIGTERM);
     assert_eq!(f.wait(long).await, Some(0));

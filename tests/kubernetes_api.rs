@@ -8,7 +8,8 @@
 //!
 //! The scenario: a release, a kill -9 (expiry), the API serve killed -9
 //! and restarted, a forced takeover through the API, the Lease deleted, a
-//! last release. Both histories must equal the test's own record (its
+//! release, then a frozen leader alone (its Lease lapses, counted by both
+//! serves, until a new candidate takes it: expired) and a last release. Both histories must equal the test's own record (its
 //! etcd watch of the Lease key, `support::kube::LeaseLog`): the same
 //! holders, tokens (etcd revisions), ends and causes. Then the API serve
 //! is stopped while a term begins and ends, etcd is compacted and
@@ -19,8 +20,8 @@
 //! compaction: the exact list at the stored resourceVersion is read from
 //! etcd, and the new watch cache refuses the watch from there (410).
 //!
-//! Wall time: 24-26 s on 2 shared cores (kube-apiserver started three
-//! times, 3-6 s each; two 4 s Leases run out).
+//! Wall time: 39-45 s on 2 shared cores (kube-apiserver started three
+//! times, 3-6 s each; three 4 s Leases run out).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
@@ -291,12 +292,34 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     })
     .await;
 
+    // A frozen leader alone: its Lease lapses (renewals stopped, nobody
+    // took over yet), counted by both serves; a candidate that comes takes
+    // it once it ran out (expired), and releases it.
+    let e = Candidate::start(&api, "default", "demo", "e");
+    log.wait_for("e holding", long, |w| w.holder == "e").await;
+    e.signal(Signal::SIGSTOP);
+    kube::lapsed(&by_etcd, 1.0).await;
+    kube::lapsed(&by_api, 1.0).await;
+    let mut f = Candidate::start(&api, "default", "demo", "f");
+    let f_held = log.wait_for("f holding", long, |w| w.holder == "f").await;
+    kube::lapsed(&by_etcd, 0.0).await;
+    kube::lapsed(&by_api, 0.0).await;
+    e.signal(Signal::SIGKILL);
+    f.signal(Signal::SIGTERM);
+    assert_eq!(f.wait(long).await, Some(0));
+    log.wait_for("f's release", long, |w| {
+        w.revision > f_held.revision && !w.deleted && w.holder.is_empty()
+    })
+    .await;
+    cs.push(e);
+    cs.push(f);
+
     // Both histories against the test's own record, and so each other.
     let truth = kube::terms_of(&log.writes(), INTRUDER);
     let holders: Vec<&str> = truth.iter().map(|t| t.holder.as_str()).collect();
     assert_eq!(
         holders,
-        [&*l1, &*l2, &*l3, INTRUDER, &*l4, &*l4],
+        [&*l1, &*l2, &*l3, INTRUDER, &*l4, &*l4, "e", "f"],
         "{}",
         log.timeline()
     );
@@ -306,7 +329,16 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     // etcd 3.7.4): the Lease then runs out and is taken, expired.
     assert!(
         matches!(causes[0], "resigned" | "expired")
-            && causes[1..] == ["expired", "taken_over", "expired", "deleted", "resigned"],
+            && causes[1..]
+                == [
+                    "expired",
+                    "taken_over",
+                    "expired",
+                    "deleted",
+                    "resigned",
+                    "expired",
+                    "resigned"
+                ],
         "{causes:?}{}",
         log.timeline()
     );

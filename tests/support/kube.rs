@@ -774,3 +774,14 @@ fn base64(bytes: &[u8]) -> String {
     }
     out
 }
+
+/// Waits until serve counts `n` lapsed Leases (counted at most once a
+/// second, after a watch answer: an idle stream answers a probe every few
+/// seconds).
+pub async fn lapsed(serve: &super::Serve, n: f64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while serve.metric("tenure_leases_lapsed").await != Some(n) {
+        assert!(Instant::now() < deadline, "tenure_leases_lapsed never {n}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

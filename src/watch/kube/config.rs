@@ -566,6 +566,63 @@ UvYl8q8hH042urezgLgZKhYFFbNF30IWS93McOPF\n\
     }
 
     #[test]
+    fn a_client_certificate_and_its_key_go_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let made = std::process::Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+            .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
+            .args(["-subj", "/CN=tenure/O=readers", "-keyout"])
+            .arg(dir.path().join("key.pem"))
+            .arg("-out")
+            .arg(dir.path().join("cert.pem"))
+            .output();
+        if !made.is_ok_and(|o| o.status.success()) {
+            eprintln!("no openssl: skipped");
+            return;
+        }
+        std::fs::write(dir.path().join("ca.crt"), CA).unwrap();
+        let key = std::fs::read(dir.path().join("key.pem")).unwrap();
+        let encoded = base64(&key);
+        let config = |user: &str| {
+            format!(
+                "current-context: c\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\n\
+                 clusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:6443\n    \
+                 certificate-authority: ca.crt\nusers:\n- name: u\n  user:\n{user}"
+            )
+        };
+        // The certificate from a file, its key inline.
+        let both = config(&format!(
+            "    client-certificate: cert.pem\n    client-key-data: {encoded}\n"
+        ));
+        let cfg = ApiConfig::from_kubeconfig(&write(dir.path(), &both)).unwrap();
+        assert!(cfg.tls.client_auth_cert_resolver.has_certs());
+        assert_eq!(cfg.bearer().unwrap(), None);
+        let alone = config("    client-certificate: cert.pem\n");
+        let e = ApiConfig::from_kubeconfig(&write(dir.path(), &alone)).unwrap_err();
+        assert!(e.to_string().contains("give both"), "{e}");
+    }
+
+    /// Standard base64 with padding, as kubectl writes `-data` fields.
+    fn base64(bytes: &[u8]) -> String {
+        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for c in bytes.chunks(3) {
+            let n = c
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+            for i in 0..4 {
+                if i <= c.len() {
+                    out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
     fn in_cluster_needs_the_pods_service_account() {
         let dir = tempfile::tempdir().unwrap();
         let e = ApiConfig::in_cluster_at(None, None, dir.path()).unwrap_err();

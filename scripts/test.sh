@@ -21,7 +21,7 @@ cargo test --locked --no-fail-fast --all-targets 2>&1 | tee "$log" || status=$?
 # TENURE_TEST_ETCD_BIN and builds the Go interop client of the same line. The first run
 # above is Debian bookworm's 3.4.23.
 etcd_suites=(election watch serve interop causes faults belief holder queue go_interop
-  patroni restore edges sources patroni_source acting clusters auth tls kubernetes)
+  patroni restore edges sources patroni_source acting clusters auth tls kubernetes kubernetes_api)
 on_etcd() { # dir
   local args=() t
   for t in "${etcd_suites[@]}"; do args+=(--test "$t"); done

@@ -151,6 +151,16 @@ impl Connector {
         }
     }
 
+    /// No etcd at all (Leases read through the Kubernetes API).
+    pub fn none() -> Connector {
+        Connector {
+            endpoints: Vec::new(),
+            prefix: String::new(),
+            config: Default::default(),
+            timeout: Duration::from_secs(5),
+        }
+    }
+
     pub async fn connect(&self) -> Result<Client, crate::election::Error> {
         Ok(
             Client::connect_with(&self.endpoints, &self.prefix, self.config.clone())

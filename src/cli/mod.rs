@@ -15,6 +15,7 @@ mod floor;
 mod group;
 mod guard;
 mod history;
+mod kube;
 mod migrate;
 mod pipelines;
 mod replica;
@@ -488,6 +489,10 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
             return tokio::task::spawn_blocking(move || history::run(args)).await?
         }
         Command::Dev(args) => return dev::run(args).await,
+        // Leases through the Kubernetes API: no etcd.
+        Command::Serve(cmd) if cmd.args.kubeconfig.is_some() || cmd.args.in_cluster => {
+            return serve::run_kube(cmd).await
+        }
         // Several clusters: each its own connection.
         Command::Serve(cmd) if !cmd.args.clusters.is_empty() || cmd.args.config.is_some() => {
             return Ok(serve::run_many(&cli.global, cmd)

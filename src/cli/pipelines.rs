@@ -137,6 +137,15 @@ pub(super) struct Running {
 }
 
 impl Running {
+    /// The one task `task` (a watcher of another source than etcd).
+    pub fn of(task: AbortHandle) -> Running {
+        let (stop, _) = watch::channel(false);
+        Running {
+            stop,
+            tasks: Arc::new(Mutex::new(vec![task])),
+        }
+    }
+
     /// Stops every watcher and poller (and the pipelines still trying to
     /// connect); the forwarding goes on until each watcher's channel is
     /// empty.

@@ -112,6 +112,26 @@ pub struct ServeArgs {
     #[arg(long, env = "TENURE_CLUSTER_POLL", default_value = "2s", value_parser = parse_duration)]
     pub cluster_poll: Duration,
 
+    /// Watch every Kubernetes Lease through the API of the kubeconfig's current context
+    /// instead of etcd (named as `--source kubernetes:/registry/` names them); its user needs
+    /// get, list and watch on leases (deploy/kubernetes/rbac.yaml).
+    #[arg(long, env = "TENURE_KUBECONFIG", value_name = "FILE", conflicts_with_all = ["clusters", "config", "sources"])]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// As --kubeconfig, with the pod's own service account (its token and CA under
+    /// /var/run/secrets/kubernetes.io/serviceaccount, KUBERNETES_SERVICE_HOST/PORT).
+    #[arg(long, env = "TENURE_IN_CLUSTER", conflicts_with_all = ["clusters", "config", "sources", "kubeconfig"])]
+    pub in_cluster: bool,
+
+    /// With --kubeconfig or --in-cluster: read heartbeat leases (kube-node-lease, kube-apiserver's
+    /// identity leases) as elections too.
+    #[arg(long, env = "TENURE_KUBE_HEARTBEATS")]
+    pub kube_heartbeats: bool,
+
+    /// The Kubernetes API read instead of etcd (set from --kubeconfig or --in-cluster).
+    #[arg(skip)]
+    pub kube: Option<std::sync::Arc<crate::watch::kube::KubeConfig>>,
+
     /// Raise tenure's token floor when etcd starts over (always, but for
     /// `tenure dev`, whose etcd is new at every start).
     #[arg(skip = true)]
@@ -163,6 +183,23 @@ pub async fn run(client: Client, cmd: ServeCommand) -> anyhow::Result<i32> {
     // reason, when the watcher's configuration is made.)
     read_access(&client, &args.sources, args.sources_only).await?;
     run_with(client, args, metrics, async {
+        let _ = shutdown_signal().await;
+    })
+    .await
+}
+
+/// `tenure serve --kubeconfig`/`--in-cluster`: Leases through the
+/// Kubernetes API, no etcd (`kube.rs`).
+pub async fn run_kube(cmd: ServeCommand) -> anyhow::Result<i32> {
+    let metrics = cmd.metrics();
+    let mut args = cmd.args;
+    args.kube = Some(super::kube::config(
+        &args.db,
+        args.kubeconfig.as_deref(),
+        args.kube_heartbeats,
+        args.max_elections,
+    )?);
+    run_clusters(vec![super::kube::watched()], args, metrics, async {
         let _ = shutdown_signal().await;
     })
     .await
@@ -276,7 +313,10 @@ pub async fn run_clusters(
         reader: store.reader(),
         events: ctx,
     };
-    let (inbox, running) = super::pipelines::start(&feeds, resumes, &mut members, common).await?;
+    let (inbox, running) = match &args.kube {
+        Some(kube) => super::kube::start(kube, resumes)?,
+        None => super::pipelines::start(&feeds, resumes, &mut members, common).await?,
+    };
     let sinks = Sinks {
         members,
         store,
@@ -349,6 +389,7 @@ async fn members_of(
             let _ = m.sources.set(cfg.sources_read(client.keys().prefix()));
             let _ = m.client.set(client.clone());
         }
+        super::kube::adopt(own.args.kube.as_deref(), &m);
         members.push(m);
         resumes.push(resume);
     }

@@ -242,7 +242,7 @@ impl Watcher {
 /// A reset from the resume point `r` to the snapshot: every term open in
 /// the old timeline ends (`unknown`, at the stored revision), a `Reset`
 /// event, then the snapshot's terms start.
-fn reset_batch(
+pub(super) fn reset_batch(
     state: &mut State,
     r: &Resume,
     kvs: &[Kv],
@@ -293,7 +293,7 @@ fn reset_batch(
 /// The same timeline: at the resume revision (no events but what the
 /// stored terms and the snapshot disagree on), from a fresh snapshot after
 /// a gap (a `Gap` event first), or a first start.
-fn resumed_batch(
+pub(super) fn resumed_batch(
     state: &mut State,
     resume: Option<&Resume>,
     at_resume: bool,

@@ -17,9 +17,12 @@
 //! loop (its states, one step per answer); `load` the snapshot, resume and
 //! reset, `contradiction` whether etcd's state contradicts the history
 //! (a restore under the same cluster id), `apply` a batch of watch events, `causes` the end-cause lookup,
-//! `leases` the lease sampler, `replay` what a new stream replays.
+//! `leases` the lease sampler, `replay` what a new stream replays; `kube`
+//! the same state machine fed by the Kubernetes API's Leases instead.
 
 pub mod cluster;
+#[cfg(feature = "server")]
+pub mod kube;
 pub mod state;
 
 mod apply;

@@ -38,11 +38,24 @@ impl Replay {
             .iter()
             .filter_map(|e| e.kv().map(|kv| kv.mod_revision()))
             .collect();
+        self.take_revisions(&revs, opened_at)
+    }
+
+    /// [`Replay::take`] for changes at `revs` (in order), whatever read
+    /// them.
+    pub(super) fn take_revisions(
+        &mut self,
+        revs: &[i64],
+        opened_at: Option<i64>,
+    ) -> Option<EventKind> {
+        if !self.active {
+            return None;
+        }
         let bound = opened_at.unwrap_or(i64::MAX);
         if revs.last().is_some_and(|&r| r > bound) {
             self.active = false;
         }
-        let replayed: Vec<i64> = revs.into_iter().filter(|&r| r <= bound).collect();
+        let replayed: Vec<i64> = revs.iter().copied().filter(|&r| r <= bound).collect();
         Some(EventKind::Unobserved {
             from_revision: *replayed.first()?,
             to_revision: *replayed.last()?,

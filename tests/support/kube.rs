@@ -513,3 +513,275 @@ fn field(b: &[u8], n: u64) -> Option<Wire<'_>> {
     }
     found
 }
+
+/// One term as the test's own record groups the writes: a run of one
+/// holder and one acquisition; the token is its first write's revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Term {
+    pub holder: String,
+    pub token: i64,
+    pub ended: Option<i64>,
+    pub started_seen_us: i64,
+    pub ended_seen_us: Option<i64>,
+    /// How the write that ended it shows the end: an empty holder
+    /// (`resigned`), the object deleted (`deleted`), `intruder` written
+    /// over a live holder (`taken_over`), a candidate taking it
+    /// (`expired`: client-go takes a Lease only once it ran out).
+    pub ended_as: Option<&'static str>,
+}
+
+/// The terms of `writes` (a [`LeaseLog`]'s), `intruder` being the holder
+/// a test writes over a live one.
+pub fn terms_of(writes: &[Write], intruder: &str) -> Vec<Term> {
+    let mut out: Vec<Term> = Vec::new();
+    let mut open: Option<(String, Option<i64>)> = None;
+    for w in writes {
+        let now = (!w.deleted && !w.holder.is_empty()).then(|| (w.holder.clone(), w.acquire_us));
+        if now == open {
+            continue;
+        }
+        if open.is_some() {
+            let last = out.last_mut().expect("open term");
+            last.ended = Some(w.revision);
+            last.ended_seen_us = Some(w.seen_us);
+            last.ended_as = Some(if w.deleted {
+                "deleted"
+            } else if w.holder.is_empty() {
+                "resigned"
+            } else if w.holder == intruder {
+                "taken_over"
+            } else {
+                "expired"
+            });
+        }
+        if let Some((holder, _)) = &now {
+            out.push(Term {
+                holder: holder.clone(),
+                token: w.revision,
+                ended: None,
+                started_seen_us: w.seen_us,
+                ended_seen_us: None,
+                ended_as: None,
+            });
+        }
+        open = now;
+    }
+    out
+}
+
+/// A recorded term: (holder, token, ended revision, cause).
+pub type Recorded = (String, i64, Option<i64>, Option<String>);
+
+/// The terms serve recorded of election `name`, by token.
+pub async fn recorded(serve: &super::Serve, name: &str) -> Vec<Recorded> {
+    let url = serve.url(&format!(
+        "/api/v1/elections/{}/terms?limit=1000",
+        name.replace('/', "%2F")
+    ));
+    let v: serde_json::Value = reqwest::get(url)
+        .await
+        .expect("terms")
+        .json()
+        .await
+        .expect("json");
+    let mut got: Vec<_> = v["terms"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|t| {
+            (
+                t["holder"].as_str().expect("holder").to_owned(),
+                t["token"].as_i64().expect("token"),
+                t["ended_revision"].as_i64(),
+                t["end_cause"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    got.sort_by_key(|t| t.1);
+    got
+}
+
+/// What [`recorded`] should say of `truth`.
+pub fn wanted(truth: &[Term]) -> Vec<Recorded> {
+    truth
+        .iter()
+        .map(|t| {
+            (
+                t.holder.clone(),
+                t.token,
+                t.ended,
+                t.ended_as.map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+/// Writes `intruder` over the live holder `from` of the Lease at `path`
+/// through the API (a forced takeover), retrying a conflict with the
+/// holder's own renewal.
+pub async fn take_over(api: &KubeApiserver, path: &str, from: &str, intruder: &str) {
+    loop {
+        let (status, body) = api.curl("GET", path, None).await;
+        assert_eq!(status, 200, "{body}");
+        let mut lease: serde_json::Value = serde_json::from_str(&body).expect("lease");
+        let spec = &mut lease["spec"];
+        assert_eq!(spec["holderIdentity"].as_str(), Some(from));
+        let now = micro_time(unix_us());
+        let transitions = spec["leaseTransitions"].as_i64().unwrap_or(0) + 1;
+        spec["holderIdentity"] = intruder.into();
+        spec["acquireTime"] = now.clone().into();
+        spec["renewTime"] = now.into();
+        spec["leaseTransitions"] = transitions.into();
+        let (status, body) = api.curl("PUT", path, Some(&lease.to_string())).await;
+        match status {
+            200 => return,
+            // The holder's renewal came first: read it again.
+            409 => continue,
+            s => panic!("PUT lease: {s} {body}"),
+        }
+    }
+}
+/// An RFC 3339 time with microseconds of unix µs `us`.
+pub fn micro_time(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil from days (H. Hinnant).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        us.rem_euclid(1_000_000)
+    )
+}
+
+/// etcd's revision now.
+pub async fn head(etcd: &super::Etcd) -> i64 {
+    let mut c = etcd.client().await;
+    c.get("x", None)
+        .await
+        .expect("get")
+        .header()
+        .expect("header")
+        .revision()
+}
+
+/// The candidate of `id` among `cs`.
+pub fn by_id<'a>(cs: &'a mut [Candidate], id: &str) -> &'a mut Candidate {
+    cs.iter_mut()
+        .find(|c| c.id == id)
+        .unwrap_or_else(|| panic!("no candidate {id}"))
+}
+
+impl KubeApiserver {
+    /// A GET with `token` instead of the admin's; its status.
+    pub async fn status_as(&self, token: &str, path: &str) -> u16 {
+        let out = Command::new("curl")
+            .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg("--cacert")
+            .arg(self.dir.path().join("certs/ca.crt"))
+            .arg("-H")
+            .arg(format!("Authorization: Bearer {token}"))
+            .args(["--max-time", "10"])
+            .arg(format!("https://127.0.0.1:{}{path}", self.port))
+            .output()
+            .await
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    }
+
+    /// tenure's ServiceAccount and its ClusterRole as deploy/kubernetes
+    /// ships them (namespace.yaml, rbac.yaml), created (or already there);
+    /// a token of that account (a TokenRequest: an hour).
+    pub async fn lease_reader_token(&self) -> String {
+        for file in ["namespace.yaml", "rbac.yaml"] {
+            let text = std::fs::read_to_string(repo().join("deploy/kubernetes").join(file))
+                .expect("deploy/kubernetes");
+            for doc in text.split("\n---\n") {
+                let kind = doc.lines().find_map(|l| l.strip_prefix("kind: "));
+                let path = match kind.map(str::trim) {
+                    Some("Namespace") => "/api/v1/namespaces",
+                    Some("ServiceAccount") => "/api/v1/namespaces/tenure/serviceaccounts",
+                    Some("ClusterRole") => "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                    Some("ClusterRoleBinding") => {
+                        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+                    }
+                    _ => continue,
+                };
+                let (status, body) = self
+                    .curl_as("POST", path, "application/yaml", Some(doc))
+                    .await;
+                assert!(status == 201 || status == 409, "{kind:?}: {status} {body}");
+            }
+        }
+        let request = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":3600}}"#;
+        let (status, body) = self
+            .curl(
+                "POST",
+                "/api/v1/namespaces/tenure/serviceaccounts/tenure/token",
+                Some(request),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).expect("TokenRequest");
+        v["status"]["token"].as_str().expect("token").to_owned()
+    }
+
+    /// A kubeconfig at `out` for this server: its CA inline
+    /// (certificate-authority-data) and the token in `token_file`
+    /// (tokenFile, relative to the kubeconfig).
+    pub fn kubeconfig_for(&self, token_file: &str, out: &Path) {
+        let ca = std::fs::read(self.dir.path().join("certs/ca.crt")).expect("ca.crt");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: reader\ncontexts:\n- name: reader\n  \
+             context:\n    cluster: test\n    user: tenure\nclusters:\n- name: test\n  cluster:\n    \
+             server: https://127.0.0.1:{}\n    certificate-authority-data: {}\nusers:\n- name: \
+             tenure\n  user:\n    tokenFile: {token_file}\n",
+            self.port,
+            base64(&ca)
+        );
+        std::fs::write(out, text).expect("kubeconfig");
+    }
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in bytes.chunks(3) {
+        let n = c
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Waits until serve counts `n` lapsed Leases (counted at most once a
+/// second, after a watch answer: an idle stream answers a probe every few
+/// seconds).
+pub async fn lapsed(serve: &super::Serve, n: f64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while serve.metric("tenure_leases_lapsed").await != Some(n) {
+        assert!(Instant::now() < deadline, "tenure_leases_lapsed never {n}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,178 @@
+//! GET requests to the Kubernetes API: HTTP/1.1 over rustls on a
+//! connection of their own (hyper's client connection, tokio-rustls), the
+//! answer's status and a body read whole (a list) or chunk by chunk, one
+//! JSON line per watch event.
+
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use hyper::body::{Bytes, Incoming};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use super::config::{ApiConfig, ConfigError};
+
+/// Connecting and the answer's head may take this long.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest list answer read (every Lease of a 5,000-node cluster is a
+/// few MB).
+const MAX_LIST_BYTES: usize = 512 * 1024 * 1024;
+
+/// The longest watch event line (one Lease: a few kB; managedFields grow).
+const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Why a request to the API failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("connecting to the Kubernetes API at {at}: {reason}")]
+    Connect { at: String, reason: String },
+    #[error("the Kubernetes API at {at} did not answer within {CONNECT_TIMEOUT:?}")]
+    Timeout { at: String },
+    #[error(
+        "the Kubernetes API refused {path} ({status}): {body}; tenure needs get, list and \
+         watch on coordination.k8s.io leases in every namespace (deploy/kubernetes/rbac.yaml, \
+         ClusterRole tenure-lease-reader)"
+    )]
+    Denied {
+        path: String,
+        status: u16,
+        body: String,
+    },
+    /// The resourceVersion asked for is no longer kept: start over from a
+    /// fresh list (a gap).
+    #[error("the Kubernetes API no longer has resourceVersion {at} (410 Gone): {body}")]
+    Gone { at: i64, body: String },
+    #[error("the Kubernetes API answered {path} with {status}: {body}")]
+    Status {
+        path: String,
+        status: u16,
+        body: String,
+    },
+    #[error("reading the Kubernetes API's answer to {path}: {reason}")]
+    Body { path: String, reason: String },
+}
+
+/// A GET's answer whose status was 200.
+pub(super) struct Answer {
+    body: Incoming,
+    path: String,
+    pending: Vec<u8>,
+}
+
+/// One GET of `path_and_query` (after the server URL's own path).
+pub(super) async fn get(cfg: &ApiConfig, path_and_query: &str) -> Result<Answer, ApiError> {
+    let at = cfg.authority.clone();
+    let timed = tokio::time::timeout(CONNECT_TIMEOUT, request(cfg, path_and_query)).await;
+    let resp = timed.map_err(|_| ApiError::Timeout { at })??;
+    let status = resp.status().as_u16();
+    let path = path_and_query.to_owned();
+    if status == 200 {
+        return Ok(Answer {
+            body: resp.into_body(),
+            path,
+            pending: Vec::new(),
+        });
+    }
+    let body = match tokio::time::timeout(CONNECT_TIMEOUT, resp.into_body().collect()).await {
+        Ok(Ok(b)) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+        _ => String::new(),
+    };
+    let body = crate::text::cut(&body, 512).to_owned();
+    Err(match status {
+        401 | 403 => ApiError::Denied { path, status, body },
+        410 => ApiError::Gone { at: 0, body },
+        _ => ApiError::Status { path, status, body },
+    })
+}
+
+async fn request(
+    cfg: &ApiConfig,
+    path_and_query: &str,
+) -> Result<hyper::Response<Incoming>, ApiError> {
+    let connect = |reason: String| ApiError::Connect {
+        at: cfg.authority.clone(),
+        reason,
+    };
+    let tcp = TcpStream::connect((cfg.host.as_str(), cfg.port))
+        .await
+        .map_err(|e| connect(e.to_string()))?;
+    let _ = tcp.set_nodelay(true);
+    let tls = tokio_rustls::TlsConnector::from(cfg.tls.clone())
+        .connect(cfg.server_name.clone(), tcp)
+        .await
+        .map_err(|e| connect(format!("TLS: {e}")))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| connect(e.to_string()))?;
+    // The connection runs while the answer is read; it ends with it.
+    crate::task::spawn("kubernetes api connection", async move {
+        let _ = conn.await;
+    });
+    let mut req = hyper::Request::get(format!("{}{path_and_query}", cfg.base_path))
+        .header(hyper::header::HOST, &cfg.authority)
+        .header(hyper::header::ACCEPT, "application/json")
+        .header(hyper::header::USER_AGENT, "tenure");
+    if let Some(bearer) = cfg.bearer()? {
+        req = req.header(hyper::header::AUTHORIZATION, bearer);
+    }
+    let req = req
+        .body(http_body_util::Empty::<Bytes>::new())
+        .map_err(|e| connect(e.to_string()))?;
+    sender
+        .send_request(req)
+        .await
+        .map_err(|e| connect(e.to_string()))
+}
+
+impl Answer {
+    /// The whole body (a list), bounded.
+    pub(super) async fn whole(self) -> Result<Bytes, ApiError> {
+        let limited = http_body_util::Limited::new(self.body, MAX_LIST_BYTES);
+        limited
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .map_err(|e| ApiError::Body {
+                path: self.path,
+                reason: e.to_string(),
+            })
+    }
+
+    /// The next complete line (a watch event); `None` when the server
+    /// closed the stream.
+    pub(super) async fn line(&mut self) -> Result<Option<Vec<u8>>, ApiError> {
+        loop {
+            if let Some(i) = self.pending.iter().position(|b| *b == b'\n') {
+                let rest = self.pending.split_off(i + 1);
+                let mut line = std::mem::replace(&mut self.pending, rest);
+                line.pop();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Ok(Some(line));
+            }
+            if self.pending.len() > MAX_LINE_BYTES {
+                return Err(self.body_error("a watch event over 16 MiB".into()));
+            }
+            match self.body.frame().await {
+                None => return Ok(None),
+                Some(Err(e)) => return Err(self.body_error(e.to_string())),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.pending.extend_from_slice(&data);
+                    }
+                }
+            }
+        }
+    }
+
+    fn body_error(&self, reason: String) -> ApiError {
+        ApiError::Body {
+            path: self.path.clone(),
+            reason,
+        }
+    }
+}

@@ -1,0 +1,568 @@
+//! Kubernetes' Leases read through its API, for clusters whose etcd
+//! nobody may reach (every managed Kubernetes): a list of every Lease,
+//! then one watch of them all from the list's resourceVersion, turned into
+//! the changes etcd's watch of `PREFIX leases/` would give (`lease.rs`),
+//! through the same state machine and the same `kubernetes` layout. A
+//! Lease read this way or from etcd has the same name, terms, tokens and
+//! end causes: a resourceVersion is etcd's revision of the write.
+//!
+//! - **Resume**: the history's revision is a resourceVersion; the state
+//!   is listed exactly there (`resourceVersionMatch=Exact`) and watched
+//!   from it. The rules of what a load records are the etcd watcher's own
+//!   (`load::resumed_batch`, `load::reset_batch`, `contradiction`).
+//! - **Gap**: a resourceVersion the API no longer has (410 Gone, or an
+//!   ERROR event of code 410) is a fresh list and a `Gap` event, as a
+//!   compaction is.
+//! - **Progress**: bookmarks persist their revision (an empty batch) and
+//!   say the watch caught up; a watch silent past [`STALL`] is reopened.
+//! - **Replays**: what a new watch delivers up to the revision the API
+//!   had when it opened happened while nobody watched (`Unobserved`).
+//! - **Not here**: etcd's lease sampling (a Lease has no etcd lease: its
+//!   ends come from its values), its cluster id, its progress requests and
+//!   restore witnesses. A restore is still caught when the list's revision
+//!   is behind the stored one or contradicts the open terms.
+//!
+//! By job: `config` the kubeconfig and the pod's service account, `http`
+//! the requests, `lease` the API's objects as keys and values.
+
+pub mod config;
+mod http;
+mod lease;
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::contradiction::contradiction;
+use super::load::{open_terms, reset_batch, resumed_batch};
+use super::replay::{coalesced, Replay};
+use super::{report_waiting, send, state, Change, Closed, Kv, Resume, State};
+use crate::events::{
+    now_ms, Batch, EndCause, Event, EventKind, RestartReason, Update, WatchStatus,
+};
+use crate::layout::{Source, SourceError, Sources};
+pub use config::{ApiConfig, ConfigError};
+pub use http::ApiError;
+use lease::{Keys, Watched};
+
+/// Every Lease of every namespace.
+const LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
+
+/// Leases per list page (a list is one revision, whatever its pages).
+const PAGE: usize = 500;
+
+/// A watch with nothing for this long (bookmarks come about every
+/// minute) is reopened.
+pub const STALL: Duration = Duration::from_secs(150);
+
+/// The server ends each watch after this long (it is reopened at once).
+const WATCH_SECONDS: u64 = 290;
+
+/// At most this many watch events in one batch.
+const GROUP: usize = 1000;
+
+/// The longest pause between two tries.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// What the watcher reads and how.
+#[derive(Debug, Clone)]
+pub struct KubeConfig {
+    pub api: ApiConfig,
+    /// The etcd prefix names are made with (`/registry/`), so a Lease has
+    /// the name `--source kubernetes:/registry/` gives it.
+    pub prefix: String,
+    /// Read heartbeat leases as elections too.
+    pub heartbeats: bool,
+    pub max_elections: usize,
+    /// An election with no keys and no change for this long is forgotten.
+    pub forget_after: Duration,
+}
+
+impl KubeConfig {
+    /// The source its names and values are read with.
+    pub fn sources(&self) -> Result<Sources, SourceError> {
+        let layout = if self.heartbeats {
+            crate::layout::kubernetes::NAME_WITH_HEARTBEATS
+        } else {
+            crate::layout::kubernetes::NAME
+        };
+        let source = Source::parse(&format!("{layout}:{}", self.prefix))?;
+        Ok(Sources::new(vec![source]))
+    }
+}
+
+/// Watches every Lease through the API.
+pub struct KubeWatcher {
+    cfg: KubeConfig,
+    sources: Sources,
+    prefix: String,
+}
+
+impl KubeWatcher {
+    pub fn new(cfg: KubeConfig) -> Result<Self, SourceError> {
+        let sources = cfg.sources()?;
+        let prefix = crate::layout::kubernetes::Kubernetes::prefix_of(&cfg.prefix);
+        Ok(Self {
+            cfg,
+            sources,
+            prefix,
+        })
+    }
+
+    /// Runs until the receiver of `tx` is dropped.
+    pub async fn run(self, resume: Option<Resume>, tx: mpsc::Sender<Update>) -> Result<(), Closed> {
+        let mut state = State::new(self.sources.clone(), self.cfg.max_elections);
+        let stored = resume.as_ref().map(|r| (r.revision, r.live_at_ms));
+        let applied = self.load(&mut state, resume, &tx, false).await?;
+        let live_at_ms = now_ms();
+        let replay = Replay {
+            active: true,
+            since_ms: match stored {
+                Some((revision, since)) if revision == applied => since,
+                _ => Some(live_at_ms),
+            },
+        };
+        let mut run = Run {
+            w: &self,
+            tx: &tx,
+            state,
+            applied,
+            live_at_ms,
+            replay,
+            up: true,
+            last_forget: Instant::now(),
+            last_lapsed: (Instant::now(), 0),
+            backoff: Duration::from_millis(100),
+        };
+        run.watch().await
+    }
+
+    fn keys(&self) -> Keys<'_> {
+        Keys {
+            prefix: &self.prefix,
+        }
+    }
+
+    /// Every Lease at `revision` (exactly), or now; the revision read.
+    async fn list(&self, revision: Option<i64>) -> Result<(Vec<Kv>, i64), ApiError> {
+        let mut kvs = Vec::new();
+        let mut next: Option<String> = None;
+        let mut at = None;
+        loop {
+            let path = match (&next, revision) {
+                (Some(c), _) => format!("{LEASES}?limit={PAGE}&continue={}", escape(c)),
+                (None, Some(r)) => {
+                    format!("{LEASES}?limit={PAGE}&resourceVersion={r}&resourceVersionMatch=Exact")
+                }
+                (None, None) => format!("{LEASES}?limit={PAGE}"),
+            };
+            let body = match http::get(&self.cfg.api, &path).await {
+                Err(ApiError::Gone { body, .. }) => {
+                    return Err(ApiError::Gone {
+                        at: revision.unwrap_or_default(),
+                        body,
+                    })
+                }
+                other => other?.whole().await?,
+            };
+            let page = self.keys().page(&body).map_err(|e| ApiError::Body {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+            at = at.or(Some(page.revision));
+            kvs.extend(page.kvs);
+            match page.next {
+                Some(c) => next = Some(c),
+                None => return Ok((kvs, at.unwrap_or_default())),
+            }
+        }
+    }
+
+    /// Loads the state: at the resume revision when the API still has it
+    /// (`gone`: it does not, the watch said so), else from a fresh list
+    /// with a gap first; a list behind the stored revision, or
+    /// contradicting its open terms, is a reset. The records are the etcd
+    /// watcher's (`load.rs`). Retries until the API answers.
+    async fn load(
+        &self,
+        state: &mut State,
+        resume: Option<Resume>,
+        tx: &mpsc::Sender<Update>,
+        gone: bool,
+    ) -> Result<i64, Closed> {
+        let mut backoff = Duration::from_millis(100);
+        let mut at_resume = resume.is_some() && !gone;
+        let mut reset = false;
+        loop {
+            let asked = resume.as_ref().filter(|_| at_resume).map(|r| r.revision);
+            match self.list(asked).await {
+                Ok((kvs, revision)) => {
+                    if let (Some(r), false) = (&resume, reset) {
+                        let behind = !at_resume && revision < r.revision;
+                        let why =
+                            contradiction(&self.sources, r, &kvs, revision, self.cfg.max_elections);
+                        if behind || why.is_some() {
+                            tracing::warn!(
+                                stored = r.revision,
+                                revision,
+                                why = why.as_deref().unwrap_or("its revision is behind"),
+                                "the Kubernetes API's Leases are another timeline: a reset"
+                            );
+                            reset = true;
+                            if at_resume {
+                                at_resume = false;
+                                continue;
+                            }
+                        }
+                    }
+                    let at_ms = now_ms();
+                    let (events, statuses) = match (&resume, reset) {
+                        (Some(r), true) => reset_batch(state, r, &kvs, revision, 0, at_ms),
+                        _ => {
+                            resumed_batch(state, resume.as_ref(), at_resume, &kvs, revision, at_ms)
+                        }
+                    };
+                    for s in statuses {
+                        send(tx, Update::Watch(s)).await?;
+                    }
+                    send(tx, Update::Watch(WatchStatus::EtcdUp(true))).await?;
+                    send(tx, Update::Batch(Batch { revision, events })).await?;
+                    report_waiting(state, tx).await?;
+                    return Ok(revision);
+                }
+                Err(ApiError::Gone { body, .. }) if at_resume => {
+                    tracing::warn!(%body, "the resume resourceVersion is gone; listing afresh (a gap)");
+                    at_resume = false;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list Leases from the Kubernetes API; retrying");
+                    send(tx, Update::Watch(WatchStatus::EtcdUp(false))).await?;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+}
+
+/// What the watch loop carries from one answer to the next.
+struct Run<'w> {
+    w: &'w KubeWatcher,
+    tx: &'w mpsc::Sender<Update>,
+    state: State,
+    /// The last revision applied (events, or a bookmark).
+    applied: i64,
+    /// When the watch last said something.
+    live_at_ms: i64,
+    replay: Replay,
+    up: bool,
+    last_forget: Instant,
+    last_lapsed: (Instant, usize),
+    backoff: Duration,
+}
+
+/// How one watch ended.
+enum Ended {
+    /// Closed by the server at its timeout: the next watch goes on.
+    Closed,
+    /// Stalled, broken or ended by an error: reopen from `applied`.
+    Reopen(RestartReason),
+    /// The revision is gone: list afresh (a gap).
+    Gone,
+}
+
+impl Run<'_> {
+    async fn watch(&mut self) -> Result<(), Closed> {
+        loop {
+            let began = Instant::now();
+            let ended = match self.open().await {
+                Ok((answer, opened_at)) => {
+                    self.set_up(true).await?;
+                    self.stream(answer, opened_at).await?
+                }
+                Err(ApiError::Gone { .. }) => Ended::Gone,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch Leases; retrying");
+                    self.set_up(false).await?;
+                    Ended::Reopen(RestartReason::StreamError)
+                }
+            };
+            // A watch of no use (refused, or ended within a second) is
+            // opened again after a pause that doubles up to 5 s.
+            if began.elapsed() < Duration::from_secs(1) {
+                tokio::time::sleep(self.backoff).await;
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            } else {
+                self.backoff = Duration::from_millis(100);
+            }
+            match ended {
+                Ended::Gone => {
+                    self.relist().await?;
+                    continue;
+                }
+                // The server's own end of a watch (`timeoutSeconds`): the
+                // next one goes on from the same revision, unannounced.
+                Ended::Closed => {}
+                Ended::Reopen(reason) => {
+                    if reason != RestartReason::StreamError || self.up {
+                        self.send(Update::Watch(WatchStatus::Restarted(reason)))
+                            .await?;
+                    }
+                }
+            }
+            // What the next watch delivers up to the revision the API has
+            // when it opens happened while nobody watched.
+            if !self.replay.active {
+                self.replay = Replay::since(self.live_at_ms);
+            }
+        }
+    }
+
+    /// A watch from the revision after `applied`, and the revision the API
+    /// had before it opened (what it delivers up to there is a replay).
+    async fn open(&mut self) -> Result<(http::Answer, i64), ApiError> {
+        let api = &self.w.cfg.api;
+        let now = http::get(api, &format!("{LEASES}?limit=1"))
+            .await?
+            .whole()
+            .await?;
+        let opened_at = self
+            .w
+            .keys()
+            .page(&now)
+            .map(|p| p.revision)
+            .unwrap_or(i64::MAX);
+        let path = format!(
+            "{LEASES}?watch=1&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={WATCH_SECONDS}",
+            self.applied
+        );
+        let answer = match http::get(api, &path).await {
+            Err(ApiError::Gone { body, .. }) => {
+                return Err(ApiError::Gone {
+                    at: self.applied,
+                    body,
+                })
+            }
+            other => other?,
+        };
+        Ok((answer, opened_at))
+    }
+
+    /// Reads one watch until it ends. Lines that arrived together (up to
+    /// [`GROUP`]) are applied as one batch, as one etcd watch response is.
+    async fn stream(&mut self, mut answer: http::Answer, opened_at: i64) -> Result<Ended, Closed> {
+        let mut silent_since = Instant::now();
+        let mut group: Vec<(i64, Change)> = Vec::new();
+        loop {
+            let wait = if group.is_empty() {
+                Duration::from_secs(1)
+            } else {
+                Duration::ZERO
+            };
+            let line = tokio::time::timeout(wait, answer.line()).await;
+            if !matches!(line, Ok(Ok(Some(_)))) || group.len() >= GROUP {
+                self.apply(std::mem::take(&mut group), opened_at).await?;
+            }
+            self.forget_idle().await?;
+            self.count_lapsed().await?;
+            let line = match line {
+                Err(_) if silent_since.elapsed() > STALL => {
+                    tracing::warn!(
+                        applied = self.applied,
+                        "the Lease watch went silent; reopening"
+                    );
+                    return Ok(Ended::Reopen(RestartReason::Stalled));
+                }
+                Err(_) => continue,
+                Ok(Ok(None)) => return Ok(Ended::Closed),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "the Lease watch broke; reopening");
+                    return Ok(Ended::Reopen(RestartReason::StreamError));
+                }
+                Ok(Ok(Some(line))) => line,
+            };
+            silent_since = Instant::now();
+            let event = self.w.keys().event(&line);
+            if !matches!(event, Ok(Watched::Change(..))) {
+                self.apply(std::mem::take(&mut group), opened_at).await?;
+            }
+            match event {
+                // At or below what was applied (a reopened watch): known.
+                Ok(Watched::Change(revision, change)) => {
+                    let last = group.last().map_or(self.applied, |g| g.0);
+                    if revision > last {
+                        group.push((revision, change));
+                    }
+                }
+                Ok(Watched::Bookmark(revision)) => self.on_bookmark(revision, opened_at).await?,
+                Ok(Watched::Error(410, message)) => {
+                    tracing::warn!(%message, "the Lease watch's resourceVersion is gone");
+                    return Ok(Ended::Gone);
+                }
+                Ok(Watched::Error(code, message)) => {
+                    tracing::warn!(code, %message, "the Lease watch ended with an error; reopening");
+                    return Ok(Ended::Reopen(RestartReason::Cancelled));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "an unreadable watch event; reopening");
+                    return Ok(Ended::Reopen(RestartReason::StreamError));
+                }
+            }
+        }
+    }
+
+    /// Leases written or deleted (one revision each, in order): through
+    /// the state machine, one batch.
+    async fn apply(&mut self, group: Vec<(i64, Change)>, opened_at: i64) -> Result<(), Closed> {
+        let Some(&(revision, _)) = group.last() else {
+            return Ok(());
+        };
+        let at_ms = now_ms();
+        let revisions: Vec<i64> = group.iter().map(|g| g.0).collect();
+        let mut pending = Vec::new();
+        for (rev, change) in group {
+            let mut changes = vec![change];
+            self.state.known_leases(&mut changes);
+            let (p, statuses) = self.state.apply(rev, &changes, at_ms);
+            for s in statuses {
+                self.send(Update::Watch(s)).await?;
+            }
+            pending.extend(p);
+        }
+        // As etcd's watcher marks them (`apply.rs`): a replay happened
+        // while nobody watched; one election changing at two revisions of
+        // one group, at some time since the previous arrival.
+        let previous_arrival = self.live_at_ms;
+        let unobserved = self
+            .replay
+            .take_revisions(&revisions, Some(opened_at))
+            .or_else(|| {
+                coalesced(&pending).map(|(from_revision, to_revision)| EventKind::Unobserved {
+                    from_revision,
+                    to_revision,
+                    since_ms: Some(previous_arrival),
+                })
+            });
+        let mut events: Vec<Event> = Vec::with_capacity(pending.len() + 1);
+        if let Some(kind @ EventKind::Unobserved { from_revision, .. }) = unobserved {
+            if !pending.is_empty() {
+                events.push(Event {
+                    revision: from_revision,
+                    at_ms,
+                    election: String::new(),
+                    kind,
+                });
+            }
+        }
+        events.extend(pending.into_iter().map(final_event));
+        self.applied = revision;
+        self.live_at_ms = at_ms;
+        self.send(Update::Batch(Batch { revision, events })).await?;
+        report_waiting(&mut self.state, self.tx).await
+    }
+
+    /// Everything up to `revision` was sent: persisted, and caught up.
+    async fn on_bookmark(&mut self, revision: i64, opened_at: i64) -> Result<(), Closed> {
+        if revision >= opened_at {
+            self.replay.active = false;
+        }
+        if revision > self.applied {
+            self.applied = revision;
+            self.send(Update::Batch(Batch {
+                revision,
+                events: Vec::new(),
+            }))
+            .await?;
+        }
+        self.send(Update::Watch(WatchStatus::CaughtUp { revision }))
+            .await
+    }
+
+    /// The revision is gone: a fresh list, recorded as a gap.
+    async fn relist(&mut self) -> Result<(), Closed> {
+        tracing::warn!(applied = self.applied, "listing Leases afresh: a gap");
+        self.send(Update::Watch(WatchStatus::Restarted(
+            RestartReason::Compacted,
+        )))
+        .await?;
+        let resume = Resume {
+            revision: self.applied,
+            open_terms: open_terms(&self.state),
+            cluster_id: None,
+            live_at_ms: Some(self.live_at_ms),
+            witnesses: Vec::new(),
+        };
+        // Listed at the present: the watch no longer has the stored
+        // revision, though a list may still read it from etcd.
+        self.applied = self
+            .w
+            .load(&mut self.state, Some(resume), self.tx, true)
+            .await?;
+        self.live_at_ms = now_ms();
+        self.replay = Replay::since(self.live_at_ms);
+        Ok(())
+    }
+
+    async fn set_up(&mut self, up: bool) -> Result<(), Closed> {
+        if up != self.up {
+            self.up = up;
+            self.send(Update::Watch(WatchStatus::EtcdUp(up))).await?;
+        }
+        Ok(())
+    }
+
+    /// Once a minute, elections idle past `forget_after` are forgotten.
+    async fn forget_idle(&mut self) -> Result<(), Closed> {
+        if self.last_forget.elapsed() < Duration::from_secs(60) {
+            return Ok(());
+        }
+        self.last_forget = Instant::now();
+        let idle_before = now_ms() - self.w.cfg.forget_after.as_millis() as i64;
+        for election in self.state.forget_idle(idle_before) {
+            self.send(Update::Forgotten { election }).await?;
+        }
+        Ok(())
+    }
+
+    /// At most once a second: how many Leases lapsed, sent when it changed.
+    async fn count_lapsed(&mut self) -> Result<(), Closed> {
+        if self.last_lapsed.0.elapsed() < Duration::from_secs(1) {
+            return Ok(());
+        }
+        let count = self.state.lapsed(now_ms());
+        let changed = count != self.last_lapsed.1;
+        self.last_lapsed = (Instant::now(), count);
+        if changed {
+            self.send(Update::Lapsed { count }).await?;
+        }
+        Ok(())
+    }
+
+    async fn send(&self, u: Update) -> Result<(), Closed> {
+        send(self.tx, u).await
+    }
+}
+
+/// A pending event as final: a Lease's ends come from its values, never
+/// from an etcd lease; one that would need etcd's word is `unknown`.
+fn final_event(p: state::Pending) -> Event {
+    let mut event = p.event;
+    if let (Some(_), EventKind::TermEnded { cause, .. }) = (p.cause_lookup, &mut event.kind) {
+        *cause = p.deleted_as.unwrap_or(EndCause::Unknown);
+    }
+    event
+}
+
+/// A continue token as a query value.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

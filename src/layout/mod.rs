@@ -64,6 +64,21 @@ pub trait Layout: Send + Sync + std::fmt::Debug {
     fn lease_named(&self, _key: &[u8]) -> Option<i64> {
         None
     }
+    /// Whether every candidate of this layout is put under a lease (etcd's
+    /// `concurrency` package): a [`Role::Candidate`] key put without one is
+    /// none, counted as an ignored key, and so is the deletion of a key
+    /// the state did not hold. (Default: no; a lease-less key leads too.)
+    fn candidates_hold_leases(&self) -> bool {
+        false
+    }
+    /// Whether a candidate key rewritten in place with another value (its
+    /// holder) or another lease changed hands: a new term from that write's
+    /// revision, the old one `taken_over` (the `key` layout, whose keys
+    /// anyone may write). (Default: no; a rewrite is the holder's own
+    /// update of its value, the same term.)
+    fn rewrite_changes_hands(&self) -> bool {
+        false
+    }
     /// What the value of a [`Role::Hint`] key says: which term ended, and
     /// how. `None` when the value is malformed (counted as an ignored key).
     /// (Default: no hints, for layouts whose writers leave none.)

@@ -8,7 +8,7 @@ use std::ops::Bound;
 use crate::election::keys::MAX_CANDIDATE_LEN;
 use crate::election::Layout;
 use crate::events::{EndCause, Event, EventKind, OpenTerm, WatchStatus};
-use crate::layout::{Claim, Reading, Role, Sources, Unreadable};
+use crate::layout::{Claim, Reading, Role, Source, Sources, Unreadable};
 
 mod revision;
 
@@ -64,6 +64,10 @@ struct Candidate {
     lease: i64,
     layout: Layout,
     value: String,
+    /// For a layout whose rewrites change hands
+    /// (`Layout::rewrite_changes_hands`): the key's CreateRevision (its
+    /// token is the write that gave it to its holder). `None` for others.
+    created: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -409,7 +413,9 @@ impl State {
     /// One key of a snapshot, read through its source's layout.
     fn load_key(&mut self, kv: &Kv, at_ms: i64, statuses: &mut Vec<WatchStatus>) {
         let (source, role) = self.sources.classify(&kv.key, kv.lease);
+        let role = leased(source, role, kv.lease);
         let reading = source.and_then(|s| s.read(&role, &kv.value));
+        let hands = source.is_some_and(|s| s.layout().rewrite_changes_hands());
         match role {
             // A value that cannot be read tracks nothing.
             Role::Candidate { .. }
@@ -425,7 +431,12 @@ impl State {
                         e.hold(kv, Claimed::first(c, kv.mod_revision, at_ms))
                     }
                     _ => {
-                        e.candidates.insert(kv.key.clone(), candidate(kv, kind));
+                        let c = if hands {
+                            handed(kv, kind, None)
+                        } else {
+                            candidate(kv, kind)
+                        };
+                        e.candidates.insert(kv.key.clone(), c);
                     }
                 },
                 Err(s) => statuses.push(s),
@@ -458,7 +469,9 @@ impl State {
             let now = pick(&e.candidates, revision, at_ms);
             let known = open.get(name.as_str());
             match (known, now) {
-                (Some(k), Some(mut t)) if k.token == t.token || e.adopts(k, &t) => {
+                (Some(k), Some(mut t))
+                    if k.token == t.token || e.adopts(k, &t) || e.adopts_handed(k, &t) =>
+                {
                     t.token = k.token;
                     t.started_revision = k.started_revision;
                     t.started_at_ms = k.started_at_ms;
@@ -620,6 +633,7 @@ impl Election {
                     lease: kv.lease,
                     layout: Layout::Lease,
                     value: holder_of(holder.as_bytes()),
+                    created: None,
                 };
                 self.candidates.insert(kv.key.clone(), c);
             }
@@ -628,6 +642,35 @@ impl Election {
             }
         }
         self.claim = Some(Box::new(claimed));
+    }
+
+    /// Whether a term history holds open is the one a snapshot shows under
+    /// a later token, for a key whose rewrites change hands (`handed`): the
+    /// same holder and lease, its token a write of this key (at or after
+    /// its creation) at or before the snapshot's. The key keeps history's
+    /// token. A change of hands and back to the same holder and lease
+    /// while nobody watched is not seen (a gap says terms may be missing).
+    fn adopts_handed(&mut self, open: &OpenTerm, now: &Term) -> bool {
+        let Some(c) = self.candidates.get(&now.key) else {
+            return false;
+        };
+        let same = c.created.is_some_and(|created| created <= open.token)
+            && open.token <= now.token
+            && open.holder == now.holder
+            && open.lease_id == now.lease_id
+            && open.layout == now.layout;
+        if same {
+            if let Some(c) = self.candidates.remove(&now.key) {
+                self.candidates.insert(
+                    now.key.clone(),
+                    Candidate {
+                        token: open.token,
+                        ..c
+                    },
+                );
+            }
+        }
+        same
     }
 
     /// Whether a term history holds open is the one a snapshot shows under
@@ -666,13 +709,47 @@ fn unreadable(why: Unreadable) -> WatchStatus {
     }
 }
 
+/// A candidate of a layout whose candidates hold leases, without one (a
+/// put under none, or the deletion of a key the state did not hold): no
+/// candidate, counted as an ignored key (`Layout::candidates_hold_leases`).
+fn leased(source: Option<&Source>, role: Role, lease: i64) -> Role {
+    match role {
+        Role::Candidate { .. }
+            if lease == 0 && source.is_some_and(|s| s.layout().candidates_hold_leases()) =>
+        {
+            Role::Invalid
+        }
+        role => role,
+    }
+}
+
 fn candidate(kv: &Kv, layout: Layout) -> Candidate {
     Candidate {
         token: kv.create_revision,
         lease: kv.lease,
         layout,
         value: holder_of(&kv.value),
+        created: None,
     }
+}
+
+/// A candidate of a layout whose rewrites change hands, written over
+/// `before` (its key as the state held it; `None`: a new key, or one read
+/// in a snapshot, which shows only its latest write). The same holder
+/// (its value as kept, cut to [`MAX_CANDIDATE_LEN`]) and lease keep the
+/// term's token; another holder or lease is a new term from this write. A
+/// snapshot's rewritten key (ModRevision past its CreateRevision) may have
+/// changed hands at any write up to its latest: its token is that write's
+/// revision, never one that could be too early (history's own token is
+/// adopted where it holds the term open: [`Election::adopts_handed`]).
+fn handed(kv: &Kv, layout: Layout, before: Option<&Candidate>) -> Candidate {
+    let mut c = candidate(kv, layout);
+    c.created = Some(kv.create_revision);
+    c.token = match before.filter(|b| b.created == Some(kv.create_revision)) {
+        Some(b) if b.value == c.value && b.lease == c.lease => b.token,
+        _ => kv.mod_revision,
+    };
+    c
 }
 
 /// The leader among an election's keys: the lowest CreateRevision.

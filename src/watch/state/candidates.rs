@@ -94,6 +94,7 @@ mod tests {
             lease: 0,
             layout: Layout::Queue,
             value: String::new(),
+            created: None,
         }
     }
 

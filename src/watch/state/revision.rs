@@ -5,13 +5,21 @@
 use std::collections::HashMap;
 
 use super::{
-    candidate, ended, event, pick, started, unreadable, Candidate, Change, Claimed, Election, Kv,
-    Pending, State, Term,
+    candidate, ended, event, handed, leased, pick, started, unreadable, Candidate, Change, Claimed,
+    Election, Kv, Pending, State, Term,
 };
 use crate::election::acting::ActingRecord;
 use crate::election::{fence::RefusalRecord, keys::parse_padded_token, Layout};
 use crate::events::{EndCause, EventKind, OpenTerm, WatchStatus};
 use crate::layout::{Claim, EndHint, Reading, Role};
+
+/// A candidate key's layout, and whether a rewrite of it changes hands
+/// (`Layout::rewrite_changes_hands`).
+#[derive(Debug, Clone, Copy)]
+struct Kind {
+    layout: Layout,
+    rewrites_change_hands: bool,
+}
 
 /// What the changes of one revision said, before leaders are picked.
 #[derive(Default)]
@@ -92,11 +100,13 @@ impl State {
             Change::Delete { key, lease, .. } => (key, lease.unwrap_or_default()),
         };
         let (source, role) = self.sources.classify(key, lease);
+        let role = leased(source, role, lease);
         // A value is read by the layout that gave the key its role.
         let reading = match change {
             Change::Put(kv) => source.and_then(|s| s.read(&role, &kv.value)),
             Change::Delete { .. } => None,
         };
+        let hands = source.is_some_and(|s| s.layout().rewrite_changes_hands());
         match (role, change) {
             (Role::Candidate { election, .. }, Change::Put(kv))
                 if matches!(reading, Some(Reading::Claim(_))) =>
@@ -109,6 +119,10 @@ impl State {
                 if let Change::Put(kv) = change {
                     self.leave_other_reading(kv, &election, at_ms, said, statuses);
                 }
+                let kind = Kind {
+                    layout: kind,
+                    rewrites_change_hands: hands,
+                };
                 self.candidate_changed(election, kind, change, at_ms, said, statuses)
             }
             (Role::Hint { election }, Change::Put(_)) => match reading {
@@ -187,7 +201,11 @@ impl State {
                 revision: kv.mod_revision,
                 lease: Some(lease),
             };
-            self.candidate_changed(other, layout, &gone, at_ms, said, statuses);
+            let kind = Kind {
+                layout,
+                rewrites_change_hands: false,
+            };
+            self.candidate_changed(other, kind, &gone, at_ms, said, statuses);
         }
     }
 
@@ -237,7 +255,7 @@ impl State {
     fn candidate_changed(
         &mut self,
         name: String,
-        layout: Layout,
+        kind: Kind,
         change: &Change,
         at_ms: i64,
         said: &mut Said,
@@ -258,11 +276,13 @@ impl State {
         };
         match change {
             Change::Put(kv) => {
-                let new = e
-                    .candidates
-                    .insert(kv.key.clone(), candidate(kv, layout))
-                    .is_none();
-                if new && layout == Layout::Queue {
+                let c = if kind.rewrites_change_hands {
+                    handed(kv, kind.layout, e.candidates.get(&kv.key))
+                } else {
+                    candidate(kv, kind.layout)
+                };
+                let new = e.candidates.insert(kv.key.clone(), c).is_none();
+                if new && kind.layout == Layout::Queue {
                     said.came.push((name.clone(), kv.key.clone()));
                 }
             }
@@ -439,9 +459,10 @@ impl State {
 /// (ARCHITECTURE.md, "Telling end causes apart"): its key still there
 /// with its token is `superseded`; the layout's hint of this revision for
 /// its token says (for a key whose value defines its terms, what the value
-/// that ended it says); a
-/// lease-less key can only have been deleted; otherwise etcd is asked about
-/// the lease (the lookup's lease id).
+/// that ended it says); its key still there under another token changed
+/// hands (`taken_over`: `Layout::rewrite_changes_hands`); a lease-less key
+/// can only have been deleted; otherwise etcd is asked about the lease (the
+/// lookup's lease id).
 fn end_cause(e: &Election, old: &Term, hint: Option<&EndHint>) -> (EndCause, Option<i64>) {
     if e.candidates
         .get(&old.key)
@@ -450,6 +471,10 @@ fn end_cause(e: &Election, old: &Term, hint: Option<&EndHint>) -> (EndCause, Opt
         (EndCause::Superseded, None)
     } else if let Some(h) = hint {
         (h.cause, None)
+    } else if e.candidates.get(&old.key).is_some() {
+        // Its key still there under another token: written over while it
+        // stood (its lease alive), by another holder or under another lease.
+        (EndCause::TakenOver, None)
     } else if old.lease_id == 0 {
         (EndCause::Deleted, None)
     } else {

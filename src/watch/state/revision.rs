@@ -2,7 +2,7 @@
 //! through the sources' layouts, then each touched election's leader picked
 //! again, then the events of the queue and the fence.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{
     candidate, ended, event, handed, leased, pick, started, unreadable, Candidate, Change, Claimed,
@@ -26,6 +26,9 @@ struct Kind {
 struct Said {
     /// Elections whose candidates changed, in the order of their first change.
     touched: Vec<String>,
+    /// The same, to tell a first change from another in constant time (a
+    /// request deleting 100,000 elections is one revision).
+    touched_set: HashSet<String>,
     /// How a term ended, by election (tenure's end marker).
     hints: HashMap<String, EndHint>,
     /// The events that follow the revision's terms: the fence's and the
@@ -41,6 +44,16 @@ struct Said {
     /// Elections whose key's value says terms passed unseen between two
     /// revisions (`claims.rs`).
     unseen: HashMap<String, (i64, i64)>,
+}
+
+impl Said {
+    /// Election `name`'s candidates changed.
+    fn touch(&mut self, name: String) {
+        if !self.touched_set.contains(&name) {
+            self.touched_set.insert(name.clone());
+            self.touched.push(name);
+        }
+    }
 }
 
 impl State {
@@ -246,9 +259,7 @@ impl State {
             None => Claimed::first(claim, kv.mod_revision, at_ms),
         };
         e.hold(kv, now);
-        if !said.touched.contains(&name) {
-            said.touched.push(name);
-        }
+        said.touch(name);
     }
 
     /// A candidate of election `name` came, changed or went.
@@ -296,9 +307,7 @@ impl State {
                 }
             }
         }
-        if !said.touched.contains(&name) {
-            said.touched.push(name);
-        }
+        said.touch(name);
     }
 
     /// The leader of election `name` picked again after its candidates

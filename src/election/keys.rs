@@ -319,8 +319,9 @@ impl Keys {
 /// Which layout a leader key uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "server", schema(as = Layout))]
 #[serde(rename_all = "snake_case")]
-pub enum Layout {
+pub enum KeyLayout {
     /// `P election/<name>`, created by tenure's txn.
     Single,
     /// `P election/<name>/<lease-hex>`, etcd's own `concurrency.Election`.
@@ -330,12 +331,12 @@ pub enum Layout {
     Lease,
 }
 
-impl std::fmt::Display for Layout {
+impl std::fmt::Display for KeyLayout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Layout::Single => "single-key",
-            Layout::Queue => "queue",
-            Layout::Lease => "lease",
+            KeyLayout::Single => "single-key",
+            KeyLayout::Queue => "queue",
+            KeyLayout::Lease => "lease",
         })
     }
 }
@@ -344,7 +345,10 @@ impl std::fmt::Display for Layout {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SchemaKey {
     /// A leader key or queue candidate of election `name`.
-    Leader { name: ElectionName, layout: Layout },
+    Leader {
+        name: ElectionName,
+        layout: KeyLayout,
+    },
     /// `P election/~end/<name>`, or the legacy `P election/<name>/~end`.
     EndMarker { name: ElectionName },
     /// `P fence/<name>/<resource>`.
@@ -406,13 +410,13 @@ impl Keys {
                 if lease != 0 && last == lease_hex(lease) {
                     return Ok(SchemaKey::Leader {
                         name: valid(parent)?,
-                        layout: Layout::Queue,
+                        layout: KeyLayout::Queue,
                     });
                 }
             }
             return Ok(SchemaKey::Leader {
                 name: valid(rest)?,
-                layout: Layout::Single,
+                layout: KeyLayout::Single,
             });
         }
         if let Some(rest) = rest.strip_prefix(b"fence/") {
@@ -446,15 +450,15 @@ impl Keys {
 }
 
 /// What a key in an election's range is, for the election `name`.
-pub fn classify(keys: &Keys, name: &ElectionName, key: &[u8], lease: i64) -> Option<Layout> {
+pub fn classify(keys: &Keys, name: &ElectionName, key: &[u8], lease: i64) -> Option<KeyLayout> {
     let leader_key = keys.leader_key(name);
     let rest = key.strip_prefix(leader_key.as_bytes())?;
     if rest.is_empty() {
-        return Some(Layout::Single);
+        return Some(KeyLayout::Single);
     }
     let last = rest.strip_prefix(b"/")?;
     if lease != 0 && last == lease_hex(lease).as_bytes() {
-        Some(Layout::Queue)
+        Some(KeyLayout::Queue)
     } else {
         None
     }
@@ -583,11 +587,11 @@ mod tests {
         let name = ElectionName::new("db").unwrap();
         assert_eq!(
             classify(&keys, &name, b"p/election/db", 7),
-            Some(Layout::Single)
+            Some(KeyLayout::Single)
         );
         assert_eq!(
             classify(&keys, &name, b"p/election/db/1f", 31),
-            Some(Layout::Queue)
+            Some(KeyLayout::Queue)
         );
         assert_eq!(classify(&keys, &name, b"p/election/db/1f", 32), None);
         assert_eq!(classify(&keys, &name, b"p/election/db-x", 0), None);
@@ -626,18 +630,18 @@ mod tests {
         };
         assert_eq!(
             keys.parse(keys.leader_key(&name).as_bytes(), 5),
-            Ok(leader(Layout::Single))
+            Ok(leader(KeyLayout::Single))
         );
         let queue = format!("{}/{}", keys.leader_key(&name), lease_hex(0x1f));
         assert_eq!(
             keys.parse(queue.as_bytes(), 0x1f),
-            Ok(leader(Layout::Queue))
+            Ok(leader(KeyLayout::Queue))
         );
         // Not the key's own lease: a single-key election named "team/db/1f".
         assert!(matches!(
             keys.parse(queue.as_bytes(), 7),
             Ok(SchemaKey::Leader {
-                layout: Layout::Single,
+                layout: KeyLayout::Single,
                 ..
             })
         ));

@@ -17,7 +17,7 @@
 
 use super::path::{candidate, Prefix};
 use super::{Layout, Role};
-use crate::election::Layout as KeyLayout;
+use crate::election::KeyLayout;
 
 /// The name of this layout in `--source concurrency:PREFIX`.
 pub const NAME: &str = "concurrency";

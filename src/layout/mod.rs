@@ -40,7 +40,7 @@ pub mod tenure;
 
 use std::sync::Arc;
 
-use crate::election::Layout as KeyLayout;
+use crate::election::KeyLayout;
 use crate::events::EndCause;
 
 /// One way of writing elections into etcd. Object-safe: a watcher holds

@@ -45,7 +45,7 @@
 use std::collections::HashMap;
 
 use super::{Kv, Resume};
-use crate::election::Layout as KeyLayout;
+use crate::election::KeyLayout;
 use crate::events::Witness;
 use crate::layout::{Role, Source, Sources};
 
@@ -189,7 +189,7 @@ fn written(source: Option<&Source>, kind: KeyLayout) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::election::Layout;
+    use crate::election::KeyLayout;
     use crate::events::OpenTerm;
 
     fn kv(key: &str, create: i64) -> Kv {
@@ -212,7 +212,7 @@ mod tests {
                     token: *t,
                     holder: "h".into(),
                     lease_id: 0,
-                    layout: Layout::Single,
+                    layout: KeyLayout::Single,
                     started_revision: *t,
                     started_at_ms: 0,
                 })

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::ops::Bound;
 
 use crate::election::keys::MAX_CANDIDATE_LEN;
-use crate::election::Layout;
+use crate::election::KeyLayout;
 use crate::events::{EndCause, Event, EventKind, OpenTerm, WatchStatus};
 use crate::layout::{Claim, Reading, Role, Source, Sources, Unreadable};
 
@@ -49,7 +49,7 @@ pub struct Term {
     pub token: i64,
     pub holder: String,
     pub lease_id: i64,
-    pub layout: Layout,
+    pub layout: KeyLayout,
     pub key: Vec<u8>,
     pub started_revision: i64,
     pub started_at_ms: i64,
@@ -62,7 +62,7 @@ struct Candidate {
     /// it to its holder (`claims.rs`).
     token: i64,
     lease: i64,
-    layout: Layout,
+    layout: KeyLayout,
     value: String,
     /// For a layout whose rewrites change hands
     /// (`Layout::rewrite_changes_hands`): the key's CreateRevision (its
@@ -88,7 +88,7 @@ impl Election {
         let leader = self.leader.as_ref().map(|l| &l.key);
         self.candidates
             .iter()
-            .filter(|(k, c)| c.layout == Layout::Queue && Some(*k) != leader)
+            .filter(|(k, c)| c.layout == KeyLayout::Queue && Some(*k) != leader)
             .count()
     }
 }
@@ -308,9 +308,9 @@ impl State {
     /// with none. One at most: a key put again under a lease that reads it
     /// as another election's leaves the first (`revision.rs`,
     /// `leave_other_reading`).
-    pub(super) fn holders(&self, key: &[u8]) -> Vec<(String, i64, Layout)> {
+    pub(super) fn holders(&self, key: &[u8]) -> Vec<(String, i64, KeyLayout)> {
         let named = self.sources.lease_named(key);
-        let mut found: Vec<(String, i64, Layout)> = Vec::new();
+        let mut found: Vec<(String, i64, KeyLayout)> = Vec::new();
         for lease in named.into_iter().chain([0]) {
             let (_, Role::Candidate { election, .. }) = self.sources.classify(key, lease) else {
                 continue;
@@ -631,7 +631,7 @@ impl Election {
                 let c = Candidate {
                     token,
                     lease: kv.lease,
-                    layout: Layout::Lease,
+                    layout: KeyLayout::Lease,
                     value: holder_of(holder.as_bytes()),
                     created: None,
                 };
@@ -679,7 +679,7 @@ impl Election {
     /// is not in the value), held by the same holder since a write at or
     /// before it. The term keeps history's token.
     fn adopts(&mut self, open: &OpenTerm, now: &Term) -> bool {
-        let same = now.layout == Layout::Lease
+        let same = now.layout == KeyLayout::Lease
             && open.holder == now.holder
             && open.token <= now.token
             && self.claim.is_some();
@@ -723,7 +723,7 @@ fn leased(source: Option<&Source>, role: Role, lease: i64) -> Role {
     }
 }
 
-fn candidate(kv: &Kv, layout: Layout) -> Candidate {
+fn candidate(kv: &Kv, layout: KeyLayout) -> Candidate {
     Candidate {
         token: kv.create_revision,
         lease: kv.lease,
@@ -742,7 +742,7 @@ fn candidate(kv: &Kv, layout: Layout) -> Candidate {
 /// changed hands at any write up to its latest: its token is that write's
 /// revision, never one that could be too early (history's own token is
 /// adopted where it holds the term open: [`Election::adopts_handed`]).
-fn handed(kv: &Kv, layout: Layout, before: Option<&Candidate>) -> Candidate {
+fn handed(kv: &Kv, layout: KeyLayout, before: Option<&Candidate>) -> Candidate {
     let mut c = candidate(kv, layout);
     c.created = Some(kv.create_revision);
     c.token = match before.filter(|b| b.created == Some(kv.create_revision)) {

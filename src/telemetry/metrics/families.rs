@@ -27,7 +27,7 @@ impl Kind {
 
 /// Where a family's values live, and so how many series it has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
+pub enum SeriesScope {
     /// The process (or the whole fleet of elections): a fixed number of
     /// series, whatever the number of elections. Registry metrics.
     Process,
@@ -83,7 +83,7 @@ pub struct Family {
     pub labels: &'static [&'static str],
     /// Upper bounds of a histogram's buckets (`+Inf` not included).
     pub buckets: &'static [f64],
-    pub scope: Scope,
+    pub scope: SeriesScope,
 }
 
 /// Buckets of the margin histogram (seconds; negative: two holders acted at
@@ -109,7 +109,7 @@ const fn family(
     help: &'static str,
     kind: Kind,
     labels: &'static [&'static str],
-    scope: Scope,
+    scope: SeriesScope,
 ) -> Family {
     Family {
         id,
@@ -123,7 +123,7 @@ const fn family(
 }
 
 use Kind::{Counter, Gauge, Histogram};
-use Scope::{Election, ElectionDetail, Process};
+use SeriesScope::{Election, ElectionDetail, Process};
 
 /// Every family, in name order (the order of the exposition).
 pub const FAMILIES: [Family; 29] = [

@@ -9,7 +9,7 @@ use super::{
     Election, Kv, Pending, State, Term,
 };
 use crate::election::acting::ActingRecord;
-use crate::election::{fence::RefusalRecord, keys::parse_padded_token, Layout};
+use crate::election::{fence::RefusalRecord, keys::parse_padded_token, KeyLayout};
 use crate::events::{EndCause, EventKind, OpenTerm, WatchStatus};
 use crate::layout::{Claim, EndHint, Reading, Role};
 
@@ -17,7 +17,7 @@ use crate::layout::{Claim, EndHint, Reading, Role};
 /// (`Layout::rewrite_changes_hands`).
 #[derive(Debug, Clone, Copy)]
 struct Kind {
-    layout: Layout,
+    layout: KeyLayout,
     rewrites_change_hands: bool,
 }
 
@@ -293,7 +293,7 @@ impl State {
                     candidate(kv, kind.layout)
                 };
                 let new = e.candidates.insert(kv.key.clone(), c).is_none();
-                if new && kind.layout == Layout::Queue {
+                if new && kind.layout == KeyLayout::Queue {
                     said.came.push((name.clone(), kv.key.clone()));
                 }
             }
@@ -301,7 +301,7 @@ impl State {
                 e.claim = None;
                 let was_leader = e.leader.as_ref().is_some_and(|l| &l.key == key);
                 if let Some(c) = e.candidates.remove(key) {
-                    if c.layout == Layout::Queue && !was_leader {
+                    if c.layout == KeyLayout::Queue && !was_leader {
                         said.left.push((name.clone(), c));
                     }
                 }

@@ -329,6 +329,15 @@ impl State {
         found
     }
 
+    /// What `key` (under `lease`) is: its source, its role there (a
+    /// candidate without the lease its layout's candidates hold is none:
+    /// [`leased`]), and whether a rewrite of it changes hands.
+    fn role_of(&self, key: &[u8], lease: i64) -> (Option<&Source>, Role, bool) {
+        let (source, role) = self.sources.classify(key, lease);
+        let hands = source.is_some_and(|s| s.layout().rewrite_changes_hands());
+        (source, leased(source, role, lease), hands)
+    }
+
     fn track(&mut self, name: &str, at_ms: i64) -> Result<&mut Election, WatchStatus> {
         if self.elections.contains_key(name) {
             return self.elections.get_mut(name).ok_or(WatchStatus::IgnoredKey);
@@ -412,10 +421,8 @@ impl State {
 
     /// One key of a snapshot, read through its source's layout.
     fn load_key(&mut self, kv: &Kv, at_ms: i64, statuses: &mut Vec<WatchStatus>) {
-        let (source, role) = self.sources.classify(&kv.key, kv.lease);
-        let role = leased(source, role, kv.lease);
+        let (source, role, hands) = self.role_of(&kv.key, kv.lease);
         let reading = source.and_then(|s| s.read(&role, &kv.value));
-        let hands = source.is_some_and(|s| s.layout().rewrite_changes_hands());
         match role {
             // A value that cannot be read tracks nothing.
             Role::Candidate { .. }

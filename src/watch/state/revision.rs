@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{
-    candidate, ended, event, handed, leased, pick, started, unreadable, Candidate, Change, Claimed,
+    candidate, ended, event, handed, pick, started, unreadable, Candidate, Change, Claimed,
     Election, Kv, Pending, State, Term,
 };
 use crate::election::acting::ActingRecord;
@@ -112,14 +112,12 @@ impl State {
             Change::Put(kv) => (&kv.key, kv.lease),
             Change::Delete { key, lease, .. } => (key, lease.unwrap_or_default()),
         };
-        let (source, role) = self.sources.classify(key, lease);
-        let role = leased(source, role, lease);
+        let (source, role, hands) = self.role_of(key, lease);
         // A value is read by the layout that gave the key its role.
         let reading = match change {
             Change::Put(kv) => source.and_then(|s| s.read(&role, &kv.value)),
             Change::Delete { .. } => None,
         };
-        let hands = source.is_some_and(|s| s.layout().rewrite_changes_hands());
         match (role, change) {
             (Role::Candidate { election, .. }, Change::Put(kv))
                 if matches!(reading, Some(Reading::Claim(_))) =>
@@ -129,14 +127,11 @@ impl State {
                 }
             }
             (Role::Candidate { election, kind }, _) => {
-                if let Change::Put(kv) = change {
-                    self.leave_other_reading(kv, &election, at_ms, said, statuses);
-                }
                 let kind = Kind {
                     layout: kind,
                     rewrites_change_hands: hands,
                 };
-                self.candidate_changed(election, kind, change, at_ms, said, statuses)
+                self.candidate_read(election, kind, change, at_ms, said, statuses)
             }
             (Role::Hint { election }, Change::Put(_)) => match reading {
                 Some(Reading::Hint(h)) => {
@@ -185,6 +180,23 @@ impl State {
             // records: nothing happened.
             (Role::Ignored, _) | (_, Change::Delete { .. }) => {}
         }
+    }
+
+    /// A candidate key's change, read: where a put reads it as another
+    /// election's than before, it leaves that one first.
+    fn candidate_read(
+        &mut self,
+        election: String,
+        kind: Kind,
+        change: &Change,
+        at_ms: i64,
+        said: &mut Said,
+        statuses: &mut Vec<WatchStatus>,
+    ) {
+        if let Change::Put(kv) = change {
+            self.leave_other_reading(kv, &election, at_ms, said, statuses);
+        }
+        self.candidate_changed(election, kind, change, at_ms, said, statuses)
     }
 
     /// A key put again with a lease that reads it as another election's

@@ -814,10 +814,16 @@ fn a_key_layout_key_written_over_changed_hands() {
         s.leader("/svc/leader").map(|t| (t.token, t.lease_id)),
         Some((8, 0x9))
     );
+}
 
-    // After a restart, a snapshot shows only the latest write: history's
-    // open term is adopted where it can be that write's (same holder and
-    // lease, its token between the key's creation and that write).
+/// After a restart, a snapshot shows only a `key`-layout key's latest
+/// write: history's open term is adopted where it can be that write's
+/// (same holder and lease, its token between the key's creation and that
+/// write); otherwise the snapshot's term starts flagged, with its latest
+/// write's revision, never the key's creation.
+#[test]
+fn a_key_layout_term_read_in_a_snapshot_is_adopted_or_flagged() {
+    let sources = || Sources::new(vec![crate::layout::Source::parse("key:/svc/").expect("key")]);
     let open = |token: i64, holder: &str, lease_id: i64| OpenTerm {
         election: "/svc/leader".into(),
         token,

@@ -135,7 +135,7 @@ fn queue_layout_next_lowest_takes_over_in_the_same_revision() {
         "no candidate_left: bob leads"
     );
     assert!(
-        matches!(&p[1].event.kind, EventKind::TermStarted { holder, token: 4, layout: Layout::Queue, previous_holder: Some(prev), .. } if holder == "bob" && prev == "alice")
+        matches!(&p[1].event.kind, EventKind::TermStarted { holder, token: 4, layout: KeyLayout::Queue, previous_holder: Some(prev), .. } if holder == "bob" && prev == "alice")
     );
 }
 
@@ -202,7 +202,7 @@ fn a_key_read_anew_under_another_lease_leaves_its_first_election() {
         matches!(
             &p[0].event.kind,
             EventKind::TermStarted {
-                layout: Layout::Queue,
+                layout: KeyLayout::Queue,
                 ..
             }
         ) && p[0].event.election == "a"
@@ -355,7 +355,7 @@ fn load_adopts_open_terms_and_reports_what_changed_while_away() {
         token,
         holder: "old".into(),
         lease_id: 1,
-        layout: Layout::Single,
+        layout: KeyLayout::Single,
         started_revision: token,
         started_at_ms: 42,
     };
@@ -697,7 +697,7 @@ fn a_resumed_lease_keeps_the_token_history_holds() {
         token: 14,
         holder: "b".into(),
         lease_id: 0,
-        layout: Layout::Lease,
+        layout: KeyLayout::Lease,
         started_revision: 14,
         started_at_ms: 900,
     };
@@ -829,7 +829,7 @@ fn a_key_layout_term_read_in_a_snapshot_is_adopted_or_flagged() {
         token,
         holder: holder.into(),
         lease_id,
-        layout: Layout::Single,
+        layout: KeyLayout::Single,
         started_revision: token,
         started_at_ms: 42,
     };

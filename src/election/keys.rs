@@ -29,6 +29,14 @@ pub const MAX_NAME_LEN: usize = 128;
 pub const MAX_RESOURCE_LEN: usize = 128;
 /// Longest candidate identity accepted, in bytes.
 pub const MAX_CANDIDATE_LEN: usize = 256;
+
+/// The holder a candidate key's value names, as the watcher keeps it:
+/// values from etcd are untrusted and may be up to 1.5 MiB, so at most
+/// [`MAX_CANDIDATE_LEN`] bytes, cut on a character boundary and marked
+/// with `…`.
+pub fn holder_of(value: &[u8]) -> String {
+    crate::text::cut_marked(&String::from_utf8_lossy(value), MAX_CANDIDATE_LEN).into_owned()
+}
 /// The last segment of a refusal record's key. `~` is never part of a valid
 /// resource name, so this key cannot collide with a fence key.
 pub const REFUSAL_SEGMENT: &str = "~refusal";

@@ -462,6 +462,36 @@ impl Sources {
     }
 }
 
+/// The candidates of one election in the order they lead: the lowest
+/// token first (a key's CreateRevision; where a write began the term,
+/// that write's revision), the others waiting in that order. The one rule
+/// of who leads, for every layout: the state machine and `tenure leader`
+/// both order by it.
+pub fn lead_order<T>(candidates: &mut [T], token: impl Fn(&T) -> i64) {
+    candidates.sort_by_key(token);
+}
+
+/// The candidate that leads ([`lead_order`]'s first).
+pub fn leader_of<T>(
+    candidates: impl IntoIterator<Item = T>,
+    token: impl Fn(&T) -> i64,
+) -> Option<T> {
+    candidates.into_iter().min_by_key(token)
+}
+
+/// The token of a candidate key read at rest (a snapshot, `tenure
+/// leader`), which shows only its latest write: its CreateRevision; where
+/// a rewrite changes hands ([`Layout::rewrite_changes_hands`]), the
+/// revision of that latest write (it changed hands at a write up to it:
+/// never too early).
+pub fn token_at_rest(layout: &dyn Layout, create_revision: i64, mod_revision: i64) -> i64 {
+    if layout.rewrite_changes_hands() {
+        mod_revision
+    } else {
+        create_revision
+    }
+}
+
 /// The registry: the layout called `name`, under `prefix`.
 pub fn by_name(name: &str, prefix: &str) -> Result<Source, SourceError> {
     let empty = || SourceError::EmptyPrefix(name.to_owned());

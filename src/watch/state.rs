@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::ops::Bound;
 
-use crate::election::keys::MAX_CANDIDATE_LEN;
+use crate::election::keys::holder_of;
 use crate::election::KeyLayout;
 use crate::events::{EndCause, Event, EventKind, OpenTerm, WatchStatus};
 use crate::layout::{Claim, Reading, Role, Source, Sources, Unreadable};
@@ -112,16 +112,6 @@ impl Pending {
             deleted_as: None,
         }
     }
-}
-
-/// Holder values from etcd are untrusted and may be up to 1.5 MiB: keep at
-/// most this many bytes (cut on a character boundary, marked with `…`).
-fn holder_of(value: &[u8]) -> String {
-    let s = String::from_utf8_lossy(value);
-    if s.len() <= MAX_CANDIDATE_LEN {
-        return s.into_owned();
-    }
-    format!("{}…", crate::text::cut(&s, MAX_CANDIDATE_LEN))
 }
 
 /// All elections under the prefix, as of the last applied revision.
@@ -743,7 +733,7 @@ fn candidate(kv: &Kv, layout: KeyLayout) -> Candidate {
 /// A candidate of a layout whose rewrites change hands, written over
 /// `before` (its key as the state held it; `None`: a new key, or one read
 /// in a snapshot, which shows only its latest write). The same holder
-/// (its value as kept, cut to [`MAX_CANDIDATE_LEN`]) and lease keep the
+/// (its value as kept, cut to `MAX_CANDIDATE_LEN`) and lease keep the
 /// term's token; another holder or lease is a new term from this write. A
 /// snapshot's rewritten key (ModRevision past its CreateRevision) may have
 /// changed hands at any write up to its latest: its token is that write's
@@ -759,20 +749,18 @@ fn handed(kv: &Kv, layout: KeyLayout, before: Option<&Candidate>) -> Candidate {
     c
 }
 
-/// The leader among an election's keys: the lowest CreateRevision.
+/// The leader among an election's keys (`layout::leader_of`: the lowest
+/// token).
 fn pick(candidates: &Candidates, revision: i64, at_ms: i64) -> Option<Term> {
-    candidates
-        .iter()
-        .min_by_key(|(_, c)| c.token)
-        .map(|(key, c)| Term {
-            token: c.token,
-            holder: c.value.clone(),
-            lease_id: c.lease,
-            layout: c.layout,
-            key: key.clone(),
-            started_revision: revision,
-            started_at_ms: at_ms,
-        })
+    crate::layout::leader_of(candidates.iter(), |(_, c)| c.token).map(|(key, c)| Term {
+        token: c.token,
+        holder: c.value.clone(),
+        lease_id: c.lease,
+        layout: c.layout,
+        key: key.clone(),
+        started_revision: revision,
+        started_at_ms: at_ms,
+    })
 }
 
 /// A collision between `ancestor` and `nested`, on the page of each.

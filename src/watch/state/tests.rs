@@ -1,4 +1,5 @@
 use super::*;
+use crate::election::keys::MAX_CANDIDATE_LEN;
 
 fn put(key: &str, value: &str, create: i64, rev: i64, lease: i64) -> Change {
     Change::Put(kv_at(key, value, create, rev, lease))

@@ -46,6 +46,7 @@ mod time;
 pub mod window;
 mod writer;
 
+use crate::task::Locked;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -424,12 +425,7 @@ impl Store {
     }
 
     fn stopped(&self) -> HistoryError {
-        match self
-            .failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
+        match self.failure.locked().clone() {
             Some(message) => HistoryError::WriterFailed(message),
             None => HistoryError::Closed,
         }

@@ -74,8 +74,19 @@ pub struct WriterStatus {
     pub watched_at_ms: Option<i64>,
     /// The fence's token and holder (`None`: no writer yet).
     pub writer: Option<(i64, String)>,
-    /// The last failure a writer noted: its holder, when, what.
-    pub last_error: Option<(String, i64, String)>,
+    /// The last failure a writer noted.
+    pub last_error: Option<WriterError>,
+}
+
+/// A failure a writer of the shared history noted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterError {
+    /// The writer that noted it.
+    pub holder: String,
+    /// When (unix ms).
+    pub at_ms: i64,
+    /// What.
+    pub error: String,
 }
 pub use query::{
     ElectionSummary, OpenTerm, Query, RefusalRow, ResumePoint, TermRow, DEFAULT_LIMIT, MAX_LIMIT,

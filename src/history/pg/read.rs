@@ -456,7 +456,11 @@ pub(in crate::history) fn writer_status(
             None
         },
         last_error: match (error, error_at) {
-            (Some(e), Some(at)) => Some((error_holder.unwrap_or_default(), at, e)),
+            (Some(error), Some(at_ms)) => Some(crate::history::WriterError {
+                holder: error_holder.unwrap_or_default(),
+                at_ms,
+                error,
+            }),
             _ => None,
         },
     })

@@ -391,6 +391,29 @@ pub const FAMILIES: [Family; 29] = [
     ),
 ];
 
+/// A family `tenure serve` registers beside [`FAMILIES`], as an ordinary
+/// registry metric of its own (the history writer's, `telemetry/writer.rs`):
+/// its name and help.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeFamily {
+    pub name: &'static str,
+    pub help: &'static str,
+}
+
+/// 1 while this replica records the history.
+pub const HISTORY_WRITER: ServeFamily = ServeFamily {
+    name: "tenure_history_writer",
+    help: "1 while this replica records the history (it holds tenure/history-writer, or \
+           its history is a SQLite file of its own), else 0.",
+};
+
+/// Commits the writer fence refused.
+pub const HISTORY_COMMITS_REFUSED: ServeFamily = ServeFamily {
+    name: "tenure_history_commits_refused_total",
+    help: "History commits refused by the database's writer fence: a newer writer had \
+           already written.",
+};
+
 /// The declaration of `id`.
 pub const fn get(id: Id) -> &'static Family {
     let mut i = 0;

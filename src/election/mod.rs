@@ -309,7 +309,6 @@ impl Client {
             name,
             &leader.key,
             leader.token,
-            leader.lease_id,
             EndMarkerCause::Resigned,
             None,
         )
@@ -330,7 +329,6 @@ impl Client {
             name,
             &leader.key,
             leader.token,
-            leader.lease_id,
             EndMarkerCause::Deleted,
             None,
         )
@@ -354,9 +352,6 @@ impl Client {
         name: &ElectionName,
         key: &str,
         token: i64,
-        // Kept for the callers' sake (`Leadership::resign`); never revoked
-        // nor attached to anything here.
-        _lease_id: i64,
         cause: EndMarkerCause,
         // The holder's acting record (its own key), written in the same txn.
         acting: Option<TxnOp>,

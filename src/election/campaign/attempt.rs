@@ -144,7 +144,7 @@ impl Client {
         };
         if let Some((key, token)) = own {
             match self
-                .end_term(name, key, token, 0, EndMarkerCause::Resigned, None)
+                .end_term(name, key, token, EndMarkerCause::Resigned, None)
                 .await
             {
                 Ok(()) | Err(Error::NotHolder { .. }) => {}

@@ -211,7 +211,6 @@ impl Leadership {
                     &self.name,
                     &self.key,
                     self.token,
-                    self.session.lease_id,
                     EndMarkerCause::Resigned,
                     extra,
                 )

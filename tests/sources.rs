@@ -297,8 +297,9 @@ async fn terms_in_etcds_log(
                 let kv = events[i].kv().expect("kv");
                 let key = text(kv.key());
                 // etcd's `concurrency` puts candidates under a lease: a key
-                // without one is none.
-                let candidate = !(key.starts_with("/app/") && kv.lease() == 0);
+                // put without one is none (a deletion carries no lease).
+                let put = events[i].event_type() == etcd_client::EventType::Put;
+                let candidate = !(key.starts_with("/app/") && put && kv.lease() == 0);
                 if let Some(e) = model_election(&key).filter(|_| candidate) {
                     let m = keys.entry(e.clone()).or_default();
                     if events[i].event_type() == etcd_client::EventType::Put {

@@ -83,6 +83,9 @@ struct Args {
     /// Elections for the scale measurement (default 10,000 full, 1,000 smoke).
     #[arg(long)]
     scale_elections: Option<usize>,
+    /// Leader keys the mass deletion deletes (default 10,000 full, 200 smoke).
+    #[arg(long)]
+    mass_keys: Option<usize>,
     /// Also write the results (and the machine) as JSON here.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -305,6 +308,9 @@ async fn run_all(args: &Args) -> Result<usize> {
     };
     if let Some(n) = args.scale_elections {
         cfg.scale_elections = n;
+    }
+    if let Some(n) = args.mass_keys {
+        cfg.mass_keys = n;
     }
     if cfg.runs == 0 {
         bail!("--runs must be at least 1");

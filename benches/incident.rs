@@ -17,7 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
-use tenure::election::Layout;
+use tenure::election::KeyLayout;
 use tenure::events::{Batch, EndCause, Event, EventKind};
 use tenure::history::{Reader, Store};
 use tenure::web::incident;
@@ -67,7 +67,7 @@ async fn synthetic(db: &Path, elections: usize, terms: usize) -> Result<()> {
                     token,
                     holder: holder.clone(),
                     lease_id: 1000 + rev,
-                    layout: Layout::Single,
+                    layout: KeyLayout::Single,
                     previous_holder: None,
                     from_snapshot: false,
                 },

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 use serde::Serialize;
-use tenure::election::{FenceReason, Layout};
+use tenure::election::{FenceReason, KeyLayout};
 use tenure::events::{Batch, EndCause, Event, EventKind, Update};
 use tenure::history::{Query, Reader, Store};
 use tenure::telemetry::{Metrics, MetricsOptions};
@@ -72,7 +72,7 @@ fn metrics_render(cfg: &Config) -> Result<Vec<Row>> {
             token,
             holder: holders[i].clone(),
             lease_id: 7_000_000 + i as i64,
-            layout: Layout::Single,
+            layout: KeyLayout::Single,
             previous_holder: prev,
             from_snapshot: false,
         },
@@ -260,7 +260,7 @@ async fn synthetic_history(db: &Path, election: &str, terms: usize, span_ms: i64
                 token,
                 holder: holder(k),
                 lease_id: 1000 + k as i64,
-                layout: Layout::Single,
+                layout: KeyLayout::Single,
                 previous_holder: (k > 0).then(|| holder(k - 1)),
                 from_snapshot: false,
             },

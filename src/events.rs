@@ -8,7 +8,7 @@ pub mod cluster;
 use serde::{Deserialize, Serialize};
 
 use crate::election::acting::ActingRecord;
-use crate::election::{FenceReason, Layout};
+use crate::election::{FenceReason, KeyLayout};
 
 /// Why a term ended. How each is told apart, and how sure it is, is in
 /// ARCHITECTURE.md ("Telling end causes apart").
@@ -134,7 +134,7 @@ pub enum EventKind {
         token: i64,
         holder: String,
         lease_id: i64,
-        layout: Layout,
+        layout: KeyLayout,
         previous_holder: Option<String>,
         /// True when the term was already running when the watcher first saw
         /// it (a snapshot): `at_ms` is then when it was seen, not when it began.
@@ -385,7 +385,7 @@ pub struct OpenTerm {
     pub token: i64,
     pub holder: String,
     pub lease_id: i64,
-    pub layout: Layout,
+    pub layout: KeyLayout,
     pub started_revision: i64,
     pub started_at_ms: i64,
 }

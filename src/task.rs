@@ -76,6 +76,29 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
     }
 }
 
+/// Taking a `std::sync::Mutex` whose last holder panicked: the panic is
+/// logged where it happened ([`spawn`]'s name says which task), and every
+/// value these locks guard is whole between statements, so the lock is
+/// used as it is. One way to take such a lock, everywhere.
+pub trait Locked<T> {
+    /// The guard, poisoned or not.
+    fn locked(&self) -> std::sync::MutexGuard<'_, T>;
+    /// The value, through `&mut`, poisoned or not.
+    fn locked_mut(&mut self) -> &mut T;
+}
+
+impl<T> Locked<T> for std::sync::Mutex<T> {
+    fn locked(&self) -> std::sync::MutexGuard<'_, T> {
+        self.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn locked_mut(&mut self) -> &mut T {
+        self.get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

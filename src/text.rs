@@ -1,6 +1,6 @@
 //! Small pure helpers on text that several floors share: cutting a string
-//! to a number of bytes on a character boundary, the FNV-1a hash, and
-//! base64 decoding.
+//! on a character boundary (to a number of bytes, marked or not, or of
+//! characters), the FNV-1a hash, and base64 decoding.
 //! Nothing here allocates but [`label_of`] on a long name.
 
 /// `s` cut to at most `max` bytes, on a character boundary (never panics,
@@ -14,6 +14,30 @@ pub fn cut(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+/// `s` cut to at most `max` bytes on a character boundary ([`cut`]), and
+/// marked with `…` where it was cut.
+pub fn cut_marked(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.len() <= max {
+        return s.into();
+    }
+    format!("{}…", cut(s, max)).into()
+}
+
+/// `s` cut to at most `max_chars` characters, the last one `…` when cut
+/// (a label on a page, whose room is counted in characters).
+pub fn cut_chars(s: &str, max_chars: usize) -> String {
+    match s.char_indices().nth(max_chars) {
+        None => s.to_owned(),
+        Some(_) => {
+            let end = s
+                .char_indices()
+                .nth(max_chars.saturating_sub(1))
+                .map_or(s.len(), |(i, _)| i);
+            format!("{}…", cut(s, end))
+        }
+    }
 }
 
 /// 64-bit FNV-1a: stable across builds, platforms and replicas (a colour,
@@ -87,6 +111,21 @@ mod tests {
         assert_eq!(cut("abcd", 3), "abc");
         assert_eq!(cut("aé", 2), "a");
         assert_eq!(cut("é", 0), "");
+    }
+
+    #[test]
+    fn cut_marked_marks_only_what_it_cut() {
+        assert_eq!(cut_marked("abc", 3), "abc");
+        assert_eq!(cut_marked("abcd", 3), "abc…");
+        assert_eq!(cut_marked("aé", 2), "a…");
+    }
+
+    #[test]
+    fn cut_chars_counts_characters() {
+        assert_eq!(cut_chars("abc", 3), "abc");
+        assert_eq!(cut_chars("abcd", 3), "ab…");
+        assert_eq!(cut_chars("äöüß", 2), "ä…");
+        assert_eq!(cut_chars("ab", 0), "…");
     }
 
     #[test]

@@ -13,7 +13,8 @@ use support::prom::etcd_watchers;
 use support::wait::wait_until_async;
 use support::Etcd;
 use tenure::election::{
-    CampaignOptions, Campaigned, Client, ElectionName, Error, FenceReason, Layout, LossReason, Ttl,
+    CampaignOptions, Campaigned, Client, ElectionName, Error, FenceReason, KeyLayout, LossReason,
+    Ttl,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -78,7 +79,7 @@ async fn single_leader_among_racing_candidates() {
     let status = c.leader(&n).await.expect("leader").expect("someone leads");
     assert_eq!(status.leader.holder, winner_id);
     assert_eq!(status.leader.token, winner.token());
-    assert_eq!(status.leader.layout, Layout::Single);
+    assert_eq!(status.leader.layout, KeyLayout::Single);
     assert!(status
         .ttl_remaining_seconds
         .is_some_and(|t| t > 0 && t <= 10));
@@ -463,7 +464,7 @@ async fn follows_an_election_run_by_etcdctl_elect() {
 
     let status = c.leader(&n).await.expect("leader").expect("alice leads");
     assert_eq!(status.leader.holder, "alice");
-    assert_eq!(status.leader.layout, Layout::Queue);
+    assert_eq!(status.leader.layout, KeyLayout::Queue);
     assert_eq!(status.leader.key, first);
     let mut observer = c.observe(&n).await.expect("observe");
     assert_eq!(
@@ -497,7 +498,7 @@ async fn follows_an_election_run_by_etcdctl_elect() {
         }
     };
     assert_eq!(next.holder, "bob");
-    assert_eq!(next.layout, Layout::Queue);
+    assert_eq!(next.layout, KeyLayout::Queue);
     assert!(next.token > status.leader.token);
     let _ = alice.wait().await;
     let _ = bob.kill().await;

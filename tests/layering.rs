@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// Imports across one floor that ARCHITECTURE.md names as exceptions:
-/// `events` names two enums of `election` (`Layout`, `FenceReason`).
+/// `events` names two enums of `election` (`KeyLayout`, `FenceReason`).
 const SIBLING_EXCEPTIONS: &[(&str, &str)] = &[("events", "election")];
 
 fn floors() -> Vec<Vec<String>> {

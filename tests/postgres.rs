@@ -573,7 +573,7 @@ async fn three_replicas_writer_sigstopped_past_its_ttl() {
 /// once a higher one has written; the schema's version is checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fence_refuses_a_lower_token_in_the_transaction() {
-    use tenure::election::Layout;
+    use tenure::election::KeyLayout;
     use tenure::events::{Batch, Event, EventKind};
     use tenure::history::{HistoryError, Reader, Store};
     let pg = Postgres::start();
@@ -600,7 +600,7 @@ async fn the_fence_refuses_a_lower_token_in_the_transaction() {
                 token,
                 holder: format!("h{token}"),
                 lease_id: 1,
-                layout: Layout::Single,
+                layout: KeyLayout::Single,
                 previous_holder: None,
                 from_snapshot: false,
             },
@@ -746,7 +746,7 @@ async fn a_stopped_writer_hands_over_at_once() {
 /// several per transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_multi_row_writer_stores_what_the_sqlite_writer_stores() {
-    use tenure::election::{FenceReason, Layout};
+    use tenure::election::{FenceReason, KeyLayout};
     use tenure::events::{Batch, EndCause, Event, EventKind};
     use tenure::history::{Query, Reader, Store};
 
@@ -773,7 +773,7 @@ async fn the_multi_row_writer_stores_what_the_sqlite_writer_stores() {
         token,
         holder: holder.into(),
         lease_id: token * 7,
-        layout: Layout::Queue,
+        layout: KeyLayout::Queue,
         previous_holder: None,
         from_snapshot: token % 3 == 0,
     };

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use support::postgres::{revision_at, Postgres};
 use support::{Etcd, Serve};
-use tenure::election::Layout;
+use tenure::election::KeyLayout;
 use tenure::events::{Batch, Event, EventKind};
 use tenure::history::Store;
 
@@ -39,7 +39,7 @@ fn started(revision: i64, election: &str, token: i64) -> Batch {
                 token,
                 holder: "stale".into(),
                 lease_id: 1,
-                layout: Layout::Single,
+                layout: KeyLayout::Single,
                 previous_holder: None,
                 from_snapshot: false,
             },

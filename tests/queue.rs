@@ -16,7 +16,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use support::{tenure_bin, Etcd};
 use tenure::election::{
-    CampaignOptions, Client, ElectionName, FenceReason, Layout, Leadership, Ttl,
+    CampaignOptions, Client, ElectionName, FenceReason, KeyLayout, Leadership, Ttl,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -145,7 +145,7 @@ async fn tenure_and_etcdctl_candidates_form_one_fifo_queue() {
     let status = c.leader(&n).await.expect("leader").expect("leads");
     assert_eq!(
         (status.leader.holder.as_str(), status.leader.layout),
-        ("e1", Layout::Queue)
+        ("e1", KeyLayout::Queue)
     );
     let waiting: Vec<&str> = status.waiting.iter().map(|w| w.holder.as_str()).collect();
     assert_eq!(
@@ -326,7 +326,7 @@ async fn the_cli_queues_and_leader_shows_the_queue_term() {
         .expect("token");
     let status = c.leader(&n).await.expect("leader").expect("leads");
     assert_eq!(status.leader.holder, "cli-1");
-    assert_eq!(status.leader.layout, Layout::Queue);
+    assert_eq!(status.leader.layout, KeyLayout::Queue);
     assert_eq!(status.leader.token, token);
     kill(
         Pid::from_raw(cli.id().expect("pid") as i32),

@@ -643,7 +643,7 @@ async fn export_streams_and_the_election_list_is_one_query() {
                     token,
                     holder: format!("h{token}"),
                     lease_id: 7,
-                    layout: tenure::election::Layout::Single,
+                    layout: tenure::election::KeyLayout::Single,
                     previous_holder: None,
                     from_snapshot: false,
                 }

@@ -1,8 +1,10 @@
 //! The code's shape that ARCHITECTURE.md promises ("Shape"), checked: no
 //! function in the core (`src/watch`, `src/election`, `src/history`, where
-//! the logic a reviewer must follow lives) is longer than
+//! the logic a reviewer must follow lives) nor in `src/web` is longer than
 //! [`MAX_CORE_FN_LINES`] lines, tests included. A longer one is cut into
-//! named steps, not allowed here.
+//! named steps, not allowed here; `src/web` has a few left to cut, listed
+//! with their length ([`WEB_NOT_YET_CUT`]): the list only shrinks (one that
+//! grows, or is cut, fails until the list says so).
 // Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
 // and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
@@ -13,8 +15,17 @@ use std::path::{Path, PathBuf};
 /// closing brace.
 const MAX_CORE_FN_LINES: usize = 80;
 
-/// The core's folders.
-const CORE: &[&str] = &["watch", "election", "history"];
+/// The core's folders, and the others the cap holds.
+const CORE: &[&str] = &["watch", "election", "history", "web"];
+
+/// Functions of `src/web` over the cap not cut yet: (file under `src/`,
+/// name, lines at most). Only shrinks.
+const WEB_NOT_YET_CUT: &[(&str, &str, usize)] = &[
+    ("web/pages/election_rows.rs", "event_view", 150),
+    ("web/incident/report.rs", "report_markdown", 133),
+    ("web/incident/drawing.rs", "layout", 129),
+    ("web/incident/report.rs", "build_report", 107),
+];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {
@@ -150,14 +161,35 @@ fn no_function_of_the_core_is_over_80_lines() {
     }
     let mut counted = 0;
     let mut long = Vec::new();
+    let mut listed_and_seen = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file).expect("read");
+        let rel = file
+            .strip_prefix(&src)
+            .unwrap_or(file)
+            .display()
+            .to_string();
         for (line, name, len) in functions(&text) {
             counted += 1;
-            if len > MAX_CORE_FN_LINES {
-                let rel = file.strip_prefix(&src).unwrap_or(file).display();
+            let listed = WEB_NOT_YET_CUT
+                .iter()
+                .find(|(f, n, _)| *f == rel && *n == name);
+            if let Some((_, _, most)) = listed {
+                listed_and_seen.push((rel.clone(), name.clone()));
+                if len > *most || len <= MAX_CORE_FN_LINES {
+                    long.push(format!(
+                        "src/{rel}:{line} {name} ({len} lines): listed in WEB_NOT_YET_CUT at \
+                         {most}; shrink the list to what it is now"
+                    ));
+                }
+            } else if len > MAX_CORE_FN_LINES {
                 long.push(format!("src/{rel}:{line} {name} ({len} lines)"));
             }
+        }
+    }
+    for (f, n, _) in WEB_NOT_YET_CUT {
+        if !listed_and_seen.iter().any(|(rf, rn)| rf == f && rn == n) {
+            long.push(format!("src/{f} {n}: listed in WEB_NOT_YET_CUT but gone"));
         }
     }
     assert!(

@@ -276,8 +276,8 @@ async fn terms_in_etcds_log(
         .with_all_keys()
         .with_start_revision(1);
     let mut stream = raw.watch("\0", Some(opts)).await.expect("watch the log");
-    // key -> (create, value), per election
-    let mut keys: BTreeMap<String, BTreeMap<String, (i64, String)>> = BTreeMap::new();
+    // key -> (token, value, lease), per election
+    let mut keys: BTreeMap<String, BTreeMap<String, (i64, String, i64)>> = BTreeMap::new();
     let mut leading: BTreeMap<String, Option<i64>> = BTreeMap::new();
     let mut terms: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
     let mut last = 0;
@@ -296,10 +296,27 @@ async fn terms_in_etcds_log(
             while i < events.len() && events[i].kv().expect("kv").mod_revision() == rev {
                 let kv = events[i].kv().expect("kv");
                 let key = text(kv.key());
-                if let Some(e) = model_election(&key) {
+                // etcd's `concurrency` puts candidates under a lease: a key
+                // put without one is none (a deletion carries no lease).
+                let put = events[i].event_type() == etcd_client::EventType::Put;
+                let candidate = !(key.starts_with("/app/") && put && kv.lease() == 0);
+                if let Some(e) = model_election(&key).filter(|_| candidate) {
                     let m = keys.entry(e.clone()).or_default();
                     if events[i].event_type() == etcd_client::EventType::Put {
-                        m.insert(key, (kv.create_revision(), text(kv.value())));
+                        let value = text(kv.value());
+                        // A `key:` source's key written over by another
+                        // holder or lease changed hands at that write.
+                        let token = match m.get(&key) {
+                            Some((t, v, l)) if key.starts_with("/svc/") => {
+                                if *v == value && *l == kv.lease() {
+                                    *t
+                                } else {
+                                    kv.mod_revision()
+                                }
+                            }
+                            _ => kv.create_revision(),
+                        };
+                        m.insert(key, (token, value, kv.lease()));
                     } else {
                         m.remove(&key);
                     }
@@ -308,7 +325,10 @@ async fn terms_in_etcds_log(
                 i += 1;
             }
             for e in touched {
-                let leader = keys[&e].values().min_by_key(|(c, _)| *c).cloned();
+                let leader = keys[&e]
+                    .values()
+                    .min_by_key(|(c, _, _)| *c)
+                    .map(|(c, v, _)| (*c, v.clone()));
                 let was = leading.entry(e.clone()).or_default();
                 if *was != leader.as_ref().map(|(c, _)| *c) {
                     *was = leader.as_ref().map(|(c, _)| *c);
@@ -346,6 +366,13 @@ async fn interleaved_sources_match_etcds_log_across_a_crash() {
     let seed = support::rng::Rng::seed_from_env("TENURE_SOURCES_SEED");
     eprintln!("seed {seed} (TENURE_SOURCES_SEED)");
     let mut rng = support::rng::Rng::new(seed);
+    // etcd's `concurrency` candidates hold a lease; the other sources' keys
+    // are put without one.
+    let lease = raw.lease_grant(600, None).await.expect("lease").id();
+    let leased = |key: &str| {
+        key.starts_with("/app/")
+            .then(|| etcd_client::PutOptions::new().with_lease(lease))
+    };
     let mut live: Vec<String> = Vec::new();
     const OPS: u64 = 600;
     for n in 0..OPS {
@@ -368,7 +395,7 @@ async fn interleaved_sources_match_etcds_log_across_a_crash() {
                 etcd_client::TxnOp::put(
                     format!("/app/e{}/{:x}", rng.below(3), 0x2000 + n),
                     format!("x{n}"),
-                    None,
+                    leased("/app/"),
                 ),
                 etcd_client::TxnOp::delete(format!("/svc/k{}", rng.below(3)), None),
             ];
@@ -379,7 +406,7 @@ async fn interleaved_sources_match_etcds_log_across_a_crash() {
             let k = live.swap_remove(rng.below(live.len() as u64) as usize);
             raw.delete(k, None).await.expect("delete");
         } else {
-            raw.put(key.clone(), format!("h{n}"), None)
+            raw.put(key.clone(), format!("h{n}"), leased(&key))
                 .await
                 .expect("put");
             live.push(key);
@@ -681,4 +708,153 @@ async fn tenure_leader_reads_another_systems_election_through_its_source() {
         .expect("run");
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     a.resign().await;
+}
+
+/// `etcdctl ARGS` against `etcd`, expected to succeed.
+async fn etcdctl(etcd: &Etcd, args: &[&str]) {
+    let out = tokio::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", etcd.endpoint()))
+        .args(args)
+        .output()
+        .await
+        .expect("etcdctl is installed");
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?}: {}",
+        text(&out.stderr)
+    );
+}
+
+/// etcd's `concurrency` puts every candidate under its session's lease: a
+/// config key put without one under the prefix (`etcdctl put`) is no
+/// election and no candidate, its value never a holder or a label in the
+/// unauthenticated `/metrics`, counted as an ignored key, and so is its
+/// deletion; a real `etcdctl elect` beside it is unaffected.
+#[tokio::test]
+async fn a_config_key_under_a_concurrency_prefix_is_no_candidate() {
+    let etcd = Etcd::start().await;
+    let mut raw = etcd.client().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("history.db");
+    // One config key before serve starts (read in its snapshot), one after.
+    etcdctl(
+        &etcd,
+        &["put", "/app/cfg/url", "postgres://snapshot-secret"],
+    )
+    .await;
+    // Holders shown as labels, as an operator may ask: the config values
+    // must not be among them.
+    let args = ["--source", "concurrency:/app/", "--source-holder-labels"];
+    let serve = Serve::start(&[etcd.endpoint()], &db, &args, &[]).await;
+    serve.ready().await;
+    let mut a = Elect::start(&etcd, "/app/jobs", "A");
+    a.elected().await;
+    etcdctl(&etcd, &["put", "/app/jobs/db", "postgres://live-secret"]).await;
+    let rev = now_revision(&mut raw).await;
+    serve.caught_up(rev).await;
+    let ignored = "tenure_watch_ignored_keys_total";
+    assert_eq!(serve.metric(ignored).await, Some(2.0));
+
+    let (status, list) = get_json(&serve, "/api/v1/elections").await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = list["elections"]
+        .as_array()
+        .expect("elections")
+        .iter()
+        .map(|e| e["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["/app/jobs"], "{list}");
+    let (_, detail) = get_json(&serve, "/api/v1/elections/%2Fapp%2Fjobs").await;
+    assert_eq!(detail["holder"], "A", "{detail}");
+    // The one term etcd's own key implies: the elect candidate's.
+    let keys = created(&mut raw, "/app/jobs/").await;
+    let elect_key: Vec<_> = keys.iter().filter(|(k, _)| k != "/app/jobs/db").collect();
+    let jobs = terms(&serve, "/app/jobs").await;
+    assert_eq!(jobs, vec![(elect_key[0].1, "A".to_owned(), None)]);
+    let scrape = serve.metrics().await;
+    assert!(!scrape.contains("postgres://"), "{scrape}");
+    assert!(scrape.contains("holder=\"A\""), "{scrape}");
+
+    // The config keys' deletion: ignored too, the election unaffected.
+    etcdctl(&etcd, &["del", "/app/jobs/db"]).await;
+    etcdctl(&etcd, &["del", "/app/cfg/url"]).await;
+    let rev = now_revision(&mut raw).await;
+    serve.caught_up(rev).await;
+    assert_eq!(serve.metric(ignored).await, Some(4.0));
+    let (_, detail) = get_json(&serve, "/api/v1/elections/%2Fapp%2Fjobs").await;
+    assert_eq!(detail["holder"], "A", "{detail}");
+    assert_eq!(terms(&serve, "/app/jobs").await, jobs);
+    a.resign().await;
+    serve.stop().await;
+}
+
+/// A `key`-layout leader whose key another client writes over (a put
+/// without a lease strips the leader's): the key changed hands. The old
+/// term ends `taken_over` at that put, the new holder's term starts there,
+/// its token that put's revision (as etcd answered it); across a crash of
+/// serve while the new holder rewrites its value in place, the same term
+/// goes on, with the same token.
+#[tokio::test]
+async fn a_key_written_over_by_another_client_changed_hands() {
+    let etcd = Etcd::start().await;
+    let mut raw = etcd.client().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("history.db");
+    let args = ["--source", "key:/svc/"];
+    let serve = Serve::start(&[etcd.endpoint()], &db, &args, &[]).await;
+    serve.ready().await;
+    let lease = raw.lease_grant(60, None).await.expect("lease").id();
+    let first = raw
+        .put(
+            "/svc/leader",
+            "node-1",
+            Some(etcd_client::PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .expect("put")
+        .header()
+        .expect("header")
+        .revision();
+    let over = raw
+        .put("/svc/leader", "intruder", None)
+        .await
+        .expect("put")
+        .header()
+        .expect("header")
+        .revision();
+    serve.caught_up(over).await;
+    let want = vec![
+        (first, "node-1".to_owned(), Some("taken_over".to_owned())),
+        (over, "intruder".to_owned(), None),
+    ];
+    assert_eq!(terms(&serve, "/svc/leader").await, want);
+    let (_, detail) = get_json(&serve, "/api/v1/elections/%2Fsvc%2Fleader").await;
+    assert_eq!(detail["holder"], "intruder", "{detail}");
+
+    // The holder writes its own value again: the same term. serve, reading
+    // from after that write at its restart, sees only it in its snapshot.
+    raw.put("/svc/leader", "intruder", None).await.expect("put");
+    let rev = now_revision(&mut raw).await;
+    serve.caught_up(rev).await;
+    assert_eq!(terms(&serve, "/svc/leader").await, want);
+    // serve dies; the holder writes its own value again, twice.
+    serve.crash().await;
+    raw.put("/svc/leader", "intruder", None).await.expect("put");
+    raw.put("/svc/leader", "intruder", None).await.expect("put");
+    let rev = now_revision(&mut raw).await;
+    let serve = Serve::start(&[etcd.endpoint()], &db, &args, &[]).await;
+    serve.ready().await;
+    serve.caught_up(rev).await;
+    assert_eq!(terms(&serve, "/svc/leader").await, want);
+    // Its deletion ends the term at last: lease-less, `deleted`.
+    raw.delete("/svc/leader", None).await.expect("delete");
+    let rev = now_revision(&mut raw).await;
+    serve.caught_up(rev).await;
+    let got = terms(&serve, "/svc/leader").await;
+    assert_eq!(
+        got[1],
+        (over, "intruder".to_owned(), Some("deleted".to_owned()))
+    );
+    serve.stop().await;
 }

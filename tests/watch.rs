@@ -12,7 +12,7 @@ use std::time::Duration;
 use etcd_client::CompactionOptions;
 use support::fixtures::{lead, name};
 use support::{Etcd, EtcdCluster};
-use tenure::election::{CampaignOptions, Client, Layout, Ttl};
+use tenure::election::{CampaignOptions, Client, KeyLayout, Ttl};
 use tenure::events::{
     now_ms, Batch, EndCause, Event, EventKind, RestartReason, Update, WatchStatus,
 };
@@ -173,7 +173,7 @@ impl Running {
     }
 }
 
-fn started(e: &Event) -> (i64, &str, Layout) {
+fn started(e: &Event) -> (i64, &str, KeyLayout) {
     match &e.kind {
         EventKind::TermStarted {
             token,
@@ -204,7 +204,7 @@ async fn scripted_scenario_gives_exactly_the_expected_events() {
     // Campaign, proclaim, fence, resign.
     let a = lead(&c, "jobs", "alpha", 10).await;
     let ev = w.events(1).await;
-    assert_eq!(started(&ev[0]), (a.token(), "alpha", Layout::Single));
+    assert_eq!(started(&ev[0]), (a.token(), "alpha", KeyLayout::Single));
     assert_eq!(ev[0].revision, a.token());
     a.proclaim("alpha-v2").await.expect("proclaim");
     let ev = w.events(1).await;
@@ -252,7 +252,7 @@ async fn scripted_scenario_gives_exactly_the_expected_events() {
         etcdctl_txn_campaign(&etcd, "election/jobs", "go-holder", lease).await;
         let ev = w.events(1).await;
         let (t_go, holder, layout) = started(&ev[0]);
-        assert_eq!((holder, layout), ("go-holder", Layout::Single));
+        assert_eq!((holder, layout), ("go-holder", KeyLayout::Single));
         let ev = w.events(1).await;
         let (token, cause) = ended(&ev[0]);
         assert_eq!(token, t_go);
@@ -337,7 +337,7 @@ async fn etcdctl_elect_queue_layout_is_seen_with_holder_and_token() {
         .expect("etcdctl");
     let ev = w.events(1).await;
     let (token, holder, layout) = started(&ev[0]);
-    assert_eq!((holder, layout), ("alice", Layout::Queue));
+    assert_eq!((holder, layout), ("alice", KeyLayout::Queue));
     let status = c
         .leader(&name("queue"))
         .await
@@ -371,7 +371,7 @@ async fn restart_resumes_exactly_and_compaction_gives_a_gap() {
             token: a.token(),
             holder: "a".into(),
             lease_id: a.lease_id(),
-            layout: Layout::Single,
+            layout: KeyLayout::Single,
             started_revision: a.token(),
             started_at_ms: snap[0].at_ms,
         }],
@@ -399,7 +399,7 @@ async fn restart_resumes_exactly_and_compaction_gives_a_gap() {
     assert_eq!(ended(&ev[0]), (t_a, EndCause::Resigned));
     assert_eq!(started(&ev[1]).0, t_b);
     assert_eq!(ended(&ev[2]), (t_b, EndCause::Resigned));
-    assert_eq!(started(&ev[3]), (cc.token(), "c", Layout::Single));
+    assert_eq!(started(&ev[3]), (cc.token(), "c", KeyLayout::Single));
     // All four were replayed: their times are only known to be after what
     // history last saw.
     let replayed = w.unobserved();
@@ -493,7 +493,7 @@ async fn survives_etcd_restart_and_a_dead_member() {
         let ev = w.events(1).await;
         assert_eq!(
             started(&ev[0]),
-            (l.token(), format!("during-{i}").as_str(), Layout::Single)
+            (l.token(), format!("during-{i}").as_str(), KeyLayout::Single)
         );
         l.resign().await.expect("resign");
         assert_eq!(ended(&w.events(1).await[0]).1, EndCause::Resigned);
@@ -589,7 +589,7 @@ async fn responses_over_4_mib_neither_stall_the_watch_nor_the_snapshot() {
     );
     let l = lead(&c, "after", "next", 30).await;
     let ev = w.events(1).await;
-    assert_eq!(started(&ev[0]), (l.token(), "next", Layout::Single));
+    assert_eq!(started(&ev[0]), (l.token(), "next", KeyLayout::Single));
     assert!(
         !w.seen
             .iter()

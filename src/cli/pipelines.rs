@@ -11,6 +11,7 @@
 //! pipeline; only a watcher that ends (it never does but for a bug) stops
 //! serve, as with one cluster.
 
+use crate::task::Locked;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -151,7 +152,7 @@ impl Running {
     /// empty.
     pub fn stop(&self) {
         let _ = self.stop.send(true);
-        for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for t in self.tasks.locked().iter() {
             t.abort();
         }
     }
@@ -217,10 +218,7 @@ pub(super) async fn start(
 }
 
 fn register<T>(tasks: &Mutex<Vec<AbortHandle>>, task: &JoinHandle<T>) {
-    tasks
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(task.abort_handle());
+    tasks.locked().push(task.abort_handle());
 }
 
 /// What the history recorded of a cluster's own events: its poller's

@@ -1,15 +1,17 @@
 //! `tenure leader PATH`: another system's election, read live through the
 //! layout of the `--source` (or `TENURE_SOURCES`, as for serve) whose
 //! prefix holds it. Its candidates are the keys that layout names for the
-//! election; the lowest CreateRevision leads, as the watcher has it.
+//! election, in the order they lead (`layout::lead_order`, as the watcher
+//! has it), each holder cut as the watcher cuts it.
 
 use anyhow::Context;
 use etcd_client::GetOptions;
 use serde::Serialize;
 
 use super::EXIT_ERROR;
+use crate::election::keys::holder_of;
 use crate::election::Client;
-use crate::layout::{Role, Source};
+use crate::layout::{lead_order, token_at_rest, Role, Source};
 
 #[derive(Serialize)]
 struct Candidate {
@@ -52,20 +54,19 @@ pub(super) async fn leader(
         .kvs()
         .iter()
         .filter(|kv| {
-            matches!(source.layout().classify(kv.key(), kv.lease()),
-                Role::Candidate { election, .. } if election == path)
+            let leased = kv.lease() != 0 || !source.layout().candidates_hold_leases();
+            leased
+                && matches!(source.layout().classify(kv.key(), kv.lease()),
+                    Role::Candidate { election, .. } if election == path)
         })
         .map(|kv| Candidate {
-            holder: String::from_utf8_lossy(kv.value())
-                .chars()
-                .take(256)
-                .collect(),
-            token: kv.create_revision(),
+            holder: holder_of(kv.value()),
+            token: token_at_rest(source.layout(), kv.create_revision(), kv.mod_revision()),
             lease_id: kv.lease(),
             key: String::from_utf8_lossy(kv.key()).into_owned(),
         })
         .collect();
-    candidates.sort_by_key(|c| c.token);
+    lead_order(&mut candidates, |c| c.token);
     let Some((leader, waiting)) = candidates.split_first() else {
         eprintln!("tenure: nobody leads {path} (read as {source})");
         return Ok(EXIT_ERROR);

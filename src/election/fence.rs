@@ -29,6 +29,7 @@
 //! nothing (no refusal record: it says nothing about the resource, and the
 //! fence keys of a restored etcd hold values of the old timeline).
 
+use crate::task::Locked;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -439,7 +440,7 @@ impl Fencer {
     }
 
     pub fn check(&self, resource: &str, token: i64) -> Result<(), StaleToken> {
-        let mut highest = self.highest.lock().unwrap_or_else(|p| p.into_inner());
+        let mut highest = self.highest.locked();
         let seen = highest.entry(resource.to_owned()).or_insert(token);
         if token < *seen {
             return Err(StaleToken {

@@ -29,6 +29,14 @@ pub const MAX_NAME_LEN: usize = 128;
 pub const MAX_RESOURCE_LEN: usize = 128;
 /// Longest candidate identity accepted, in bytes.
 pub const MAX_CANDIDATE_LEN: usize = 256;
+
+/// The holder a candidate key's value names, as the watcher keeps it:
+/// values from etcd are untrusted and may be up to 1.5 MiB, so at most
+/// [`MAX_CANDIDATE_LEN`] bytes, cut on a character boundary and marked
+/// with `…`.
+pub fn holder_of(value: &[u8]) -> String {
+    crate::text::cut_marked(&String::from_utf8_lossy(value), MAX_CANDIDATE_LEN).into_owned()
+}
 /// The last segment of a refusal record's key. `~` is never part of a valid
 /// resource name, so this key cannot collide with a fence key.
 pub const REFUSAL_SEGMENT: &str = "~refusal";
@@ -319,8 +327,9 @@ impl Keys {
 /// Which layout a leader key uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "server", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "server", schema(as = Layout))]
 #[serde(rename_all = "snake_case")]
-pub enum Layout {
+pub enum KeyLayout {
     /// `P election/<name>`, created by tenure's txn.
     Single,
     /// `P election/<name>/<lease-hex>`, etcd's own `concurrency.Election`.
@@ -330,12 +339,12 @@ pub enum Layout {
     Lease,
 }
 
-impl std::fmt::Display for Layout {
+impl std::fmt::Display for KeyLayout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Layout::Single => "single-key",
-            Layout::Queue => "queue",
-            Layout::Lease => "lease",
+            KeyLayout::Single => "single-key",
+            KeyLayout::Queue => "queue",
+            KeyLayout::Lease => "lease",
         })
     }
 }
@@ -344,7 +353,10 @@ impl std::fmt::Display for Layout {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SchemaKey {
     /// A leader key or queue candidate of election `name`.
-    Leader { name: ElectionName, layout: Layout },
+    Leader {
+        name: ElectionName,
+        layout: KeyLayout,
+    },
     /// `P election/~end/<name>`, or the legacy `P election/<name>/~end`.
     EndMarker { name: ElectionName },
     /// `P fence/<name>/<resource>`.
@@ -406,13 +418,13 @@ impl Keys {
                 if lease != 0 && last == lease_hex(lease) {
                     return Ok(SchemaKey::Leader {
                         name: valid(parent)?,
-                        layout: Layout::Queue,
+                        layout: KeyLayout::Queue,
                     });
                 }
             }
             return Ok(SchemaKey::Leader {
                 name: valid(rest)?,
-                layout: Layout::Single,
+                layout: KeyLayout::Single,
             });
         }
         if let Some(rest) = rest.strip_prefix(b"fence/") {
@@ -446,15 +458,15 @@ impl Keys {
 }
 
 /// What a key in an election's range is, for the election `name`.
-pub fn classify(keys: &Keys, name: &ElectionName, key: &[u8], lease: i64) -> Option<Layout> {
+pub fn classify(keys: &Keys, name: &ElectionName, key: &[u8], lease: i64) -> Option<KeyLayout> {
     let leader_key = keys.leader_key(name);
     let rest = key.strip_prefix(leader_key.as_bytes())?;
     if rest.is_empty() {
-        return Some(Layout::Single);
+        return Some(KeyLayout::Single);
     }
     let last = rest.strip_prefix(b"/")?;
     if lease != 0 && last == lease_hex(lease).as_bytes() {
-        Some(Layout::Queue)
+        Some(KeyLayout::Queue)
     } else {
         None
     }
@@ -583,11 +595,11 @@ mod tests {
         let name = ElectionName::new("db").unwrap();
         assert_eq!(
             classify(&keys, &name, b"p/election/db", 7),
-            Some(Layout::Single)
+            Some(KeyLayout::Single)
         );
         assert_eq!(
             classify(&keys, &name, b"p/election/db/1f", 31),
-            Some(Layout::Queue)
+            Some(KeyLayout::Queue)
         );
         assert_eq!(classify(&keys, &name, b"p/election/db/1f", 32), None);
         assert_eq!(classify(&keys, &name, b"p/election/db-x", 0), None);
@@ -626,18 +638,18 @@ mod tests {
         };
         assert_eq!(
             keys.parse(keys.leader_key(&name).as_bytes(), 5),
-            Ok(leader(Layout::Single))
+            Ok(leader(KeyLayout::Single))
         );
         let queue = format!("{}/{}", keys.leader_key(&name), lease_hex(0x1f));
         assert_eq!(
             keys.parse(queue.as_bytes(), 0x1f),
-            Ok(leader(Layout::Queue))
+            Ok(leader(KeyLayout::Queue))
         );
         // Not the key's own lease: a single-key election named "team/db/1f".
         assert!(matches!(
             keys.parse(queue.as_bytes(), 7),
             Ok(SchemaKey::Leader {
-                layout: Layout::Single,
+                layout: KeyLayout::Single,
                 ..
             })
         ));

@@ -31,7 +31,7 @@ pub use campaign::{Acquired, ActingReports, CampaignOptions, Campaigned, Leaders
 pub use connect::{ConnectConfig, Credentials, TlsFiles};
 pub use error::Error;
 pub use fence::{FenceDecision, FenceReason, Fencer};
-pub use keys::{ElectionName, EndMarker, EndMarkerCause, Keys, Layout};
+pub use keys::{ElectionName, EndMarker, EndMarkerCause, KeyLayout, Keys};
 pub use lease::{LossReason, Ttl};
 pub use observe::{Observed, Observer};
 
@@ -49,13 +49,13 @@ pub struct Leader {
     pub token: i64,
     pub lease_id: i64,
     pub key: String,
-    pub layout: Layout,
+    pub layout: KeyLayout,
     /// Revision of the last change to the value (a proclaim moves it).
     pub mod_revision: i64,
 }
 
 impl Leader {
-    fn from_kv(name: &ElectionName, kv: &KeyValue, layout: Layout) -> Self {
+    fn from_kv(name: &ElectionName, kv: &KeyValue, layout: KeyLayout) -> Self {
         Self {
             name: name.to_string(),
             holder: String::from_utf8_lossy(kv.value()).into_owned(),
@@ -309,7 +309,6 @@ impl Client {
             name,
             &leader.key,
             leader.token,
-            leader.lease_id,
             EndMarkerCause::Resigned,
             None,
         )
@@ -330,7 +329,6 @@ impl Client {
             name,
             &leader.key,
             leader.token,
-            leader.lease_id,
             EndMarkerCause::Deleted,
             None,
         )
@@ -354,9 +352,6 @@ impl Client {
         name: &ElectionName,
         key: &str,
         token: i64,
-        // Kept for the callers' sake (`Leadership::resign`); never revoked
-        // nor attached to anything here.
-        _lease_id: i64,
         cause: EndMarkerCause,
         // The holder's acting record (its own key), written in the same txn.
         acting: Option<TxnOp>,
@@ -437,7 +432,7 @@ impl Client {
             etcd_client::TxnOpResponse::Get(g) => g
                 .kvs()
                 .first()
-                .map(|kv| Leader::from_kv(name, kv, Layout::Single)),
+                .map(|kv| Leader::from_kv(name, kv, KeyLayout::Single)),
             _ => None,
         });
         Err(Error::NotHolder {

@@ -46,6 +46,7 @@ mod time;
 pub mod window;
 mod writer;
 
+use crate::task::Locked;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -76,8 +77,19 @@ pub struct WriterStatus {
     pub writer: Option<(i64, String)>,
     /// Since when that writer holds the fence (unix ms).
     pub writer_since_ms: Option<i64>,
-    /// The last failure a writer noted: its holder, when, what.
-    pub last_error: Option<(String, i64, String)>,
+    /// The last failure a writer noted.
+    pub last_error: Option<WriterError>,
+}
+
+/// A failure a writer of the shared history noted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterError {
+    /// The writer that noted it.
+    pub holder: String,
+    /// When (unix ms).
+    pub at_ms: i64,
+    /// What.
+    pub error: String,
 }
 pub use query::{
     ElectionSummary, OpenTerm, Query, RefusalRow, ResumePoint, TermRow, DEFAULT_LIMIT, MAX_LIMIT,
@@ -442,12 +454,7 @@ impl Store {
     }
 
     fn stopped(&self) -> HistoryError {
-        match self
-            .failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
+        match self.failure.locked().clone() {
             Some(message) => HistoryError::WriterFailed(message),
             None => HistoryError::Closed,
         }

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::meta::{scoped, CLUSTER_KEY, RESUME_KEY, WATCHED_KEY};
 use super::time::format_ms;
 use super::HistoryError;
-use crate::election::{FenceReason, Layout};
+use crate::election::{FenceReason, KeyLayout};
 use crate::events::acting::ActingView;
 use crate::events::{EndCause, Event, Witness, WITNESSES};
 pub use crate::events::{OpenTerm, ResumePoint};
@@ -57,7 +57,7 @@ pub struct TermRow {
     pub holder: String,
     pub lease_id: i64,
     /// `None` when the history saw only the term's end.
-    pub layout: Option<Layout>,
+    pub layout: Option<KeyLayout>,
     /// RFC 3339, UTC, milliseconds.
     pub started_at: String,
     pub ended_at: Option<String>,

@@ -6,6 +6,7 @@
 //! two backends and the types they share import nothing of each other's
 //! callers.
 
+use crate::task::Locked;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -288,7 +289,7 @@ impl Reader {
     }
 
     fn with_sqlite<T>(pool: &Pool, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
-        let idle = || pool.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let idle = || pool.idle.locked();
         let conn = idle().pop();
         let mut conn = match conn {
             Some(c) => c,

@@ -5,13 +5,19 @@
 //! leads, its CreateRevision is the token (what `concurrency` itself calls
 //! `Rev()`), its value the holder (etcd's `Mutex` writes an empty one).
 //!
+//! A candidate has a lease: `concurrency` puts every candidate key under
+//! its session's lease ([`Layout::candidates_hold_leases`]). A key without
+//! one under the prefix (a config key beside the elections) is no
+//! candidate: counted as an ignored key, its value never read as a holder
+//! (nor shown as a label), and so is its deletion.
+//!
 //! No hint: `concurrency` writes nothing about how a term ended, so the
 //! end cause is what the state machine can tell (a lease-less key deleted,
 //! a lease etcd no longer knows) or `unknown`.
 
 use super::path::{candidate, Prefix};
 use super::{Layout, Role};
-use crate::election::Layout as KeyLayout;
+use crate::election::KeyLayout;
 
 /// The name of this layout in `--source concurrency:PREFIX`.
 pub const NAME: &str = "concurrency";
@@ -53,6 +59,10 @@ impl Layout for Concurrency {
             return Role::Invalid;
         }
         candidate(parent, KeyLayout::Queue)
+    }
+
+    fn candidates_hold_leases(&self) -> bool {
+        true
     }
 }
 

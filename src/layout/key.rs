@@ -1,12 +1,15 @@
 //! One key, one election: each key under the prefix is an election of its
 //! own, led by whoever's value sits on it while it exists (hand-written
 //! leases, Milvus-style session keys, a service's `…/leader`). Its token is
-//! the key's CreateRevision: a key written again without being deleted is
-//! the same term, as it is for tenure's own single key.
+//! the key's CreateRevision; a key written again without being deleted,
+//! with the same value and lease, is the same term. Anyone may write it:
+//! a put with another value (holder) or another lease changed hands
+//! ([`Layout::rewrite_changes_hands`]), a new term whose token is that
+//! put's revision, the old one `taken_over`.
 
 use super::path::{candidate, Prefix};
 use super::{Layout, Role};
-use crate::election::Layout as KeyLayout;
+use crate::election::KeyLayout;
 
 /// The name of this layout in `--source key:PREFIX`.
 pub const NAME: &str = "key";
@@ -37,6 +40,10 @@ impl Layout for Key {
             return Role::Ignored;
         }
         candidate(key, KeyLayout::Single)
+    }
+
+    fn rewrite_changes_hands(&self) -> bool {
+        true
     }
 }
 

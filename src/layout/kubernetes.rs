@@ -32,7 +32,7 @@
 
 use super::path::{watched_path, Prefix};
 use super::{Claim, Hold, Layout, Role, Unreadable};
-use crate::election::Layout as KeyLayout;
+use crate::election::KeyLayout;
 
 /// The name of this layout in `--source kubernetes:PREFIX`.
 pub const NAME: &str = "kubernetes";

@@ -40,7 +40,7 @@ pub mod tenure;
 
 use std::sync::Arc;
 
-use crate::election::Layout as KeyLayout;
+use crate::election::KeyLayout;
 use crate::events::EndCause;
 
 /// One way of writing elections into etcd. Object-safe: a watcher holds
@@ -63,6 +63,21 @@ pub trait Layout: Send + Sync + std::fmt::Debug {
     /// [`classify`]: Layout::classify
     fn lease_named(&self, _key: &[u8]) -> Option<i64> {
         None
+    }
+    /// Whether every candidate of this layout is put under a lease (etcd's
+    /// `concurrency` package): a [`Role::Candidate`] key put without one is
+    /// none, counted as an ignored key, and so is the deletion of a key
+    /// the state did not hold. (Default: no; a lease-less key leads too.)
+    fn candidates_hold_leases(&self) -> bool {
+        false
+    }
+    /// Whether a candidate key rewritten in place with another value (its
+    /// holder) or another lease changed hands: a new term from that write's
+    /// revision, the old one `taken_over` (the `key` layout, whose keys
+    /// anyone may write). (Default: no; a rewrite is the holder's own
+    /// update of its value, the same term.)
+    fn rewrite_changes_hands(&self) -> bool {
+        false
     }
     /// What the value of a [`Role::Hint`] key says: which term ended, and
     /// how. `None` when the value is malformed (counted as an ignored key).
@@ -444,6 +459,36 @@ impl Sources {
             Some(s) => (Some(s), s.layout.classify(key, lease)),
             None => (None, Role::Ignored),
         }
+    }
+}
+
+/// The candidates of one election in the order they lead: the lowest
+/// token first (a key's CreateRevision; where a write began the term,
+/// that write's revision), the others waiting in that order. The one rule
+/// of who leads, for every layout: the state machine and `tenure leader`
+/// both order by it.
+pub fn lead_order<T>(candidates: &mut [T], token: impl Fn(&T) -> i64) {
+    candidates.sort_by_key(token);
+}
+
+/// The candidate that leads ([`lead_order`]'s first).
+pub fn leader_of<T>(
+    candidates: impl IntoIterator<Item = T>,
+    token: impl Fn(&T) -> i64,
+) -> Option<T> {
+    candidates.into_iter().min_by_key(token)
+}
+
+/// The token of a candidate key read at rest (a snapshot, `tenure
+/// leader`), which shows only its latest write: its CreateRevision; where
+/// a rewrite changes hands ([`Layout::rewrite_changes_hands`]), the
+/// revision of that latest write (it changed hands at a write up to it:
+/// never too early).
+pub fn token_at_rest(layout: &dyn Layout, create_revision: i64, mod_revision: i64) -> i64 {
+    if layout.rewrite_changes_hands() {
+        mod_revision
+    } else {
+        create_revision
     }
 }
 

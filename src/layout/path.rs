@@ -67,7 +67,7 @@ impl Prefix {
 
 /// A candidate of the election at key path `path`, or `Invalid` where the
 /// path cannot name one ([`watched_path`]).
-pub fn candidate(path: &[u8], kind: crate::election::Layout) -> Role {
+pub fn candidate(path: &[u8], kind: crate::election::KeyLayout) -> Role {
     match watched_path(path) {
         Some(election) => Role::Candidate { election, kind },
         None => Role::Invalid,

@@ -26,7 +26,7 @@
 
 use super::path::{candidate, watched_path, Prefix};
 use super::{Layout, Role, Standing};
-use crate::election::Layout as KeyLayout;
+use crate::election::KeyLayout;
 use crate::events::EndCause;
 
 /// The name of this layout in `--source patroni:NAMESPACE`.

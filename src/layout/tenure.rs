@@ -110,7 +110,7 @@ impl Layout for Tenure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::election::Layout as KeyLayout;
+    use crate::election::KeyLayout;
 
     #[test]
     fn each_key_of_the_schema_has_its_role() {

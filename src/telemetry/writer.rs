@@ -5,6 +5,7 @@
 
 use prometheus::{IntCounter, IntGauge};
 
+use super::metrics::families::{HISTORY_COMMITS_REFUSED, HISTORY_WRITER};
 use super::{Metrics, TelemetryError};
 
 /// `tenure_history_writer` and `tenure_history_commits_refused_total`.
@@ -20,16 +21,8 @@ pub struct HistoryWriterMetrics {
 impl HistoryWriterMetrics {
     /// Creates both families in `metrics`' registry.
     pub fn register(metrics: &Metrics) -> Result<Self, TelemetryError> {
-        let writer = IntGauge::new(
-            "tenure_history_writer",
-            "1 while this replica records the history (it holds tenure/history-writer, or \
-             its history is a SQLite file of its own), else 0.",
-        )?;
-        let refused = IntCounter::new(
-            "tenure_history_commits_refused_total",
-            "History commits refused by the database's writer fence: a newer writer had \
-             already written.",
-        )?;
+        let writer = IntGauge::new(HISTORY_WRITER.name, HISTORY_WRITER.help)?;
+        let refused = IntCounter::new(HISTORY_COMMITS_REFUSED.name, HISTORY_COMMITS_REFUSED.help)?;
         metrics.registry().register(Box::new(writer.clone()))?;
         metrics.registry().register(Box::new(refused.clone()))?;
         Ok(HistoryWriterMetrics { writer, refused })

@@ -24,6 +24,11 @@
 //! them; it is not a leader by its CreateRevision, so the second check
 //! passes it by (a Lease may exist with nobody holding it).
 //!
+//! A key whose rewrites change hands (the `key` layout) is read the same
+//! way: its term's token is the revision of the write that gave it to its
+//! holder, between its CreateRevision and its ModRevision, with the lease
+//! that write put it under.
+//!
 //! The lease tells apart two timelines that happened to give the same
 //! election the same token (the same operations replayed after the
 //! restore): a new lease has another id. The holder is not compared (a
@@ -40,9 +45,9 @@
 use std::collections::HashMap;
 
 use super::{Kv, Resume};
-use crate::election::Layout as KeyLayout;
+use crate::election::KeyLayout;
 use crate::events::Witness;
-use crate::layout::{Role, Sources};
+use crate::layout::{Role, Source, Sources};
 
 /// Why `kvs`, every key of the watch range read at `revision` (the resume
 /// revision itself, or later), contradicts `resume`; `None` when it does
@@ -69,7 +74,7 @@ pub(super) fn contradiction(
                 .is_some_and(|c| c.contains(&(t.token, t.lease_id)))
                 || valued
                     .get(&t.election)
-                    .is_some_and(|(c, m)| (*c..=*m).contains(&t.token) && t.lease_id == 0);
+                    .is_some_and(|(c, m, l)| (*c..=*m).contains(&t.token) && t.lease_id == *l);
             if !there {
                 return Some(format!(
                     "history's open term of {} (token {}, lease {:x}) is not in etcd at \
@@ -119,18 +124,16 @@ pub(super) fn contradiction(
 type KeysOf = HashMap<String, Vec<(i64, i64)>>;
 
 /// Each election's keys: (CreateRevision, lease); apart, each key whose
-/// value defines its terms: the revisions its term's token may be
-/// (CreateRevision..=ModRevision).
-fn keys_of(sources: &Sources, kvs: &[Kv]) -> (KeysOf, HashMap<String, (i64, i64)>) {
+/// value defines its terms or whose rewrites change hands: the revisions
+/// its term's token may be (CreateRevision..=ModRevision), and its lease.
+fn keys_of(sources: &Sources, kvs: &[Kv]) -> (KeysOf, HashMap<String, (i64, i64, i64)>) {
     let mut elections: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
-    let mut valued: HashMap<String, (i64, i64)> = HashMap::new();
+    let mut valued: HashMap<String, (i64, i64, i64)> = HashMap::new();
     for kv in kvs {
-        match sources.classify(&kv.key, kv.lease).1 {
-            Role::Candidate {
-                election,
-                kind: KeyLayout::Lease,
-            } => {
-                valued.insert(election, (kv.create_revision, kv.mod_revision));
+        let (source, role) = sources.classify(&kv.key, kv.lease);
+        match role {
+            Role::Candidate { election, kind } if written(source, kind) => {
+                valued.insert(election, (kv.create_revision, kv.mod_revision, kv.lease));
             }
             Role::Candidate { election, .. } => elections
                 .entry(election)
@@ -153,13 +156,15 @@ fn keys_of(sources: &Sources, kvs: &[Kv]) -> (KeysOf, HashMap<String, (i64, i64)
 pub(super) fn witness_missing(sources: &Sources, w: &Witness, created: &[Kv]) -> Option<String> {
     let candidates: Vec<(String, bool, &Kv)> = created
         .iter()
-        .filter_map(|kv| match sources.classify(&kv.key, kv.lease).1 {
-            Role::Candidate { election, kind } => Some((election, kind == KeyLayout::Lease, kv)),
+        .filter_map(|kv| match sources.classify(&kv.key, kv.lease) {
+            (source, Role::Candidate { election, kind }) => {
+                Some((election, written(source, kind), kv))
+            }
             _ => None,
         })
         .collect();
-    // A key whose value defines its terms was written, not created, at its
-    // term's token.
+    // A key whose value defines its terms, or whose rewrites change hands,
+    // was written, not created, at its term's token.
     let there = candidates.iter().any(|(election, valued, kv)| {
         (kv.create_revision == w.token || *valued && kv.mod_revision == w.token)
             && kv.lease == w.lease_id
@@ -174,10 +179,17 @@ pub(super) fn witness_missing(sources: &Sources, w: &Witness, created: &[Kv]) ->
     })
 }
 
+/// Whether a candidate's term begins at a write of its key, not at its
+/// creation: a key whose value defines its terms (a Kubernetes Lease), or
+/// whose rewrites change hands (`Layout::rewrite_changes_hands`).
+fn written(source: Option<&Source>, kind: KeyLayout) -> bool {
+    kind == KeyLayout::Lease || source.is_some_and(|s| s.layout().rewrite_changes_hands())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::election::Layout;
+    use crate::election::KeyLayout;
     use crate::events::OpenTerm;
 
     fn kv(key: &str, create: i64) -> Kv {
@@ -200,7 +212,7 @@ mod tests {
                     token: *t,
                     holder: "h".into(),
                     lease_id: 0,
-                    layout: Layout::Single,
+                    layout: KeyLayout::Single,
                     started_revision: *t,
                     started_at_ms: 0,
                 })

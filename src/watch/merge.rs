@@ -27,6 +27,7 @@
 //! more ordered than on several, and one range's failure would take the
 //! others down with it.
 
+use crate::task::Locked;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -198,7 +199,7 @@ impl Many {
     /// Every range's watch anew, from after its mark (what was received is
     /// buffered, not asked for again).
     fn restart(&mut self) {
-        let running = self.running.get_mut().unwrap_or_else(|p| p.into_inner());
+        let running = self.running.locked_mut();
         *running = FuturesUnordered::new();
         for (i, (start, end)) in self.ranges.iter().enumerate() {
             let watch = open(
@@ -241,7 +242,7 @@ impl Many {
                 None => {}
             }
             self.ask_behind();
-            let running = self.running.get_mut().unwrap_or_else(|p| p.into_inner());
+            let running = self.running.locked_mut();
             let answered = if self.merge.waiting() {
                 match tokio::time::timeout(ASK_AGAIN, running.next()).await {
                     Ok(answered) => answered,
@@ -260,7 +261,7 @@ impl Many {
             // A reopen of this range starts after what it is known complete
             // up to (an idle range's progress too), never below.
             watch.advance_to(self.merge.marks[i]);
-            let running = self.running.get_mut().unwrap_or_else(|p| p.into_inner());
+            let running = self.running.locked_mut();
             running.push(next(i, watch));
             if let Some(item) = handed {
                 return item;

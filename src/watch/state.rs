@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 use std::ops::Bound;
 
-use crate::election::keys::MAX_CANDIDATE_LEN;
-use crate::election::Layout;
+use crate::election::keys::holder_of;
+use crate::election::KeyLayout;
 use crate::events::{EndCause, Event, EventKind, OpenTerm, WatchStatus};
-use crate::layout::{Claim, Reading, Role, Sources, Unreadable};
+use crate::layout::{Claim, Reading, Role, Source, Sources, Unreadable};
 
 mod revision;
 
@@ -49,7 +49,7 @@ pub struct Term {
     pub token: i64,
     pub holder: String,
     pub lease_id: i64,
-    pub layout: Layout,
+    pub layout: KeyLayout,
     pub key: Vec<u8>,
     pub started_revision: i64,
     pub started_at_ms: i64,
@@ -62,8 +62,12 @@ struct Candidate {
     /// it to its holder (`claims.rs`).
     token: i64,
     lease: i64,
-    layout: Layout,
+    layout: KeyLayout,
     value: String,
+    /// For a layout whose rewrites change hands
+    /// (`Layout::rewrite_changes_hands`): the key's CreateRevision (its
+    /// token is the write that gave it to its holder). `None` for others.
+    created: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -84,7 +88,7 @@ impl Election {
         let leader = self.leader.as_ref().map(|l| &l.key);
         self.candidates
             .iter()
-            .filter(|(k, c)| c.layout == Layout::Queue && Some(*k) != leader)
+            .filter(|(k, c)| c.layout == KeyLayout::Queue && Some(*k) != leader)
             .count()
     }
 }
@@ -108,16 +112,6 @@ impl Pending {
             deleted_as: None,
         }
     }
-}
-
-/// Holder values from etcd are untrusted and may be up to 1.5 MiB: keep at
-/// most this many bytes (cut on a character boundary, marked with `…`).
-fn holder_of(value: &[u8]) -> String {
-    let s = String::from_utf8_lossy(value);
-    if s.len() <= MAX_CANDIDATE_LEN {
-        return s.into_owned();
-    }
-    format!("{}…", crate::text::cut(&s, MAX_CANDIDATE_LEN))
 }
 
 /// All elections under the prefix, as of the last applied revision.
@@ -304,9 +298,9 @@ impl State {
     /// with none. One at most: a key put again under a lease that reads it
     /// as another election's leaves the first (`revision.rs`,
     /// `leave_other_reading`).
-    pub(super) fn holders(&self, key: &[u8]) -> Vec<(String, i64, Layout)> {
+    pub(super) fn holders(&self, key: &[u8]) -> Vec<(String, i64, KeyLayout)> {
         let named = self.sources.lease_named(key);
-        let mut found: Vec<(String, i64, Layout)> = Vec::new();
+        let mut found: Vec<(String, i64, KeyLayout)> = Vec::new();
         for lease in named.into_iter().chain([0]) {
             let (_, Role::Candidate { election, .. }) = self.sources.classify(key, lease) else {
                 continue;
@@ -323,6 +317,15 @@ impl State {
             }
         }
         found
+    }
+
+    /// What `key` (under `lease`) is: its source, its role there (a
+    /// candidate without the lease its layout's candidates hold is none:
+    /// [`leased`]), and whether a rewrite of it changes hands.
+    fn role_of(&self, key: &[u8], lease: i64) -> (Option<&Source>, Role, bool) {
+        let (source, role) = self.sources.classify(key, lease);
+        let hands = source.is_some_and(|s| s.layout().rewrite_changes_hands());
+        (source, leased(source, role, lease), hands)
     }
 
     fn track(&mut self, name: &str, at_ms: i64) -> Result<&mut Election, WatchStatus> {
@@ -408,7 +411,7 @@ impl State {
 
     /// One key of a snapshot, read through its source's layout.
     fn load_key(&mut self, kv: &Kv, at_ms: i64, statuses: &mut Vec<WatchStatus>) {
-        let (source, role) = self.sources.classify(&kv.key, kv.lease);
+        let (source, role, hands) = self.role_of(&kv.key, kv.lease);
         let reading = source.and_then(|s| s.read(&role, &kv.value));
         match role {
             // A value that cannot be read tracks nothing.
@@ -425,7 +428,12 @@ impl State {
                         e.hold(kv, Claimed::first(c, kv.mod_revision, at_ms))
                     }
                     _ => {
-                        e.candidates.insert(kv.key.clone(), candidate(kv, kind));
+                        let c = if hands {
+                            handed(kv, kind, None)
+                        } else {
+                            candidate(kv, kind)
+                        };
+                        e.candidates.insert(kv.key.clone(), c);
                     }
                 },
                 Err(s) => statuses.push(s),
@@ -458,7 +466,9 @@ impl State {
             let now = pick(&e.candidates, revision, at_ms);
             let known = open.get(name.as_str());
             match (known, now) {
-                (Some(k), Some(mut t)) if k.token == t.token || e.adopts(k, &t) => {
+                (Some(k), Some(mut t))
+                    if k.token == t.token || e.adopts(k, &t) || e.adopts_handed(k, &t) =>
+                {
                     t.token = k.token;
                     t.started_revision = k.started_revision;
                     t.started_at_ms = k.started_at_ms;
@@ -618,8 +628,9 @@ impl Election {
                 let c = Candidate {
                     token,
                     lease: kv.lease,
-                    layout: Layout::Lease,
+                    layout: KeyLayout::Lease,
                     value: holder_of(holder.as_bytes()),
+                    created: None,
                 };
                 self.candidates.insert(kv.key.clone(), c);
             }
@@ -631,12 +642,41 @@ impl Election {
     }
 
     /// Whether a term history holds open is the one a snapshot shows under
+    /// a later token, for a key whose rewrites change hands (`handed`): the
+    /// same holder and lease, its token a write of this key (at or after
+    /// its creation) at or before the snapshot's. The key keeps history's
+    /// token. A change of hands and back to the same holder and lease
+    /// while nobody watched is not seen (a gap says terms may be missing).
+    fn adopts_handed(&mut self, open: &OpenTerm, now: &Term) -> bool {
+        let Some(c) = self.candidates.get(&now.key) else {
+            return false;
+        };
+        let same = c.created.is_some_and(|created| created <= open.token)
+            && open.token <= now.token
+            && open.holder == now.holder
+            && open.lease_id == now.lease_id
+            && open.layout == now.layout;
+        if same {
+            if let Some(c) = self.candidates.remove(&now.key) {
+                self.candidates.insert(
+                    now.key.clone(),
+                    Candidate {
+                        token: open.token,
+                        ..c
+                    },
+                );
+            }
+        }
+        same
+    }
+
+    /// Whether a term history holds open is the one a snapshot shows under
     /// another token: a key whose terms its value defines, read in the
     /// snapshot with the token of its latest write (its term's first write
     /// is not in the value), held by the same holder since a write at or
     /// before it. The term keeps history's token.
     fn adopts(&mut self, open: &OpenTerm, now: &Term) -> bool {
-        let same = now.layout == Layout::Lease
+        let same = now.layout == KeyLayout::Lease
             && open.holder == now.holder
             && open.token <= now.token
             && self.claim.is_some();
@@ -666,29 +706,61 @@ fn unreadable(why: Unreadable) -> WatchStatus {
     }
 }
 
-fn candidate(kv: &Kv, layout: Layout) -> Candidate {
+/// A candidate of a layout whose candidates hold leases, without one (a
+/// put under none, or the deletion of a key the state did not hold): no
+/// candidate, counted as an ignored key (`Layout::candidates_hold_leases`).
+fn leased(source: Option<&Source>, role: Role, lease: i64) -> Role {
+    match role {
+        Role::Candidate { .. }
+            if lease == 0 && source.is_some_and(|s| s.layout().candidates_hold_leases()) =>
+        {
+            Role::Invalid
+        }
+        role => role,
+    }
+}
+
+fn candidate(kv: &Kv, layout: KeyLayout) -> Candidate {
     Candidate {
         token: kv.create_revision,
         lease: kv.lease,
         layout,
         value: holder_of(&kv.value),
+        created: None,
     }
 }
 
-/// The leader among an election's keys: the lowest CreateRevision.
+/// A candidate of a layout whose rewrites change hands, written over
+/// `before` (its key as the state held it; `None`: a new key, or one read
+/// in a snapshot, which shows only its latest write). The same holder
+/// (its value as kept, cut to `MAX_CANDIDATE_LEN`) and lease keep the
+/// term's token; another holder or lease is a new term from this write. A
+/// snapshot's rewritten key (ModRevision past its CreateRevision) may have
+/// changed hands at any write up to its latest: its token is that write's
+/// revision, never one that could be too early (history's own token is
+/// adopted where it holds the term open: [`Election::adopts_handed`]).
+fn handed(kv: &Kv, layout: KeyLayout, before: Option<&Candidate>) -> Candidate {
+    let mut c = candidate(kv, layout);
+    c.created = Some(kv.create_revision);
+    c.token = match before.filter(|b| b.created == Some(kv.create_revision)) {
+        Some(b) if b.value == c.value && b.lease == c.lease => b.token,
+        _ => kv.mod_revision,
+    };
+    c
+}
+
+/// The leader among an election's keys (`layout::leader_of`: the lowest
+/// token).
 fn pick(candidates: &Candidates, revision: i64, at_ms: i64) -> Option<Term> {
-    candidates
-        .iter()
-        .min_by_key(|(_, c)| c.token)
-        .map(|(key, c)| Term {
-            token: c.token,
-            holder: c.value.clone(),
-            lease_id: c.lease,
-            layout: c.layout,
-            key: key.clone(),
-            started_revision: revision,
-            started_at_ms: at_ms,
-        })
+    crate::layout::leader_of(candidates.iter(), |(_, c)| c.token).map(|(key, c)| Term {
+        token: c.token,
+        holder: c.value.clone(),
+        lease_id: c.lease,
+        layout: c.layout,
+        key: key.clone(),
+        started_revision: revision,
+        started_at_ms: at_ms,
+    })
 }
 
 /// A collision between `ancestor` and `nested`, on the page of each.

@@ -20,6 +20,7 @@ mod shared;
 mod text;
 pub mod timeline;
 
+use crate::task::Locked;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -170,48 +171,33 @@ impl Readiness {
 
     /// Says why the token floor could not be raised (`None`: it was).
     pub fn set_floor_problem(&self, problem: Option<String>) {
-        *self.floor_problem.lock().unwrap_or_else(|p| p.into_inner()) = problem;
+        *self.floor_problem.locked() = problem;
     }
 
     /// Says why serve could not connect to this cluster (`None`: it did).
     pub fn set_connect_problem(&self, problem: Option<String>) {
-        *self
-            .connect_problem
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = problem;
+        *self.connect_problem.locked() = problem;
     }
 
     pub fn connect_problem(&self) -> Option<String> {
-        self.connect_problem
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.connect_problem.locked().clone()
     }
 
     pub fn floor_problem(&self) -> Option<String> {
-        self.floor_problem
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.floor_problem.locked().clone()
     }
 
     /// A shared history: checks from now on that it is being recorded,
     /// allowing a revision to stay unrecorded for `stale_after`.
     pub fn check_recording(&self, stale_after: std::time::Duration) {
-        *self.recording.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(recording::Recording::new(stale_after));
+        *self.recording.locked() = Some(recording::Recording::new(stale_after));
     }
 
     /// What the shared history's database says now (or why it could not
     /// be read), compared with what this replica's watcher has seen.
     pub fn observe_recording(&self, status: Result<crate::history::WriterStatus, String>) {
         let seen = self.event_revision.load(Ordering::Relaxed);
-        if let Some(r) = self
-            .recording
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_mut()
-        {
+        if let Some(r) = self.recording.locked().as_mut() {
             r.observe(
                 status,
                 seen,
@@ -225,8 +211,7 @@ impl Readiness {
     /// writer, since when); `None` on a history of one's own.
     pub fn recording_status(&self) -> Option<crate::history::WriterStatus> {
         self.recording
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .locked()
             .as_ref()
             .and_then(|r| r.last().cloned())
     }
@@ -234,8 +219,7 @@ impl Readiness {
     /// Why the shared history is not being recorded, if it is not.
     pub fn not_recording(&self) -> Option<String> {
         self.recording
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .locked()
             .as_ref()
             .and_then(|r| r.stale(std::time::Instant::now()))
     }

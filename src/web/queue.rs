@@ -91,7 +91,7 @@ pub fn waits(events: &[Event]) -> Vec<Wait> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::election::Layout;
+    use crate::election::KeyLayout;
 
     fn ev(at_ms: i64, kind: EventKind) -> Event {
         Event {
@@ -133,7 +133,7 @@ mod tests {
                     token: 5,
                     holder: "carol".into(),
                     lease_id: 1,
-                    layout: Layout::Queue,
+                    layout: KeyLayout::Queue,
                     previous_holder: None,
                     from_snapshot: false,
                 },

@@ -103,9 +103,11 @@ impl Recording {
                 None => why.push_str("; no writer has ever written"),
             }
             match &s.last_error {
-                Some((holder, at, error)) => why.push_str(&format!(
-                    "; the last writer error, from {holder} at {} UTC: {error}",
-                    short_time(*at)
+                Some(e) => why.push_str(&format!(
+                    "; the last writer error, from {} at {} UTC: {}",
+                    e.holder,
+                    short_time(e.at_ms),
+                    e.error
                 )),
                 None => why.push_str("; no writer error recorded"),
             }
@@ -121,6 +123,7 @@ impl Recording {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::WriterError;
 
     fn status(revision: i64) -> Result<WriterStatus, String> {
         Ok(WriterStatus {
@@ -128,7 +131,11 @@ mod tests {
             watched_at_ms: Some(1_000),
             writer: Some((7, "replica-a".into())),
             writer_since_ms: None,
-            last_error: Some(("replica-a".into(), 2_000, "check constraint".into())),
+            last_error: Some(WriterError {
+                holder: "replica-a".into(),
+                at_ms: 2_000,
+                error: "check constraint".into(),
+            }),
         })
     }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client as EtcdClient, EventType, GetOptions, WatchOptions};
 use tenure::election::keys::{EndMarker, SchemaKey};
-use tenure::election::{Keys, Layout};
+use tenure::election::{KeyLayout, Keys};
 use tenure::events::{EndCause, Event, EventKind, ResumePoint};
 use tenure::history::{Query, Reader, TermRow, MAX_LIMIT};
 
@@ -103,7 +103,7 @@ pub(crate) struct LogTerm {
     pub(crate) token: i64,
     pub(crate) holder: String,
     pub(crate) lease: i64,
-    pub(crate) layout: Layout,
+    pub(crate) layout: KeyLayout,
     pub(crate) key: String,
     pub(crate) started: i64,
     pub(crate) ended: Option<(i64, LogEnd)>,
@@ -206,7 +206,7 @@ pub(crate) async fn leaders_at(
     raw: &mut EtcdClient,
     keys: &Keys,
     revision: i64,
-) -> BTreeMap<String, (i64, i64, Layout)> {
+) -> BTreeMap<String, (i64, i64, KeyLayout)> {
     let (start, end) = keys.watch_range();
     let resp = raw
         .get(
@@ -215,7 +215,7 @@ pub(crate) async fn leaders_at(
         )
         .await
         .expect("read etcd at the final revision");
-    let mut out: BTreeMap<String, (i64, i64, Layout)> = BTreeMap::new();
+    let mut out: BTreeMap<String, (i64, i64, KeyLayout)> = BTreeMap::new();
     for kv in resp.kvs() {
         if let Ok(SchemaKey::Leader { name, layout }) = keys.parse(kv.key(), kv.lease()) {
             let e = out.entry(name.as_str().to_owned()).or_insert((
@@ -474,7 +474,7 @@ pub(crate) async fn verify_history(
     // Open terms against the leaders etcd holds at the resume revision.
     let leaders = leaders_at(raw, &keys, resume.revision).await;
     v.open_terms = resume.open_terms.len();
-    let open: BTreeMap<String, (i64, i64, Layout)> = resume
+    let open: BTreeMap<String, (i64, i64, KeyLayout)> = resume
         .open_terms
         .iter()
         .map(|t| (t.election.clone(), (t.token, t.lease_id, t.layout)))
@@ -587,7 +587,7 @@ pub(crate) fn audit_fences(log: &[LogEvent], terms: &[LogTerm], keys: &Keys) -> 
                 let token: i64 = e.value.trim_start_matches('0').parse().unwrap_or(0);
                 let leading = terms.iter().any(|t| {
                     t.election == name.as_str()
-                        && t.layout == Layout::Single
+                        && t.layout == KeyLayout::Single
                         && t.token == token
                         && t.started <= e.revision
                         && t.ended.is_none_or(|(end, _)| e.revision < end)

@@ -2,7 +2,7 @@
 //! file, the schema version and WAL, corrupted rows, migration from version 1.
 
 use crate::fixtures::*;
-use tenure::election::Layout;
+use tenure::election::KeyLayout;
 use tenure::events::*;
 use tenure::history::*;
 
@@ -13,7 +13,7 @@ fn csv_quotes_and_neutralises_formulas() {
         token: 451,
         holder: holder.to_owned(),
         lease_id: -5,
-        layout: Some(Layout::Single),
+        layout: Some(KeyLayout::Single),
         started_at: format_ms(0),
         ended_at: Some(format_ms(1_500)),
         started_at_ms: 0,
@@ -303,7 +303,7 @@ async fn a_version_1_file_migrates_and_a_reset_keeps_both_timelines() {
             token: 5,
             holder: holder.into(),
             lease_id: 8,
-            layout: Layout::Single,
+            layout: KeyLayout::Single,
             previous_holder: None,
             from_snapshot: false,
         },

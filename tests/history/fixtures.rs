@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tenure::election::{FenceReason, Layout};
+use tenure::election::{FenceReason, KeyLayout};
 use tenure::events::*;
 use tenure::history::*;
 
@@ -28,7 +28,7 @@ pub(crate) fn started(token: i64, holder: &str) -> EventKind {
         token,
         holder: holder.to_owned(),
         lease_id: token * 10,
-        layout: Layout::Single,
+        layout: KeyLayout::Single,
         previous_holder: None,
         from_snapshot: false,
     }
@@ -87,7 +87,7 @@ pub(crate) fn story(t0: i64) -> Vec<Batch> {
                         ..
                     } = &mut k
                     {
-                        *layout = Layout::Queue;
+                        *layout = KeyLayout::Queue;
                         *from_snapshot = true;
                     }
                     k

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::fixtures::*;
-use tenure::election::{FenceReason, Layout};
+use tenure::election::{FenceReason, KeyLayout};
 use tenure::events::*;
 use tenure::history::*;
 
@@ -29,7 +29,7 @@ async fn writes_read_back() {
         (first.token, first.holder.as_str(), first.lease_id),
         (100, "alice", 1000)
     );
-    assert_eq!(first.layout, Some(Layout::Single));
+    assert_eq!(first.layout, Some(KeyLayout::Single));
     assert_eq!(first.started_at_ms, t0);
     assert_eq!(first.started_revision, 100);
     assert_eq!(first.ended_at_ms, Some(t0 + 5_000));
@@ -49,7 +49,7 @@ async fn writes_read_back() {
     assert_eq!(second.duration_seconds, None);
     let cache = store.terms("cache", &Query::default()).unwrap();
     assert_eq!(cache.len(), 1);
-    assert_eq!(cache[0].layout, Some(Layout::Queue));
+    assert_eq!(cache[0].layout, Some(KeyLayout::Queue));
     assert!(cache[0].from_snapshot);
 
     // Events: every one, in order, exactly as written.
@@ -82,14 +82,17 @@ async fn writes_read_back() {
     // Resume point: the revision, and the open terms of every election.
     let resume = store.resume_point().unwrap().expect("a resume point");
     assert_eq!(resume.revision, 130);
-    let open: Vec<(&str, i64, Layout)> = resume
+    let open: Vec<(&str, i64, KeyLayout)> = resume
         .open_terms
         .iter()
         .map(|t| (t.election.as_str(), t.token, t.layout))
         .collect();
     assert_eq!(
         open,
-        vec![("cache", 95, Layout::Queue), ("db", 106, Layout::Single)]
+        vec![
+            ("cache", 95, KeyLayout::Queue),
+            ("db", 106, KeyLayout::Single)
+        ]
     );
     let db_open = &resume.open_terms[1];
     assert_eq!(db_open.holder, "bob, \"the builder\"");

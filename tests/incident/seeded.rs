@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure::election::{Client, FenceReason, Layout};
+use tenure::election::{Client, FenceReason, KeyLayout};
 use tenure::events::{Batch, EndCause, Event, EventKind, Update, WatchStatus};
 use tenure::history::Store;
 use tenure::telemetry::Metrics;
@@ -23,7 +23,7 @@ pub fn started(token: i64, holder: &str) -> EventKind {
         token,
         holder: holder.to_owned(),
         lease_id: token + 0x1000,
-        layout: Layout::Single,
+        layout: KeyLayout::Single,
         previous_holder: None,
         from_snapshot: false,
     }

@@ -1,6 +1,6 @@
 //! The events of a seeded history, and the story the page tests read.
 
-use tenure::election::{FenceReason, Layout};
+use tenure::election::{FenceReason, KeyLayout};
 use tenure::events::{Batch, EndCause, Event, EventKind};
 use tenure::history::{format_ms, TermRow};
 
@@ -23,7 +23,7 @@ pub fn started(token: i64, holder: &str, previous: Option<&str>) -> EventKind {
         token,
         holder: holder.to_owned(),
         lease_id: token * 7 + 0x1000,
-        layout: Layout::Single,
+        layout: KeyLayout::Single,
         previous_holder: previous.map(str::to_owned),
         from_snapshot: false,
     }
@@ -130,7 +130,7 @@ pub fn synthetic_terms(n: i64, from: i64, to: i64) -> Vec<TermRow> {
                 token: 1000 + i,
                 holder: format!("worker-{:02}", i % 7),
                 lease_id: i,
-                layout: Some(Layout::Single),
+                layout: Some(KeyLayout::Single),
                 started_at: format_ms(start),
                 ended_at: end.map(format_ms),
                 started_at_ms: start,

@@ -1,7 +1,7 @@
 //! Metrics: exact values from the script, families, leaderless time,
 //! leader info, lease series; by default and with per-election detail.
 
-use tenure::election::Layout;
+use tenure::election::KeyLayout;
 use tenure::events::*;
 use tenure::telemetry::*;
 
@@ -448,7 +448,7 @@ fn leader_info_follows_the_holder_and_is_removed_when_the_term_ends() {
                 token: 1,
                 holder: "b2".into(),
                 lease_id: 1,
-                layout: Layout::Single,
+                layout: KeyLayout::Single,
                 previous_holder: None,
                 from_snapshot: true,
             },

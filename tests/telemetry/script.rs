@@ -1,6 +1,6 @@
 //! The scripted watcher updates the metrics and trace tests replay.
 
-use tenure::election::{FenceReason, Layout};
+use tenure::election::{FenceReason, KeyLayout};
 use tenure::events::*;
 use tenure::telemetry::{Metrics, MetricsOptions};
 
@@ -22,7 +22,7 @@ pub fn started(token: i64, holder: &str, lease_id: i64, previous: Option<&str>) 
         token,
         holder: holder.to_owned(),
         lease_id,
-        layout: Layout::Single,
+        layout: KeyLayout::Single,
         previous_holder: previous.map(str::to_owned),
         from_snapshot: false,
     }
@@ -185,7 +185,7 @@ pub fn script(base: i64) -> (Vec<Update>, u64, i64) {
                     token: 5,
                     holder: "w1".into(),
                     lease_id: 0x5,
-                    layout: Layout::Queue,
+                    layout: KeyLayout::Queue,
                     previous_holder: None,
                     from_snapshot: true,
                 },

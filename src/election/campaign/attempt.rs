@@ -8,7 +8,7 @@ use etcd_client::{
 use super::{header_revision, Attempt, Backoff};
 use crate::election::floor::floor_value;
 use crate::election::{
-    keys, pick_leader, Client, ElectionName, EndMarkerCause, Error, Layout, Leader,
+    keys, pick_leader, Client, ElectionName, EndMarkerCause, Error, KeyLayout, Leader,
 };
 
 impl Client {
@@ -21,7 +21,7 @@ impl Client {
         name: &ElectionName,
         candidate: &str,
         lease_id: i64,
-        layout: Layout,
+        layout: KeyLayout,
     ) -> Result<Attempt, Error> {
         let mut backoff = Backoff::new();
         let mut tries = 0;
@@ -48,9 +48,9 @@ impl Client {
         name: &ElectionName,
         candidate: &str,
         lease_id: i64,
-        layout: Layout,
+        layout: KeyLayout,
     ) -> Result<Attempt, Error> {
-        if layout == Layout::Queue {
+        if layout == KeyLayout::Queue {
             return self.try_queue(name, candidate, lease_id).await;
         }
         let key = self.keys.leader_key(name);
@@ -73,7 +73,7 @@ impl Client {
         let leader = pick_leader(&self.keys, name, kvs);
         let Some(token) = ours else {
             let holder = single
-                .map(|kv| Leader::from_kv(name, kv, Layout::Single))
+                .map(|kv| Leader::from_kv(name, kv, KeyLayout::Single))
                 .or(leader);
             return Ok(Attempt::Held {
                 leader: holder,
@@ -144,7 +144,7 @@ impl Client {
         };
         if let Some((key, token)) = own {
             match self
-                .end_term(name, key, token, 0, EndMarkerCause::Resigned, None)
+                .end_term(name, key, token, EndMarkerCause::Resigned, None)
                 .await
             {
                 Ok(()) | Err(Error::NotHolder { .. }) => {}

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::{wait_in_queue, Attempt};
 use crate::election::keywatch::Watched;
 use crate::election::lease::{LossReason, Session, Ttl};
-use crate::election::{keys, pick_leader, Client, ElectionName, Error, Layout, Leader};
+use crate::election::{keys, pick_leader, Client, ElectionName, Error, KeyLayout, Leader};
 
 /// A term won by [`Client::acquire_detached`]: nobody keeps its lease alive
 /// but the candidate, through [`Client::renew`].
@@ -37,7 +37,7 @@ impl Client {
         ttl: Ttl,
         wait: Option<Duration>,
     ) -> Result<Result<Acquired, Leader>, Error> {
-        self.acquire_detached_in(name, candidate, ttl, wait, Layout::Single)
+        self.acquire_detached_in(name, candidate, ttl, wait, KeyLayout::Single)
             .await
     }
 
@@ -53,11 +53,11 @@ impl Client {
         candidate: &str,
         ttl: Ttl,
         wait: Option<Duration>,
-        layout: Layout,
+        layout: KeyLayout,
     ) -> Result<Result<Acquired, Leader>, Error> {
         keys::validate_candidate(candidate)?;
         let deadline = wait.map(|w| Instant::now() + w);
-        if layout == Layout::Queue {
+        if layout == KeyLayout::Queue {
             return self.queue_detached(name, candidate, ttl, deadline).await;
         }
         loop {
@@ -68,7 +68,7 @@ impl Client {
             // the lease and any key it wrote go at once, not after the TTL.
             let guard = RevokeOnDrop::new(self, grant.id());
             let attempt = self
-                .acquire_resolved(name, candidate, grant.id(), Layout::Single)
+                .acquire_resolved(name, candidate, grant.id(), KeyLayout::Single)
                 .await;
             let (leader, revision) = match attempt {
                 Ok(Attempt::Won { token, .. }) => {
@@ -162,7 +162,7 @@ impl Client {
         let mut session = Session::grant(self, ttl, None).await?;
         loop {
             let attempt = match self
-                .acquire_resolved(name, candidate, session.lease_id, Layout::Queue)
+                .acquire_resolved(name, candidate, session.lease_id, KeyLayout::Queue)
                 .await
             {
                 Ok(a) => a,

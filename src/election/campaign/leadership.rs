@@ -1,6 +1,7 @@
 //! The leadership handle: one term, its deadlines, its loss signal, and
 //! what a holder does with it (resign, proclaim, guarded txn, fence).
 
+use crate::task::Locked;
 use std::time::Duration;
 
 use etcd_client::{GetOptions, PutOptions, Txn, TxnOp, TxnResponse};
@@ -210,7 +211,6 @@ impl Leadership {
                     &self.name,
                     &self.key,
                     self.token,
-                    self.session.lease_id,
                     EndMarkerCause::Resigned,
                     extra,
                 )
@@ -454,7 +454,7 @@ async fn publish(
 }
 
 fn lock(acting: &std::sync::Mutex<Acting>) -> std::sync::MutexGuard<'_, Acting> {
-    acting.lock().unwrap_or_else(|e| e.into_inner())
+    acting.locked()
 }
 
 impl Drop for Leadership {

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::deadline::Stamp;
 use super::keywatch::{RangeWatch, Watched};
 use super::lease::{LossReason, Session, Ttl};
-use super::{keys, Client, ElectionName, Error, Layout, Leader};
+use super::{keys, Client, ElectionName, Error, KeyLayout, Leader};
 
 pub use detached::Acquired;
 pub use leadership::Leadership;
@@ -38,13 +38,13 @@ pub struct CampaignOptions {
     /// Resign and raise the loss signal on SIGTERM or SIGINT. Off by default:
     /// a library does not take over a process's signals unasked.
     pub resign_on_signal: bool,
-    /// [`Layout::Single`] (default): one leader key, created by a
+    /// [`KeyLayout::Single`] (default): one leader key, created by a
     /// compare-and-create txn; waiters retry when it goes.
-    /// [`Layout::Queue`]: etcd's own layout, `election/<name>/<lease-hex>`:
+    /// [`KeyLayout::Queue`]: etcd's own layout, `election/<name>/<lease-hex>`:
     /// candidates queue by CreateRevision (together with Go
     /// `concurrency.Election` and `etcdctl elect` candidates) and each
     /// waiter watches only its predecessor.
-    pub layout: Layout,
+    pub layout: KeyLayout,
     /// Who says when the holder acted as leader (the term's acting record,
     /// `election::acting`): see [`ActingReports`].
     pub acting: ActingReports,
@@ -74,14 +74,14 @@ impl CampaignOptions {
             ttl,
             margin: None,
             resign_on_signal: false,
-            layout: Layout::Single,
+            layout: KeyLayout::Single,
             acting: ActingReports::Automatic,
         }
     }
 
     /// The same options, queueing in etcd's own layout.
     pub fn queued(mut self) -> Self {
-        self.layout = Layout::Queue;
+        self.layout = KeyLayout::Queue;
         self
     }
 }

@@ -517,8 +517,12 @@ pub(in crate::history) fn writer_status(
         status.writer = Some((token, row.try_get(1)?));
         status.writer_since_ms = Some(row.try_get(5)?);
     }
-    if let (Some(e), Some(at)) = (error, error_at) {
-        status.last_error = Some((error_holder.unwrap_or_default(), at, e));
+    if let (Some(error), Some(at_ms)) = (error, error_at) {
+        status.last_error = Some(crate::history::WriterError {
+            holder: error_holder.unwrap_or_default(),
+            at_ms,
+            error,
+        });
     }
     Ok(status)
 }

@@ -201,7 +201,7 @@ fn final_margin(t: &Term, now_ms: i64) -> Option<Final> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::election::Layout;
+    use crate::election::KeyLayout;
 
     /// Revisions in the order of the times (one per millisecond).
     fn event(at_ms: i64, kind: EventKind) -> Event {
@@ -220,7 +220,7 @@ mod tests {
                 token,
                 holder: "h".into(),
                 lease_id: 1,
-                layout: Layout::Single,
+                layout: KeyLayout::Single,
                 previous_holder: None,
                 from_snapshot: false,
             },
@@ -356,7 +356,7 @@ mod tests {
                 token: 5,
                 holder: "h".into(),
                 lease_id: 1,
-                layout: Layout::Single,
+                layout: KeyLayout::Single,
                 previous_holder: None,
                 from_snapshot: true,
             },

@@ -14,10 +14,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::exposition::push_label_value;
+use super::families::{get, Id};
 
 /// Families that are the process's, not a cluster's: taken from the
 /// serve-wide part only.
-const SERVE_WIDE: [&str; 1] = ["tenure_build_info"];
+const SERVE_WIDE: [&str; 1] = [get(Id::BuildInfo).name];
 
 /// One family's lines: the header, then samples.
 #[derive(Default)]

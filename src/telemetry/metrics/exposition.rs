@@ -11,7 +11,7 @@ use prometheus::TextEncoder;
 
 use super::election::{cause_index, fence_reason_index, Election};
 use super::families::{
-    Family, Id, Scope, CAUSES_SORTED, CHECK_RESULTS, FAMILIES, FENCE_REASONS_SORTED,
+    Family, Id, SeriesScope, CAUSES_SORTED, CHECK_RESULTS, FAMILIES, FENCE_REASONS_SORTED,
     TERM_DURATION_BUCKETS,
 };
 
@@ -36,9 +36,9 @@ pub(super) fn write_all(
         FAMILIES
             .iter()
             .filter(|f| match f.scope {
-                Scope::Process => false,
-                Scope::Election => true,
-                Scope::ElectionDetail => detail,
+                SeriesScope::Process => false,
+                SeriesScope::Election => true,
+                SeriesScope::ElectionDetail => detail,
             })
             .map(|f| (f.name, Part::Election(f))),
     );

@@ -27,7 +27,7 @@ impl Kind {
 
 /// Where a family's values live, and so how many series it has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
+pub enum SeriesScope {
     /// The process (or the whole fleet of elections): a fixed number of
     /// series, whatever the number of elections. Registry metrics.
     Process,
@@ -83,7 +83,7 @@ pub struct Family {
     pub labels: &'static [&'static str],
     /// Upper bounds of a histogram's buckets (`+Inf` not included).
     pub buckets: &'static [f64],
-    pub scope: Scope,
+    pub scope: SeriesScope,
 }
 
 /// Buckets of the margin histogram (seconds; negative: two holders acted at
@@ -109,7 +109,7 @@ const fn family(
     help: &'static str,
     kind: Kind,
     labels: &'static [&'static str],
-    scope: Scope,
+    scope: SeriesScope,
 ) -> Family {
     Family {
         id,
@@ -123,7 +123,7 @@ const fn family(
 }
 
 use Kind::{Counter, Gauge, Histogram};
-use Scope::{Election, ElectionDetail, Process};
+use SeriesScope::{Election, ElectionDetail, Process};
 
 /// Every family, in name order (the order of the exposition).
 pub const FAMILIES: [Family; 29] = [
@@ -390,6 +390,29 @@ pub const FAMILIES: [Family; 29] = [
         Process,
     ),
 ];
+
+/// A family `tenure serve` registers beside [`FAMILIES`], as an ordinary
+/// registry metric of its own (the history writer's, `telemetry/writer.rs`):
+/// its name and help.
+#[derive(Debug, Clone, Copy)]
+pub struct ServeFamily {
+    pub name: &'static str,
+    pub help: &'static str,
+}
+
+/// 1 while this replica records the history.
+pub const HISTORY_WRITER: ServeFamily = ServeFamily {
+    name: "tenure_history_writer",
+    help: "1 while this replica records the history (it holds tenure/history-writer, or \
+           its history is a SQLite file of its own), else 0.",
+};
+
+/// Commits the writer fence refused.
+pub const HISTORY_COMMITS_REFUSED: ServeFamily = ServeFamily {
+    name: "tenure_history_commits_refused_total",
+    help: "History commits refused by the database's writer fence: a newer writer had \
+           already written.",
+};
 
 /// The declaration of `id`.
 pub const fn get(id: Id) -> &'static Family {

@@ -77,6 +77,7 @@ mod exposition;
 pub mod families;
 mod registry;
 
+use crate::task::Locked;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -187,7 +188,7 @@ impl Metrics {
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Box<Election>>> {
-        self.elections.lock().unwrap_or_else(|p| p.into_inner())
+        self.elections.locked()
     }
 
     /// The state of election `name` (capped), created when first seen
@@ -322,11 +323,7 @@ impl Metrics {
                     }
                 }
                 drop(elections);
-                let finals = self
-                    .margins
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .apply(&batch.events, now_ms);
+                let finals = self.margins.locked().apply(&batch.events, now_ms);
                 for f in finals {
                     let ended = if f.resigned { "resigned" } else { "lost" };
                     if let Ok(h) = self.p.margin.get_metric_with_label_values(&[ended]) {

@@ -1,5 +1,5 @@
 //! The families whose series do not multiply with elections (the process's
-//! and the fleet-wide ones, [`Scope::Process`]): ordinary metrics of a
+//! and the fleet-wide ones, [`SeriesScope::Process`]): ordinary metrics of a
 //! [`prometheus::Registry`], built from their declarations.
 
 use prometheus::core::Collector;
@@ -10,7 +10,7 @@ use prometheus::{
 
 use crate::events::{EndCause, RestartReason};
 
-use super::families::{get, Id, Kind, Scope};
+use super::families::{get, Id, Kind, SeriesScope};
 use super::TelemetryError;
 
 /// The registry metrics, each registered once.
@@ -38,7 +38,7 @@ pub(super) struct Process {
 }
 
 impl Process {
-    /// Creates every [`Scope::Process`] family in `r`, its labelled series
+    /// Creates every [`SeriesScope::Process`] family in `r`, its labelled series
     /// at zero (build info at 1).
     pub fn register(r: &Registry) -> Result<Self, TelemetryError> {
         let p = Self {
@@ -129,7 +129,7 @@ fn reg<C: Collector + Clone + 'static>(registry: &Registry, c: C) -> Result<C, T
 /// `kind`.
 fn opts(id: Id, kind: Kind) -> Result<Opts, TelemetryError> {
     let f = get(id);
-    if f.kind != kind || f.scope != Scope::Process {
+    if f.kind != kind || f.scope != SeriesScope::Process {
         return Err(TelemetryError::Metrics(prometheus::Error::Msg(format!(
             "{} is declared a {} of scope {:?}, not a registry {}",
             f.name,
@@ -178,7 +178,7 @@ mod tests {
         let names: Vec<&str> = gathered.iter().map(|mf| mf.name()).collect();
         let declared: Vec<&str> = FAMILIES
             .iter()
-            .filter(|f| f.scope == Scope::Process)
+            .filter(|f| f.scope == SeriesScope::Process)
             .map(|f| f.name)
             .collect();
         assert_eq!(names, declared);

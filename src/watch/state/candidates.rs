@@ -86,14 +86,15 @@ impl Candidates {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::election::Layout;
+    use crate::election::KeyLayout;
 
     fn c(rev: i64) -> Candidate {
         Candidate {
             token: rev,
             lease: 0,
-            layout: Layout::Queue,
+            layout: KeyLayout::Queue,
             value: String::new(),
+            created: None,
         }
     }
 

@@ -2,22 +2,33 @@
 //! through the sources' layouts, then each touched election's leader picked
 //! again, then the events of the queue and the fence.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{
-    candidate, ended, event, pick, started, unreadable, Candidate, Change, Claimed, Election, Kv,
-    Pending, State, Term,
+    candidate, ended, event, handed, pick, started, unreadable, Candidate, Change, Claimed,
+    Election, Kv, Pending, State, Term,
 };
 use crate::election::acting::ActingRecord;
-use crate::election::{fence::RefusalRecord, keys::parse_padded_token, Layout};
+use crate::election::{fence::RefusalRecord, keys::parse_padded_token, KeyLayout};
 use crate::events::{EndCause, EventKind, OpenTerm, WatchStatus};
 use crate::layout::{Claim, EndHint, Reading, Role};
+
+/// A candidate key's layout, and whether a rewrite of it changes hands
+/// (`Layout::rewrite_changes_hands`).
+#[derive(Debug, Clone, Copy)]
+struct Kind {
+    layout: KeyLayout,
+    rewrites_change_hands: bool,
+}
 
 /// What the changes of one revision said, before leaders are picked.
 #[derive(Default)]
 struct Said {
     /// Elections whose candidates changed, in the order of their first change.
     touched: Vec<String>,
+    /// The same, to tell a first change from another in constant time (a
+    /// request deleting 100,000 elections is one revision).
+    touched_set: HashSet<String>,
     /// How a term ended, by election (tenure's end marker).
     hints: HashMap<String, EndHint>,
     /// The events that follow the revision's terms: the fence's and the
@@ -33,6 +44,16 @@ struct Said {
     /// Elections whose key's value says terms passed unseen between two
     /// revisions (`claims.rs`).
     unseen: HashMap<String, (i64, i64)>,
+}
+
+impl Said {
+    /// Election `name`'s candidates changed.
+    fn touch(&mut self, name: String) {
+        if !self.touched_set.contains(&name) {
+            self.touched_set.insert(name.clone());
+            self.touched.push(name);
+        }
+    }
 }
 
 impl State {
@@ -91,7 +112,7 @@ impl State {
             Change::Put(kv) => (&kv.key, kv.lease),
             Change::Delete { key, lease, .. } => (key, lease.unwrap_or_default()),
         };
-        let (source, role) = self.sources.classify(key, lease);
+        let (source, role, hands) = self.role_of(key, lease);
         // A value is read by the layout that gave the key its role.
         let reading = match change {
             Change::Put(kv) => source.and_then(|s| s.read(&role, &kv.value)),
@@ -106,10 +127,11 @@ impl State {
                 }
             }
             (Role::Candidate { election, kind }, _) => {
-                if let Change::Put(kv) = change {
-                    self.leave_other_reading(kv, &election, at_ms, said, statuses);
-                }
-                self.candidate_changed(election, kind, change, at_ms, said, statuses)
+                let kind = Kind {
+                    layout: kind,
+                    rewrites_change_hands: hands,
+                };
+                self.candidate_read(election, kind, change, at_ms, said, statuses)
             }
             (Role::Hint { election }, Change::Put(_)) => match reading {
                 Some(Reading::Hint(h)) => {
@@ -160,6 +182,23 @@ impl State {
         }
     }
 
+    /// A candidate key's change, read: where a put reads it as another
+    /// election's than before, it leaves that one first.
+    fn candidate_read(
+        &mut self,
+        election: String,
+        kind: Kind,
+        change: &Change,
+        at_ms: i64,
+        said: &mut Said,
+        statuses: &mut Vec<WatchStatus>,
+    ) {
+        if let Change::Put(kv) = change {
+            self.leave_other_reading(kv, &election, at_ms, said, statuses);
+        }
+        self.candidate_changed(election, kind, change, at_ms, said, statuses)
+    }
+
     /// A key put again with a lease that reads it as another election's
     /// candidate (etcd's queue layout names a candidate's lease in its key:
     /// `a/1f` under lease 0x1f is `a`'s, under any other lease its own
@@ -187,7 +226,11 @@ impl State {
                 revision: kv.mod_revision,
                 lease: Some(lease),
             };
-            self.candidate_changed(other, layout, &gone, at_ms, said, statuses);
+            let kind = Kind {
+                layout,
+                rewrites_change_hands: false,
+            };
+            self.candidate_changed(other, kind, &gone, at_ms, said, statuses);
         }
     }
 
@@ -228,16 +271,14 @@ impl State {
             None => Claimed::first(claim, kv.mod_revision, at_ms),
         };
         e.hold(kv, now);
-        if !said.touched.contains(&name) {
-            said.touched.push(name);
-        }
+        said.touch(name);
     }
 
     /// A candidate of election `name` came, changed or went.
     fn candidate_changed(
         &mut self,
         name: String,
-        layout: Layout,
+        kind: Kind,
         change: &Change,
         at_ms: i64,
         said: &mut Said,
@@ -258,11 +299,13 @@ impl State {
         };
         match change {
             Change::Put(kv) => {
-                let new = e
-                    .candidates
-                    .insert(kv.key.clone(), candidate(kv, layout))
-                    .is_none();
-                if new && layout == Layout::Queue {
+                let c = if kind.rewrites_change_hands {
+                    handed(kv, kind.layout, e.candidates.get(&kv.key))
+                } else {
+                    candidate(kv, kind.layout)
+                };
+                let new = e.candidates.insert(kv.key.clone(), c).is_none();
+                if new && kind.layout == KeyLayout::Queue {
                     said.came.push((name.clone(), kv.key.clone()));
                 }
             }
@@ -270,15 +313,13 @@ impl State {
                 e.claim = None;
                 let was_leader = e.leader.as_ref().is_some_and(|l| &l.key == key);
                 if let Some(c) = e.candidates.remove(key) {
-                    if c.layout == Layout::Queue && !was_leader {
+                    if c.layout == KeyLayout::Queue && !was_leader {
                         said.left.push((name.clone(), c));
                     }
                 }
             }
         }
-        if !said.touched.contains(&name) {
-            said.touched.push(name);
-        }
+        said.touch(name);
     }
 
     /// The leader of election `name` picked again after its candidates
@@ -439,9 +480,10 @@ impl State {
 /// (ARCHITECTURE.md, "Telling end causes apart"): its key still there
 /// with its token is `superseded`; the layout's hint of this revision for
 /// its token says (for a key whose value defines its terms, what the value
-/// that ended it says); a
-/// lease-less key can only have been deleted; otherwise etcd is asked about
-/// the lease (the lookup's lease id).
+/// that ended it says); its key still there under another token changed
+/// hands (`taken_over`: `Layout::rewrite_changes_hands`); a lease-less key
+/// can only have been deleted; otherwise etcd is asked about the lease (the
+/// lookup's lease id).
 fn end_cause(e: &Election, old: &Term, hint: Option<&EndHint>) -> (EndCause, Option<i64>) {
     if e.candidates
         .get(&old.key)
@@ -450,6 +492,10 @@ fn end_cause(e: &Election, old: &Term, hint: Option<&EndHint>) -> (EndCause, Opt
         (EndCause::Superseded, None)
     } else if let Some(h) = hint {
         (h.cause, None)
+    } else if e.candidates.get(&old.key).is_some() {
+        // Its key still there under another token: written over while it
+        // stood (its lease alive), by another holder or under another lease.
+        (EndCause::TakenOver, None)
     } else if old.lease_id == 0 {
         (EndCause::Deleted, None)
     } else {

@@ -1,13 +1,18 @@
 use super::*;
+use crate::election::keys::MAX_CANDIDATE_LEN;
 
 fn put(key: &str, value: &str, create: i64, rev: i64, lease: i64) -> Change {
-    Change::Put(Kv {
+    Change::Put(kv_at(key, value, create, rev, lease))
+}
+
+fn kv_at(key: &str, value: &str, create: i64, rev: i64, lease: i64) -> Kv {
+    Kv {
         key: key.as_bytes().to_vec(),
         value: value.as_bytes().to_vec(),
         create_revision: create,
         mod_revision: rev,
         lease,
-    })
+    }
 }
 
 fn del(key: &str, rev: i64, lease: i64) -> Change {
@@ -131,7 +136,7 @@ fn queue_layout_next_lowest_takes_over_in_the_same_revision() {
         "no candidate_left: bob leads"
     );
     assert!(
-        matches!(&p[1].event.kind, EventKind::TermStarted { holder, token: 4, layout: Layout::Queue, previous_holder: Some(prev), .. } if holder == "bob" && prev == "alice")
+        matches!(&p[1].event.kind, EventKind::TermStarted { holder, token: 4, layout: KeyLayout::Queue, previous_holder: Some(prev), .. } if holder == "bob" && prev == "alice")
     );
 }
 
@@ -198,7 +203,7 @@ fn a_key_read_anew_under_another_lease_leaves_its_first_election() {
         matches!(
             &p[0].event.kind,
             EventKind::TermStarted {
-                layout: Layout::Queue,
+                layout: KeyLayout::Queue,
                 ..
             }
         ) && p[0].event.election == "a"
@@ -351,7 +356,7 @@ fn load_adopts_open_terms_and_reports_what_changed_while_away() {
         token,
         holder: "old".into(),
         lease_id: 1,
-        layout: Layout::Single,
+        layout: KeyLayout::Single,
         started_revision: token,
         started_at_ms: 42,
     };
@@ -693,7 +698,7 @@ fn a_resumed_lease_keeps_the_token_history_holds() {
         token: 14,
         holder: "b".into(),
         lease_id: 0,
-        layout: Layout::Lease,
+        layout: KeyLayout::Lease,
         started_revision: 14,
         started_at_ms: 900,
     };
@@ -732,4 +737,157 @@ fn a_resumed_lease_keeps_the_token_history_holds() {
     assert!(events.is_empty());
     assert_eq!(st, [WatchStatus::EncryptedValue]);
     assert!(s.is_empty());
+}
+
+/// etcd's `concurrency` puts every candidate under a lease: a key put
+/// without one under its prefix (a config key) is no candidate, in a
+/// revision or a snapshot, nor is its deletion; the election beside it is
+/// unaffected.
+#[test]
+fn a_key_without_a_lease_under_a_concurrency_prefix_is_no_candidate() {
+    let sources = || {
+        Sources::new(vec![
+            crate::layout::Source::parse("concurrency:/app/").expect("source")
+        ])
+    };
+    let mut s = State::new(sources(), 10);
+    let (p, st) = s.apply(5, &[put("/app/jobs/db", "postgres://x", 5, 5, 0)], 0);
+    assert!(p.is_empty(), "{p:?}");
+    assert_eq!(st, [WatchStatus::IgnoredKey]);
+    let (p, _) = s.apply(6, &[put("/app/jobs/694d", "alice", 6, 6, 0x694d)], 0);
+    assert!(
+        matches!(&p[..], [p] if matches!(&p.event.kind, EventKind::TermStarted { holder, token: 6, .. } if holder == "alice"))
+    );
+    let gone = |key: &str, rev| {
+        vec![Change::Delete {
+            key: key.as_bytes().to_vec(),
+            revision: rev,
+            lease: None,
+        }]
+    };
+    let mut config_gone = gone("/app/jobs/db", 7);
+    s.known_leases(&mut config_gone);
+    let (p, st) = s.apply(7, &config_gone, 0);
+    assert!(p.is_empty(), "{p:?}");
+    assert_eq!(st, [WatchStatus::IgnoredKey]);
+    assert_eq!(
+        s.leader("/app/jobs").map(|t| t.holder.as_str()),
+        Some("alice")
+    );
+    let mut alice_gone = gone("/app/jobs/694d", 8);
+    s.known_leases(&mut alice_gone);
+    let (p, _) = s.apply(8, &alice_gone, 0);
+    assert_eq!(kinds(&p), ["term_ended"]);
+    // In a snapshot: the config key alone names no election.
+    let mut s = State::new(sources(), 10);
+    let (ev, st) = s.load(9, &[kv_at("/app/cfg/url", "postgres://x", 3, 3, 0)], &[], 0);
+    assert!(ev.is_empty() && s.is_empty(), "{ev:?}");
+    assert_eq!(st, [WatchStatus::IgnoredKey]);
+}
+
+/// A `key`-layout key written over while it stands (another holder, or
+/// another lease: a foreign put without one strips the leader's) changed
+/// hands: the old term ends `taken_over`, a new one starts at that put's
+/// revision. The same value and lease again is the same term.
+#[test]
+fn a_key_layout_key_written_over_changed_hands() {
+    let sources = || Sources::new(vec![crate::layout::Source::parse("key:/svc/").expect("key")]);
+    let mut s = State::new(sources(), 10);
+    let (p, _) = s.apply(5, &[put("/svc/leader", "node-1", 5, 5, 0x5)], 0);
+    assert_eq!(kinds(&p), ["term_started"]);
+    let (p, _) = s.apply(6, &[put("/svc/leader", "node-1", 5, 6, 0x5)], 0);
+    assert!(p.is_empty(), "the same holder and lease: {p:?}");
+    // A foreign put without a lease.
+    let (p, _) = s.apply(7, &[put("/svc/leader", "intruder", 5, 7, 0)], 0);
+    assert!(
+        matches!(&p[0].event.kind, EventKind::TermEnded { token: 5, holder, cause: EndCause::TakenOver, .. } if holder == "node-1"),
+        "{p:?}"
+    );
+    assert_eq!(p[0].cause_lookup, None);
+    assert!(
+        matches!(&p[1].event.kind, EventKind::TermStarted { token: 7, holder, lease_id: 0, previous_holder: Some(prev), from_snapshot: false, .. } if holder == "intruder" && prev == "node-1"),
+        "{p:?}"
+    );
+    // The same holder under another lease: changed hands too.
+    let (p, _) = s.apply(8, &[put("/svc/leader", "intruder", 5, 8, 0x9)], 0);
+    assert_eq!(kinds(&p), ["term_ended", "term_started"]);
+    assert_eq!(
+        s.leader("/svc/leader").map(|t| (t.token, t.lease_id)),
+        Some((8, 0x9))
+    );
+}
+
+/// After a restart, a snapshot shows only a `key`-layout key's latest
+/// write: history's open term is adopted where it can be that write's
+/// (same holder and lease, its token between the key's creation and that
+/// write); otherwise the snapshot's term starts flagged, with its latest
+/// write's revision, never the key's creation.
+#[test]
+fn a_key_layout_term_read_in_a_snapshot_is_adopted_or_flagged() {
+    let sources = || Sources::new(vec![crate::layout::Source::parse("key:/svc/").expect("key")]);
+    let open = |token: i64, holder: &str, lease_id: i64| OpenTerm {
+        election: "/svc/leader".into(),
+        token,
+        holder: holder.into(),
+        lease_id,
+        layout: KeyLayout::Single,
+        started_revision: token,
+        started_at_ms: 42,
+    };
+    let snap = [kv_at("/svc/leader", "intruder", 5, 12, 0x9)];
+    let mut s = State::new(sources(), 10);
+    let (ev, _) = s.load(12, &snap, &[open(8, "intruder", 0x9)], 0);
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(s.leader("/svc/leader").map(|t| t.token), Some(8));
+    // Adopted, the term goes on: a later change of hands ends token 8.
+    let (p, _) = s.apply(13, &[put("/svc/leader", "node-2", 5, 13, 0x9)], 0);
+    assert!(
+        matches!(
+            &p[0].event.kind,
+            EventKind::TermEnded {
+                token: 8,
+                cause: EndCause::TakenOver,
+                ..
+            }
+        ),
+        "{p:?}"
+    );
+    // Another holder while nobody watched: history's term ends `unknown`;
+    // the snapshot's starts flagged, with its latest write's revision (it
+    // changed hands at some write up to it), never the key's creation.
+    let mut s = State::new(sources(), 10);
+    let (ev, _) = s.load(12, &snap, &[open(5, "node-1", 0x5)], 0);
+    assert!(
+        matches!(
+            &ev[0].kind,
+            EventKind::TermEnded {
+                token: 5,
+                cause: EndCause::Unknown,
+                ..
+            }
+        ),
+        "{ev:?}"
+    );
+    assert!(
+        matches!(
+            &ev[1].kind,
+            EventKind::TermStarted {
+                token: 12,
+                from_snapshot: true,
+                ..
+            }
+        ),
+        "{ev:?}"
+    );
+    // History's term from before the key's creation is not this one.
+    let mut s = State::new(sources(), 10);
+    let (ev, _) = s.load(12, &snap, &[open(3, "intruder", 0x9)], 0);
+    assert_eq!(
+        ev.iter().map(|e| e.kind.name()).collect::<Vec<_>>(),
+        ["term_ended", "term_started"]
+    );
+    // A key never rewritten keeps its CreateRevision.
+    let mut s = State::new(sources(), 10);
+    s.load(12, &[kv_at("/svc/a", "x", 4, 4, 0)], &[], 0);
+    assert_eq!(s.leader("/svc/a").map(|t| t.token), Some(4));
 }

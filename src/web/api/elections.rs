@@ -17,7 +17,7 @@ use super::error::ErrorBody;
 use super::extract::{ApiQuery, ElectionPath};
 use super::schema::NamePath;
 use super::{blocking, ApiError};
-use crate::election::Leader;
+use crate::election::{Error as ElectionError, Leader, LeaderStatus};
 use crate::events::now_ms;
 use crate::history::{self, format_ms, HistoryError, PageFrom, Query as HistoryQuery};
 use crate::text::fnv1a;
@@ -269,43 +269,13 @@ pub(super) async fn detail(
         (Some(own), Some(client)) => Some(client.leader(own).await),
         _ => None,
     };
-    let reader = s.history.clone();
-    let n = name.to_string();
-    let hour_ago = now_ms() - 3_600_000;
-    let (open, changes, known) = blocking(move || {
-        let q = HistoryQuery {
-            from_ms: Some(hour_ago),
-            to_ms: None,
-            limit: Some(history::MAX_LIMIT),
-        };
-        let terms = reader.terms(&n, &q)?;
-        let changes = terms
-            .iter()
-            .filter(|t| !t.from_snapshot && t.started_at_ms >= hour_ago)
-            .count();
-        let summary = reader.election(&n)?;
-        let known = summary.is_some();
-        Ok((summary.and_then(|e| e.current), changes, known))
-    })
-    .await?;
-    let (leader, ttl, reachable, waiting): (
-        Option<Leader>,
-        Option<i64>,
-        bool,
-        Option<Vec<Leader>>,
-    ) = match live {
-        None => (None, None, false, None),
-        Some(Ok(Some(st))) => (
-            Some(st.leader),
-            st.ttl_remaining_seconds,
-            true,
-            Some(st.waiting),
-        ),
-        Some(Ok(None)) => (None, None, true, Some(Vec::new())),
-        // Only etcd knows who waits: unknown, not "nobody".
-        Some(Err(e)) if e.is_unavailable() => (None, None, false, None),
-        Some(Err(e)) => return Err(e.into()),
-    };
+    let (open, changes, known) = recorded(&s, name.to_string()).await?;
+    let Live {
+        leader,
+        ttl,
+        reachable,
+        waiting,
+    } = Live::of(live)?;
     let read_live = name.name.own().is_some();
     if (reachable || !read_live) && leader.is_none() && !known {
         return Err(ApiError::new(
@@ -351,6 +321,67 @@ pub(super) async fn detail(
                 .collect()
         }),
     }))
+}
+
+/// What the history holds of election `n`: its open term, how many terms
+/// began in the last hour (not counting ones first seen in a snapshot),
+/// and whether it knows the election at all.
+async fn recorded(
+    s: &AppState,
+    n: String,
+) -> Result<(Option<history::OpenTerm>, usize, bool), ApiError> {
+    let reader = s.history.clone();
+    let hour_ago = now_ms() - 3_600_000;
+    let got = blocking(move || {
+        let q = HistoryQuery {
+            from_ms: Some(hour_ago),
+            to_ms: None,
+            limit: Some(history::MAX_LIMIT),
+        };
+        let terms = reader.terms(&n, &q)?;
+        let changes = terms
+            .iter()
+            .filter(|t| !t.from_snapshot && t.started_at_ms >= hour_ago)
+            .count();
+        let summary = reader.election(&n)?;
+        let known = summary.is_some();
+        Ok((summary.and_then(|e| e.current), changes, known))
+    })
+    .await?;
+    Ok(got)
+}
+
+/// What etcd answered of an election (`None`: not asked, another
+/// system's or its cluster not connected).
+struct Live {
+    leader: Option<Leader>,
+    ttl: Option<i64>,
+    reachable: bool,
+    /// Only etcd knows who waits: `None` is unknown, not "nobody".
+    waiting: Option<Vec<Leader>>,
+}
+
+impl Live {
+    fn of(answer: Option<Result<Option<LeaderStatus>, ElectionError>>) -> Result<Self, ApiError> {
+        let (leader, ttl, reachable, waiting) = match answer {
+            None => (None, None, false, None),
+            Some(Ok(Some(st))) => (
+                Some(st.leader),
+                st.ttl_remaining_seconds,
+                true,
+                Some(st.waiting),
+            ),
+            Some(Ok(None)) => (None, None, true, Some(Vec::new())),
+            Some(Err(e)) if e.is_unavailable() => (None, None, false, None),
+            Some(Err(e)) => return Err(e.into()),
+        };
+        Ok(Self {
+            leader,
+            ttl,
+            reachable,
+            waiting,
+        })
+    }
 }
 
 /// A candidate queued behind the leader, as the API shows it.

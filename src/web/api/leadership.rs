@@ -19,7 +19,7 @@ use super::error::ErrorBody;
 use super::extract::whole;
 use super::schema::OwnNamePath;
 use super::ApiError;
-use crate::election::{Error as ElectionError, FenceDecision, Layout, Ttl};
+use crate::election::{Error as ElectionError, FenceDecision, KeyLayout, Ttl};
 use crate::web::AppState;
 
 pub(super) fn routes() -> OpenApiRouter<Arc<AppState>> {
@@ -139,9 +139,9 @@ pub(super) async fn campaign(
             ttl,
             wait,
             if body.queue {
-                Layout::Queue
+                KeyLayout::Queue
             } else {
-                Layout::Single
+                KeyLayout::Single
             },
         )
         .await?

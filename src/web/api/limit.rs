@@ -1,6 +1,7 @@
 //! The campaign rate limit: one token bucket for all clients, so etcd's
 //! write rate stays bounded.
 
+use crate::task::Locked;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,7 @@ impl RateLimiter {
 
     /// Takes one token; `Err(retry_after)` when none is left.
     pub fn take(&self) -> Result<(), Duration> {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.locked();
         let now = Instant::now();
         let refill = now.duration_since(s.1).as_secs_f64() * self.per_second;
         s.0 = (s.0 + refill).min(self.per_second);

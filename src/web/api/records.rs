@@ -200,34 +200,10 @@ pub(super) async fn export(
             let _ = tx.blocking_send(Err(std::io::Error::other(e)));
         };
         if csv {
-            for (i, rows) in terms.chunks(EXPORT_CHUNK_ROWS).enumerate() {
-                let mut text = history::terms_to_csv(rows);
-                if i > 0 {
-                    // Only the first chunk keeps the header line.
-                    let body = text.find('\n').map_or(0, |p| p + 1);
-                    text.drain(..body);
-                }
-                if !send(text) {
-                    return;
-                }
-            }
-            if terms.is_empty() && !send(history::terms_to_csv(&[])) {
-                return;
-            }
+            stream_csv(&send, &terms);
             return;
         }
-        let head = json!({
-            "election": n,
-            "from": q.from_ms.map(format_ms),
-            "to": q.to_ms.map(format_ms),
-            "exported_at": format_ms(now_ms()),
-        });
-        let mut head = head.to_string();
-        head.pop(); // the closing brace: the arrays follow
-        if !send(head) {
-            return;
-        }
-        if !stream_array(&send, "terms", &terms) {
+        if !stream_head(&send, &n, &q) || !stream_array(&send, "terms", &terms) {
             return;
         }
         drop(terms);
@@ -263,6 +239,39 @@ pub(super) async fn export(
         Body::from_stream(body),
     )
         .into_response())
+}
+
+/// The terms as CSV in chunks of [`EXPORT_CHUNK_ROWS`] rows, the header
+/// line once (alone when there are none); stops when the client went away.
+fn stream_csv(send: &impl Fn(String) -> bool, terms: &[history::TermRow]) {
+    for (i, rows) in terms.chunks(EXPORT_CHUNK_ROWS).enumerate() {
+        let mut text = history::terms_to_csv(rows);
+        if i > 0 {
+            // Only the first chunk keeps the header line.
+            let body = text.find('\n').map_or(0, |p| p + 1);
+            text.drain(..body);
+        }
+        if !send(text) {
+            return;
+        }
+    }
+    if terms.is_empty() {
+        send(history::terms_to_csv(&[]));
+    }
+}
+
+/// The JSON export's opening: the election and its window, without the
+/// closing brace (the arrays follow); `false` when the client went away.
+fn stream_head(send: &impl Fn(String) -> bool, n: &str, q: &HistoryQuery) -> bool {
+    let head = json!({
+        "election": n,
+        "from": q.from_ms.map(format_ms),
+        "to": q.to_ms.map(format_ms),
+        "exported_at": format_ms(now_ms()),
+    });
+    let mut head = head.to_string();
+    head.pop();
+    send(head)
 }
 
 /// Rows per chunk of a streamed export.

@@ -52,6 +52,41 @@ enum PageError {
     History(String),
 }
 
+/// The window shown: the one asked for; else the last hour, or the hour
+/// up to an election's last change when it has been quiet longer, or from
+/// a little before a young election's first term.
+fn window_of(
+    summary: Option<&history::ElectionSummary>,
+    known_since_ms: Option<i64>,
+    from: Option<i64>,
+    to: Option<i64>,
+    now: i64,
+) -> Window {
+    let mut window = Window {
+        to_ms: to.unwrap_or(now),
+        from_ms: 0,
+        quiet: false,
+        young: false,
+    };
+    window.from_ms = from.unwrap_or(window.to_ms - DEFAULT_WINDOW_MS);
+    if from.is_none() && to.is_none() {
+        let last = summary.and_then(|s| {
+            let open = s.current.as_ref().map(|c| c.started_at_ms);
+            s.last_event_ms.max(open)
+        });
+        if let Some(last) = last.filter(|&l| l < now - DEFAULT_WINDOW_MS) {
+            window.to_ms = (last + STALE_PAD).min(now);
+            window.from_ms = window.to_ms - DEFAULT_WINDOW_MS;
+            window.quiet = true;
+        } else if let Some(first) = known_since_ms.filter(|&k| k > now - DEFAULT_WINDOW_MS) {
+            // A young election: from a little before its first term.
+            window.from_ms = fitted_from(Some(first), now);
+            window.young = true;
+        }
+    }
+    window
+}
+
 fn load_history(
     reader: &Reader,
     name: &str,
@@ -69,28 +104,7 @@ fn load_history(
         },
     )?;
     let known_since_ms = first.first().map(|t| t.started_at_ms);
-    let mut window = Window {
-        to_ms: to.unwrap_or(now),
-        from_ms: 0,
-        quiet: false,
-        young: false,
-    };
-    window.from_ms = from.unwrap_or(window.to_ms - DEFAULT_WINDOW_MS);
-    if from.is_none() && to.is_none() {
-        let last = summary.as_ref().and_then(|s| {
-            let open = s.current.as_ref().map(|c| c.started_at_ms);
-            s.last_event_ms.max(open)
-        });
-        if let Some(last) = last.filter(|&l| l < now - DEFAULT_WINDOW_MS) {
-            window.to_ms = (last + STALE_PAD).min(now);
-            window.from_ms = window.to_ms - DEFAULT_WINDOW_MS;
-            window.quiet = true;
-        } else if let Some(first) = known_since_ms.filter(|&k| k > now - DEFAULT_WINDOW_MS) {
-            // A young election: from a little before its first term.
-            window.from_ms = fitted_from(Some(first), now);
-            window.young = true;
-        }
-    }
+    let window = window_of(summary.as_ref(), known_since_ms, from, to, now);
     let q = Query {
         from_ms: Some(window.from_ms),
         to_ms: Some(window.to_ms),
@@ -250,12 +264,10 @@ async fn ask_etcd(s: &AppState, name: &Target) -> EtcdAnswer {
     }
 }
 
-async fn timeline_page(
-    s: &Arc<AppState>,
-    name: &Target,
-    params: &Params,
-    now: i64,
-) -> Result<Response, PageError> {
+/// The page's window and row limit, as its parameters give them: `from`
+/// before `to` (now when not given), a positive limit (at most
+/// `MAX_ROWS`).
+fn window(params: &Params, now: i64) -> Result<(Option<i64>, Option<i64>, usize), PageError> {
     let parse = |what: &str, v: &Option<String>| {
         v.as_deref()
             .map(parse_time)
@@ -282,7 +294,16 @@ async fn timeline_page(
             .ok_or_else(|| PageError::BadRequest(format!("limit: {l:?} is not a positive number")))?
             .min(MAX_ROWS),
     };
+    Ok((from, to, limit))
+}
 
+async fn timeline_page(
+    s: &Arc<AppState>,
+    name: &Target,
+    params: &Params,
+    now: i64,
+) -> Result<Response, PageError> {
+    let (from, to, limit) = window(params, now)?;
     let reader = s.history.clone();
     let n = name.to_string();
     let state = s.clone();

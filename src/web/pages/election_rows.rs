@@ -210,7 +210,7 @@ pub(super) fn event_view(e: &Event, replays: &[ReplayMark]) -> EventView {
             if *from_snapshot {
                 d.push_str(" (already leading when first seen)");
             }
-            if *layout == crate::election::Layout::Queue {
+            if *layout == crate::election::KeyLayout::Queue {
                 d.push_str(" · queue layout");
             }
             (d, false)

@@ -1,6 +1,6 @@
 use super::ticks::DAY;
 use super::*;
-use crate::election::{FenceReason, Layout};
+use crate::election::{FenceReason, KeyLayout};
 use crate::events::EndCause;
 use crate::history::{format_duration_ms, format_ms, short_time};
 
@@ -14,7 +14,7 @@ fn term(token: i64, holder: &str, start: i64, end: Option<i64>) -> TermRow {
         token,
         holder: holder.into(),
         lease_id: token,
-        layout: Some(Layout::Single),
+        layout: Some(KeyLayout::Single),
         started_at: format_ms(start),
         ended_at: end.map(format_ms),
         started_at_ms: start,

@@ -129,6 +129,10 @@ pub struct Watched {
     pub connector: Connector,
     pub sources: Vec<Source>,
     pub sources_only: bool,
+    /// `Some`: its Leases are read through the Kubernetes API instead of
+    /// its etcd (`serve --kubeconfig`/`--in-cluster`; no client, no
+    /// connector).
+    pub api: Option<Arc<crate::watch::kube::KubeConfig>>,
 }
 
 /// How to connect to one cluster, again and again until it answers.
@@ -303,6 +307,7 @@ async fn connect_one(s: Spec) -> anyhow::Result<Watched> {
         connector,
         sources: s.sources,
         sources_only: s.sources_only,
+        api: None,
     })
 }
 

@@ -164,7 +164,6 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
         kubeconfig: None,
         in_cluster: false,
         kube_heartbeats: false,
-        kube: None,
     };
     let code = serve::run_until(client, serve_args, async {
         let _ = shutdown_signal().await;

@@ -49,33 +49,29 @@ pub fn config(
     }))
 }
 
-/// The one watched cluster: no etcd.
-pub fn watched() -> Watched {
+/// The one watched cluster: its Leases through `api`, no etcd.
+pub fn watched(api: Arc<KubeConfig>) -> Watched {
     Watched {
         name: None,
         client: None,
         connector: Connector::none(),
         sources: Vec::new(),
         sources_only: true,
+        api: Some(api),
     }
 }
 
 /// The member's sources: the Leases' names resolve on the pages.
-pub fn adopt(kube: Option<&KubeConfig>, member: &Member) {
-    if let Some(sources) = kube.and_then(|k| k.sources().ok()) {
+pub fn adopt(kube: &KubeConfig, member: &Member) {
+    if let Ok(sources) = kube.sources() {
         let _ = member.sources.set(sources);
     }
 }
 
-/// Starts the API watcher from the one resume point; its channel is the
-/// inbox.
-pub fn start(
-    kube: &KubeConfig,
-    resumes: Vec<Option<ResumePoint>>,
-) -> anyhow::Result<(Inbox, Running)> {
+/// Starts the API watcher from `resume`; its channel is the inbox.
+pub fn start(kube: &KubeConfig, resume: Option<ResumePoint>) -> anyhow::Result<(Inbox, Running)> {
     let watcher = KubeWatcher::new(kube.clone()).context("the Lease source")?;
     let (tx, rx) = mpsc::channel::<Update>(4096);
-    let resume = resumes.into_iter().next().flatten();
     let task = crate::task::spawn("kubernetes lease watcher", async move {
         let _ = watcher.run(resume, tx).await;
     });

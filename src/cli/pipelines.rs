@@ -174,6 +174,10 @@ pub(super) async fn start(
     };
     let one = feeds.len() == 1 && feeds.iter().all(|f| f.scope().is_none());
     if let (true, [f], [m]) = (one, feeds, &mut *members) {
+        if let Some(api) = &f.watched.api {
+            // Its Leases through the Kubernetes API: no etcd, no poller.
+            return super::kube::start(api, resumes.into_iter().next().flatten());
+        }
         // One cluster: its watcher's channel is the inbox.
         let (Some(client), Some(cfg)) = (f.watched.client.clone(), &f.cfg) else {
             anyhow::bail!("not connected to etcd");

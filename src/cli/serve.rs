@@ -128,10 +128,6 @@ pub struct ServeArgs {
     #[arg(long, env = "TENURE_KUBE_HEARTBEATS")]
     pub kube_heartbeats: bool,
 
-    /// The Kubernetes API read instead of etcd (set from --kubeconfig or --in-cluster).
-    #[arg(skip)]
-    pub kube: Option<std::sync::Arc<crate::watch::kube::KubeConfig>>,
-
     /// Raise tenure's token floor when etcd starts over (always, but for
     /// `tenure dev`, whose etcd is new at every start).
     #[arg(skip = true)]
@@ -192,14 +188,14 @@ pub async fn run(client: Client, cmd: ServeCommand) -> anyhow::Result<i32> {
 /// Kubernetes API, no etcd (`kube.rs`).
 pub async fn run_kube(cmd: ServeCommand) -> anyhow::Result<i32> {
     let metrics = cmd.metrics();
-    let mut args = cmd.args;
-    args.kube = Some(super::kube::config(
+    let args = cmd.args;
+    let api = super::kube::config(
         &args.db,
         args.kubeconfig.as_deref(),
         args.kube_heartbeats,
         args.max_elections,
-    )?);
-    run_clusters(vec![super::kube::watched()], args, metrics, async {
+    )?;
+    run_clusters(vec![super::kube::watched(api)], args, metrics, async {
         let _ = shutdown_signal().await;
     })
     .await
@@ -259,6 +255,7 @@ pub async fn run_with(
         client: Some(client),
         sources: args.sources.clone(),
         sources_only: args.sources_only,
+        api: None,
     };
     run_clusters(vec![one], args, metrics, stop).await
 }
@@ -313,10 +310,7 @@ pub async fn run_clusters(
         reader: store.reader(),
         events: ctx,
     };
-    let (inbox, running) = match &args.kube {
-        Some(kube) => super::kube::start(kube, resumes)?,
-        None => super::pipelines::start(&feeds, resumes, &mut members, common).await?,
-    };
+    let (inbox, running) = super::pipelines::start(&feeds, resumes, &mut members, common).await?;
     let sinks = Sinks {
         members,
         store,
@@ -389,7 +383,9 @@ async fn members_of(
             let _ = m.sources.set(cfg.sources_read(client.keys().prefix()));
             let _ = m.client.set(client.clone());
         }
-        super::kube::adopt(own.args.kube.as_deref(), &m);
+        if let Some(api) = &f.watched.api {
+            super::kube::adopt(api, &m);
+        }
         members.push(m);
         resumes.push(resume);
     }

@@ -1,6 +1,8 @@
-//! The feed layer of `tenure serve`: a feed is one etcd cluster (its
+//! The feed layer of `tenure serve`: a feed is one cluster (its
 //! validated name, or the one unnamed cluster of a serve without
-//! `--cluster`) and what is watched in it. A feed owns its place in the
+//! `--cluster`) and its source: what is watched in its etcd, or its
+//! Leases through the Kubernetes API (`Watched::api`), both into the same
+//! state machine. A feed owns its place in the
 //! history: its resume point (the `watcher_state` keys of its scope), and
 //! on a shared PostgreSQL history its writer fence row (keyed by its name,
 //! `""` for the unnamed one) and its writer term (the election

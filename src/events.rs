@@ -81,7 +81,9 @@ impl EndCause {
                  written into its Kubernetes Lease"
             }
             EndCause::Expired => {
-                "the lease ran out: its holder stopped renewing (crash, freeze, partition)"
+                "the lease ran out: its holder stopped renewing (crash, freeze, partition); a \
+                 frozen or cut-off holder may still have believed it led until it woke, which \
+                 etcd cannot show"
             }
             EndCause::Deleted => {
                 "the key was deleted while its lease lived on (30 ms later still): a client's \

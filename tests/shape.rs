@@ -1,6 +1,6 @@
 //! The code's shape that ARCHITECTURE.md promises ("Shape"), checked: no
 //! function in the core (`src/watch`, `src/election`, `src/history`, where
-//! the logic a reviewer must follow lives) nor in `src/web` is longer than
+//! the logic a reviewer must follow lives) nor in `src/web` or `src/cli` is longer than
 //! [`MAX_CORE_FN_LINES`] lines, tests included. A longer one is cut into
 //! named steps, not allowed here; `src/web` has a few left to cut, listed
 //! with their length ([`WEB_NOT_YET_CUT`]): the list only shrinks (one that
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 const MAX_CORE_FN_LINES: usize = 80;
 
 /// The core's folders, and the others the cap holds.
-const CORE: &[&str] = &["watch", "election", "history", "web"];
+const CORE: &[&str] = &["watch", "election", "history", "web", "cli"];
 
 /// Functions of `src/web` over the cap not cut yet: (file under `src/`,
 /// name, lines at most). Only shrinks.

@@ -206,39 +206,55 @@ pub async fn run(client: &Client, args: CampaignArgs) -> anyhow::Result<i32> {
     leadership.publish_acting_in_background(leadership.ttl());
     match lead(&leadership, &mut group, &mut shutdown).await {
         Outcome::Lost(reason) => on_loss(reason, name, grace, group, leadership).await,
-        Outcome::Exited(status) => {
-            leadership.acting_stopping(Stamp::now());
-            // The command is gone; whatever it left in its group goes too,
-            // before the term ends.
-            let stopped = group.finish(false).await;
-            acting_ended(&leadership, &stopped);
-            if !stopped.survivors.is_empty() {
-                say(format_args!(
-                    "processes {:?} of the command's group survived SIGKILL",
-                    stopped.survivors
-                ));
-            }
-            let status = status.context("waiting for the command")?;
-            leadership.resign().await.context("resigning")?;
-            Ok(exit_code(status))
-        }
-        Outcome::Signal(sig) => {
-            let at = Stamp::now();
-            leadership.acting_stopping(at);
-            let stopped = group
-                .stop(kill_deadline(at, grace, hard_deadline(&leadership)))
-                .await;
-            acting_ended(&leadership, &stopped);
-            let sig_name = match sig {
-                ShutdownSignal::Term => "SIGTERM",
-                ShutdownSignal::Int => "SIGINT",
-            };
-            report_stop(format_args!("stopping on {sig_name}"), at, grace, &stopped);
-            resign_quietly(leadership).await;
-            Ok(sig.exit_code())
-        }
+        Outcome::Exited(status) => on_exit(status, group, leadership).await,
+        Outcome::Signal(sig) => on_signal(sig, grace, group, leadership).await,
         Outcome::GuardDied(status) => on_guard_died(status, name, group, leadership).await,
     }
+}
+
+/// The command exited on its own: whatever it left in its group goes too,
+/// before the term ends; then the term is resigned and its status is the
+/// exit code.
+async fn on_exit(
+    status: std::io::Result<ExitStatus>,
+    mut group: Group,
+    leadership: Leadership,
+) -> anyhow::Result<i32> {
+    leadership.acting_stopping(Stamp::now());
+    let stopped = group.finish(false).await;
+    acting_ended(&leadership, &stopped);
+    if !stopped.survivors.is_empty() {
+        say(format_args!(
+            "processes {:?} of the command's group survived SIGKILL",
+            stopped.survivors
+        ));
+    }
+    let status = status.context("waiting for the command")?;
+    leadership.resign().await.context("resigning")?;
+    Ok(exit_code(status))
+}
+
+/// SIGTERM or SIGINT: the command is stopped within the grace (killed by
+/// the term's deadline at the latest), then the term is resigned.
+async fn on_signal(
+    sig: ShutdownSignal,
+    grace: Duration,
+    mut group: Group,
+    leadership: Leadership,
+) -> anyhow::Result<i32> {
+    let at = Stamp::now();
+    leadership.acting_stopping(at);
+    let stopped = group
+        .stop(kill_deadline(at, grace, hard_deadline(&leadership)))
+        .await;
+    acting_ended(&leadership, &stopped);
+    let sig_name = match sig {
+        ShutdownSignal::Term => "SIGTERM",
+        ShutdownSignal::Int => "SIGINT",
+    };
+    report_stop(format_args!("stopping on {sig_name}"), at, grace, &stopped);
+    resign_quietly(leadership).await;
+    Ok(sig.exit_code())
 }
 
 /// Campaigns once, or waits (`--wait`, until `--wait-timeout` or a signal);

@@ -3,7 +3,7 @@
 //! stops everything and removes the temp dir.
 
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -53,10 +53,47 @@ fn find_etcd() -> anyhow::Result<PathBuf> {
 pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
     let etcd_bin = find_etcd()?;
     let dir = tempfile_dir()?;
+    let (mut etcd, endpoint) = start_etcd(&etcd_bin, &dir)?;
+    let client = Client::connect(std::slice::from_ref(&endpoint), "")
+        .await?
+        .with_op_timeout(Duration::from_secs(2));
+    until_ready(&mut etcd, &client, &endpoint).await?;
+    eprintln!("tenure dev: etcd {endpoint} (data in {})", dir.display());
+    // etcdctl beside the etcd that runs, else in PATH.
+    let etcdctl = etcd_bin
+        .parent()
+        .map(|d| d.join("etcdctl"))
+        .filter(|p| p.is_file())
+        .or_else(|| in_path("etcdctl"));
+    let programs = crate::dev::Programs {
+        tenure: std::env::current_exe().context("locating the tenure binary")?,
+        etcdctl: etcdctl.clone(),
+        endpoint: endpoint.clone(),
+    };
+    let fleet = crate::dev::start(
+        client.clone(),
+        programs,
+        Duration::from_secs(args.story_every.max(30)),
+    );
+    announce(&args, &endpoint, etcdctl.is_some());
+    let serve_args = serve_args(&args, &dir, etcdctl.is_some())?;
+    let code = serve::run_until(client, serve_args, async {
+        let _ = shutdown_signal().await;
+    })
+    .await;
+    drop(fleet);
+    let _ = etcd.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    code
+}
+
+/// The demo's etcd on two free loopback ports, its data in `dir`; its
+/// client URL.
+fn start_etcd(etcd_bin: &Path, dir: &Path) -> anyhow::Result<(tokio::process::Child, String)> {
     let (client_port, peer_port) = (free_port()?, free_port()?);
     let endpoint = format!("http://127.0.0.1:{client_port}");
     let peer = format!("http://127.0.0.1:{peer_port}");
-    let mut etcd = Command::new(&etcd_bin)
+    let etcd = Command::new(etcd_bin)
         .args(["--name", "tenure-dev", "--data-dir"])
         .arg(dir.join("etcd"))
         .args([
@@ -78,46 +115,31 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("starting {}", etcd_bin.display()))?;
+    Ok((etcd, endpoint))
+}
 
-    let client = Client::connect(std::slice::from_ref(&endpoint), "")
-        .await?
-        .with_op_timeout(Duration::from_secs(2));
-    let mut ready = false;
+/// Waits (10 s at most) until the demo's etcd answers a read.
+async fn until_ready(
+    etcd: &mut tokio::process::Child,
+    client: &Client,
+    endpoint: &str,
+) -> anyhow::Result<()> {
+    let probe = crate::election::ElectionName::new("probe")?;
     for _ in 0..100 {
         if let Some(status) = etcd.try_wait()? {
-            bail!("etcd exited at start ({status}); is port {client_port} or {peer_port} taken?");
+            bail!("etcd exited at start ({status}); is a port of {endpoint} taken?");
         }
-        if client
-            .leader(&crate::election::ElectionName::new("probe")?)
-            .await
-            .is_ok()
-        {
-            ready = true;
-            break;
+        if client.leader(&probe).await.is_ok() {
+            return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    if !ready {
-        bail!("etcd did not become ready at {endpoint} within 10 s");
-    }
-    eprintln!("tenure dev: etcd {endpoint} (data in {})", dir.display());
-    // etcdctl beside the etcd that runs, else in PATH.
-    let etcdctl = etcd_bin
-        .parent()
-        .map(|d| d.join("etcdctl"))
-        .filter(|p| p.is_file())
-        .or_else(|| in_path("etcdctl"));
-    let programs = crate::dev::Programs {
-        tenure: std::env::current_exe().context("locating the tenure binary")?,
-        etcdctl: etcdctl.clone(),
-        endpoint: endpoint.clone(),
-    };
-    let fleet = crate::dev::start(
-        client.clone(),
-        programs,
-        Duration::from_secs(args.story_every.max(30)),
-    );
-    let other = if etcdctl.is_some() {
+    bail!("etcd did not become ready at {endpoint} within 10 s")
+}
+
+/// What the demo runs, and where to look.
+fn announce(args: &DevArgs, endpoint: &str, etcdctl: bool) {
+    let other = if etcdctl {
         format!(", {}cron/leader (etcdctl elect)", crate::dev::ELECT_PREFIX)
     } else {
         eprintln!(
@@ -133,8 +155,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
         args.listen
     );
     eprintln!("tenure dev: try: TENURE_ENDPOINTS={endpoint} tenure leader boss-fight --json");
+}
 
-    let serve_args = ServeArgs {
+/// The demo's serve: open to everyone on loopback, its history in `dir`
+/// unless `--db` says otherwise.
+fn serve_args(args: &DevArgs, dir: &Path, etcdctl: bool) -> anyhow::Result<ServeArgs> {
+    Ok(ServeArgs {
         listen: args.listen,
         db: args.db.clone().unwrap_or_else(|| dir.join("history.db")),
         retention: Duration::from_secs(7 * 24 * 3600),
@@ -151,12 +177,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
         // reset each time, and a floor would refuse the demo's campaigns.
         raise_token_floor: false,
         // The other system's election, read as `--source` reads it.
-        sources: match etcdctl {
-            Some(_) => vec![crate::layout::Source::parse(&format!(
+        sources: if etcdctl {
+            vec![crate::layout::Source::parse(&format!(
                 "concurrency:{}",
                 crate::dev::ELECT_PREFIX
-            ))?],
-            None => Vec::new(),
+            ))?]
+        } else {
+            Vec::new()
         },
         clusters: Vec::new(),
         config: None,
@@ -164,15 +191,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
         kubeconfig: None,
         in_cluster: false,
         kube_heartbeats: false,
-    };
-    let code = serve::run_until(client, serve_args, async {
-        let _ = shutdown_signal().await;
     })
-    .await;
-    drop(fleet);
-    let _ = etcd.kill().await;
-    let _ = std::fs::remove_dir_all(&dir);
-    code
 }
 
 /// A fresh directory under the system temp dir.

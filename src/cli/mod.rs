@@ -17,6 +17,7 @@ mod guard;
 mod history;
 mod kube;
 mod migrate;
+mod ops;
 mod pipelines;
 mod replica;
 mod secrets;
@@ -411,29 +412,11 @@ impl Need {
             // that one stream keeps both prefixes in revision order: etcd
             // checks the whole range, so the grant is that range. With
             // --source: exactly each source's prefixes.
-            Command::Serve(cmd) => {
-                let ranges = pipelines::watched_ranges(
-                    keys.prefix(),
-                    &cmd.args.sources,
-                    cmd.args.sources_only,
-                );
-                let shown = |start: &[u8], end: &[u8]| {
-                    let (start, end) =
-                        (String::from_utf8_lossy(start), String::from_utf8_lossy(end));
-                    match crate::layout::path::prefix_range(start.as_bytes()) {
-                        Some((_, e)) if e == end.as_bytes() => {
-                            (format!("{start}*"), format!("--prefix=true read '{start}'"))
-                        }
-                        _ => (format!("{start}..{end}"), format!("read '{start}' '{end}'")),
-                    }
-                };
-                let (keys, grant) = ranges.iter().map(|(s, e)| shown(s, e)).unzip();
-                Need {
-                    access: "read",
-                    grant,
-                    keys,
-                }
-            }
+            Command::Serve(cmd) => Need::serve(&pipelines::watched_ranges(
+                keys.prefix(),
+                &cmd.args.sources,
+                cmd.args.sources_only,
+            )),
             _ => {
                 let (start, end) = keys.watch_range();
                 Need {
@@ -442,6 +425,27 @@ impl Need {
                     keys: vec![format!("{start}..{end}")],
                 }
             }
+        }
+    }
+}
+
+impl Need {
+    /// What serve reads: each watched range, as a prefix where it is one.
+    fn serve(ranges: &[(Vec<u8>, Vec<u8>)]) -> Need {
+        let shown = |start: &[u8], end: &[u8]| {
+            let (start, end) = (String::from_utf8_lossy(start), String::from_utf8_lossy(end));
+            match crate::layout::path::prefix_range(start.as_bytes()) {
+                Some((_, e)) if e == end.as_bytes() => {
+                    (format!("{start}*"), format!("--prefix=true read '{start}'"))
+                }
+                _ => (format!("{start}..{end}"), format!("read '{start}' '{end}'")),
+            }
+        };
+        let (keys, grant) = ranges.iter().map(|(s, e)| shown(s, e)).unzip();
+        Need {
+            access: "read",
+            grant,
+            keys,
         }
     }
 }
@@ -533,143 +537,21 @@ async fn run_connected(client: &Client, cli: Cli) -> anyhow::Result<i32> {
             name,
             json,
             sources,
-        } => {
-            let Some(name) = name.own() else {
-                return watched::leader(&client, name.as_str(), &sources, json).await;
-            };
-            let status = client
-                .leader(name)
-                .await
-                .with_context(|| format!("reading the leader of {name} from {at}"))?;
-            let Some(status) = status else {
-                eprintln!("tenure: nobody leads {name}");
-                return Ok(EXIT_ERROR);
-            };
-            if json {
-                println!("{}", serde_json::to_string(&status)?);
-            } else {
-                let l = &status.leader;
-                let ttl = status
-                    .ttl_remaining_seconds
-                    .map(|t| format!("{t} s left"))
-                    .unwrap_or_else(|| "no lease".to_owned());
-                println!(
-                    "{} leads {} (token {}, lease {:x}, {ttl}, {} layout)",
-                    l.holder, l.name, l.token, l.lease_id, l.layout
-                );
-                for (i, w) in status.waiting.iter().enumerate() {
-                    println!("  {}. {} waits (token {})", i + 1, w.holder, w.token);
-                }
-            }
-            if let Some(floor) = status.below_floor {
-                stderr::say(format_args!(
-                    "tenure: token {} is at or below tenure's token floor {floor}: this term \
-                     dates from before etcd was restored from a snapshot, and its fences are \
-                     refused (docs/operations.md, Restoring etcd)",
-                    status.leader.token
-                ));
-            }
-            Ok(EXIT_OK)
-        }
+        } => match name.own() {
+            Some(name) => ops::leader(&client, name, json, &at).await,
+            None => watched::leader(&client, name.as_str(), &sources, json).await,
+        },
         Command::Observe { name, json, queue } => {
-            let mut observer = client
-                .observe(&name)
-                .await
-                .with_context(|| format!("observing {name} at {at}"))?;
-            let stop = crate::election::shutdown_signal();
-            tokio::pin!(stop);
-            loop {
-                let next = async {
-                    if queue {
-                        observer.next_change().await
-                    } else {
-                        observer
-                            .next()
-                            .await
-                            .map(|leader| crate::election::Observed {
-                                leader,
-                                waiting: Vec::new(),
-                            })
-                    }
-                };
-                let change = tokio::select! {
-                    c = next => c,
-                    _ = &mut stop => return Ok(EXIT_OK),
-                };
-                let Some(seen) = change else {
-                    return match observer.take_error() {
-                        Some(e) => Err(e.into()),
-                        None => Ok(EXIT_ERROR),
-                    };
-                };
-                match (json, queue) {
-                    (true, true) => println!("{}", serde_json::to_string(&seen)?),
-                    (true, false) => println!("{}", serde_json::to_string(&seen.leader)?),
-                    (false, _) => {
-                        match &seen.leader {
-                            Some(l) => {
-                                println!("{} leads {} (token {})", l.holder, l.name, l.token)
-                            }
-                            None => println!("nobody leads {name}"),
-                        }
-                        for (i, w) in seen.waiting.iter().enumerate() {
-                            println!("  {}. {} waits (token {})", i + 1, w.holder, w.token);
-                        }
-                    }
-                }
-            }
+            ops::observe(&client, &name, ops::Shown { json, queue }, &at).await
         }
         Command::Fence {
             name,
             resource,
             token,
             json,
-        } => {
-            let d = client
-                .fence(&name, &resource, token)
-                .await
-                .with_context(|| format!("checking the fence at {at}"))?;
-            if json {
-                println!("{}", serde_json::to_string(&d)?);
-            } else if d.accepted {
-                println!("accepted: token {token} may write {resource} (election {name})");
-            } else {
-                let current = match (d.current_token, &d.current_holder) {
-                    (Some(t), Some(h)) => format!("the current term is {h:?} with token {t}"),
-                    _ => "nobody leads".to_owned(),
-                };
-                let stored = d
-                    .stored_token
-                    .map(|t| format!("; {resource} has accepted token {t}"))
-                    .unwrap_or_default();
-                println!(
-                    "refused: {}: token {token} may not write {resource}: {current}{stored}",
-                    d.reason.map(|r| r.as_str()).unwrap_or("refused")
-                );
-            }
-            Ok(if d.accepted { EXIT_OK } else { EXIT_REFUSED })
-        }
-        Command::Resign { name, token } => {
-            let l = client.resign(&name, token).await?;
-            println!(
-                "resigned: {} (token {}) no longer leads {}",
-                l.holder, l.token, l.name
-            );
-            Ok(EXIT_OK)
-        }
-        Command::Depose { name } => match client.depose(&name).await? {
-            Some(l) => {
-                println!(
-                    "deposed {} (token {}, lease {:x}) from {}",
-                    l.holder, l.token, l.lease_id, l.name
-                );
-                Ok(EXIT_OK)
-            }
-            None => {
-                eprintln!("tenure: nobody leads {name}; nothing to depose");
-                Ok(EXIT_ERROR)
-            }
-        },
+        } => ops::fence(&client, &name, &resource, token, json, &at).await,
+        Command::Resign { name, token } => ops::resign(&client, &name, token).await,
+        Command::Depose { name } => ops::depose(&client, &name).await,
     }
 }
 

@@ -856,10 +856,22 @@ async fn the_multi_row_writer_stores_what_the_sqlite_writer_stores() {
         ("a", end(11, EndCause::Resigned)),
         ("a", start(15, "h15")),
     ]);
-    for b in &batches {
+    // Stored open by one transaction; then started again and ended in one
+    // flush of the next (the end folded into a start that is not inserted).
+    batch(vec![("e", start(30, "h30"))]);
+    batch(vec![
+        ("e", start(30, "again")),
+        ("e", end(30, EndCause::Resigned)),
+    ]);
+    let (last, first) = batches.split_last().expect("batches");
+    for b in first {
         shared.write(b.clone()).await.expect("write pg");
         lite.write(b.clone()).await.expect("write sqlite");
     }
+    shared.flush().await.expect("flush pg");
+    lite.flush().await.expect("flush sqlite");
+    shared.write(last.clone()).await.expect("write pg");
+    lite.write(last.clone()).await.expect("write sqlite");
     shared.flush().await.expect("flush pg");
     lite.flush().await.expect("flush sqlite");
 
@@ -908,6 +920,13 @@ async fn the_multi_row_writer_stores_what_the_sqlite_writer_stores() {
             &Value::from("unknown")
         ),
         "recorded from its end, its later start ignored: {t20}"
+    );
+    let e_terms = lite_view[1 + 4 * 2].as_array().expect("e's terms");
+    let t30 = e_terms.iter().find(|t| t["token"] == 30).expect("term 30");
+    assert_eq!(
+        (&t30["holder"], &t30["end_cause"]),
+        (&Value::from("h30"), &Value::from("resigned")),
+        "stored open, then ended by a flush that starts it again: {t30}"
     );
     assert_elections_table_matches(&pg, "rows");
     // When the watcher was last live never goes backwards (a clock step

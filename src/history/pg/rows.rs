@@ -4,15 +4,19 @@
 //! at most five statements whatever the number
 //! of events: the events (in order: their ids keep it), the terms started,
 //! the terms ended (inserted when their start was never stored, then ended
-//! where still open: the first end recorded stands), the refusals. The
-//! `elections` table's deltas follow once, at the end of the transaction.
+//! where still open: the first end recorded stands), the refusals. A term
+//! that starts and ends in one flush (most of them, when the watcher
+//! catches up) is inserted once, ended: no conflict probe, no update;
+//! its end is sent on its own only when its row was not inserted (the
+//! term was stored before). The `elections` table's deltas follow once,
+//! at the end of the transaction.
 //!
 //! The meaning is the one-statement-per-event path's, event by event: a
 //! term's start buffered after its end (never seen from the watcher, but
 //! possible in principle) flushes what is pending first, so the two keep
 //! their order; a second start or end of one term does nothing, as it did.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use postgres::types::ToSql;
 use postgres::{Client, Statement, Transaction};
@@ -45,13 +49,17 @@ impl RowStmts {
                       WITH ORDINALITY AS u(r, a, e, t, k, h, j, o)
                  ORDER BY o",
             )?,
+            // A term that also ends in this flush is inserted ended: one
+            // row written once, not inserted, probed and updated.
             started: client.prepare(
                 "INSERT INTO terms (election, token, holder, lease_id, layout,
-                     started_at_ms, started_revision, from_snapshot, epoch)
+                     started_at_ms, started_revision, from_snapshot, epoch,
+                     ended_at_ms, ended_revision, end_cause)
                  SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::text[],
-                                      $6::int8[], $7::int8[], $8::bool[], $9::int8[])
+                                      $6::int8[], $7::int8[], $8::bool[], $9::int8[],
+                                      $10::int8[], $11::int8[], $12::text[])
                  ON CONFLICT DO NOTHING
-                 RETURNING election",
+                 RETURNING election, epoch, token",
             )?,
             // A term whose start the history never saw: recorded from its
             // end (layout unknown, start as the watcher reported it).
@@ -64,7 +72,7 @@ impl RowStmts {
                              $6::int8[], $7::int8[], $8::int8[], $9::text[], $10::int8[])
                       AS u(e, k, h, l, sa, sr, ea, er, c, ep)
                  ON CONFLICT DO NOTHING
-                 RETURNING election",
+                 RETURNING election, epoch, token",
             )?,
             // The first end recorded stands.
             ended_update: client.prepare(
@@ -112,7 +120,8 @@ struct EventCols {
     json: Vec<String>,
 }
 
-/// `terms` rows of terms started, each term once.
+/// `terms` rows of terms started, each term once; with its end when the
+/// same flush ends it.
 #[derive(Default)]
 struct StartedCols {
     election: Vec<String>,
@@ -124,10 +133,15 @@ struct StartedCols {
     revision: Vec<i64>,
     snapshot: Vec<bool>,
     epoch: Vec<i64>,
-    seen: HashSet<TermKey>,
+    ended_at: Vec<Option<i64>>,
+    ended_rev: Vec<Option<i64>>,
+    cause: Vec<Option<&'static str>>,
+    /// Each term's row.
+    seen: HashMap<TermKey, usize>,
 }
 
-/// Ends of terms, each term once.
+/// Ends of terms, each term once: those whose start is in the same flush
+/// are folded into its row (`folded`), the others sent on their own.
 #[derive(Default)]
 struct EndedCols {
     election: Vec<String>,
@@ -141,6 +155,9 @@ struct EndedCols {
     cause: Vec<&'static str>,
     epoch: Vec<i64>,
     seen: HashSet<TermKey>,
+    /// Ends folded into their start's row, by term: sent on their own
+    /// after all when that row was not inserted (the term was stored).
+    folded: Vec<(TermKey, i64, i64, &'static str)>,
 }
 
 /// `refusals` rows.
@@ -177,7 +194,7 @@ impl Pending {
         deltas.event(&event.election, event.at_ms);
         match &event.kind {
             EventKind::TermStarted { .. } => self.started.push(event, epoch),
-            EventKind::TermEnded { .. } => self.ended.push(event, epoch),
+            EventKind::TermEnded { .. } => self.ended.push(event, epoch, &mut self.started),
             EventKind::FenceRefused { .. } => {
                 self.refusals.push(event);
                 deltas.refusal(&event.election);
@@ -206,8 +223,8 @@ impl Pending {
     ) -> Result<(), HistoryError> {
         let p = std::mem::take(self);
         p.events.send(tx, s)?;
-        p.started.send(tx, s, deltas)?;
-        p.ended.send(tx, s, deltas)?;
+        let inserted = p.started.send(tx, s, deltas)?;
+        p.ended.send(tx, s, deltas, &inserted)?;
         p.refusals.send(tx, s)
     }
 
@@ -225,18 +242,21 @@ impl Pending {
 }
 
 /// Runs an insert of `terms` rows that returns each inserted row's
-/// election, and counts those rows in `deltas` (a term already stored is
-/// not counted again).
+/// election, epoch and token, and counts those rows in `deltas` (a term
+/// already stored is not counted again). Returns the terms inserted.
 fn insert_terms(
     tx: &mut Transaction<'_>,
     insert: &Statement,
     params: &[&(dyn ToSql + Sync)],
     deltas: &mut Deltas,
-) -> Result<(), HistoryError> {
+) -> Result<HashSet<TermKey>, HistoryError> {
+    let mut inserted = HashSet::new();
     for row in tx.query(insert, params)? {
-        deltas.terms(row.try_get::<_, &str>(0)?, 1);
+        let election: String = row.try_get(0)?;
+        deltas.terms(&election, 1);
+        inserted.insert((election, row.try_get(1)?, row.try_get(2)?));
     }
-    Ok(())
+    Ok(inserted)
 }
 
 impl EventCols {
@@ -286,9 +306,11 @@ impl StartedCols {
         else {
             return;
         };
-        if !self.seen.insert((event.election.clone(), epoch, *token)) {
+        let key = (event.election.clone(), epoch, *token);
+        if self.seen.contains_key(&key) {
             return;
         }
+        self.seen.insert(key, self.election.len());
         self.election.push(event.election.clone());
         self.token.push(*token);
         self.holder.push(holder.clone());
@@ -298,18 +320,36 @@ impl StartedCols {
         self.revision.push(event.revision);
         self.snapshot.push(*from_snapshot);
         self.epoch.push(epoch);
+        self.ended_at.push(None);
+        self.ended_rev.push(None);
+        self.cause.push(None);
     }
 
-    /// Inserts the starts; counts the rows inserted (a term already stored
-    /// is not counted again).
+    /// Writes the end into the row of `key`'s start when this flush has
+    /// it and it has no end yet: `false` when it has not.
+    fn end(&mut self, key: &TermKey, at: i64, revision: i64, cause: &'static str) -> bool {
+        let Some(&i) = self.seen.get(key) else {
+            return false;
+        };
+        if self.ended_at[i].is_none() {
+            self.ended_at[i] = Some(at);
+            self.ended_rev[i] = Some(revision);
+            self.cause[i] = Some(cause);
+        }
+        true
+    }
+
+    /// Inserts the starts (ended where the flush ends them); counts the
+    /// rows inserted (a term already stored is not counted again) and
+    /// returns their terms.
     fn send(
         &self,
         tx: &mut Transaction<'_>,
         s: &RowStmts,
         deltas: &mut Deltas,
-    ) -> Result<(), HistoryError> {
+    ) -> Result<HashSet<TermKey>, HistoryError> {
         if self.election.is_empty() {
-            return Ok(());
+            return Ok(HashSet::new());
         }
         insert_terms(
             tx,
@@ -324,6 +364,9 @@ impl StartedCols {
                 &self.revision,
                 &self.snapshot,
                 &self.epoch,
+                &self.ended_at,
+                &self.ended_rev,
+                &self.cause,
             ],
             deltas,
         )
@@ -331,8 +374,9 @@ impl StartedCols {
 }
 
 impl EndedCols {
-    /// A term's end, unless this flush has it already.
-    fn push(&mut self, event: &Event, epoch: i64) {
+    /// A term's end, unless this flush has it already: folded into its
+    /// start's row when `started` has it.
+    fn push(&mut self, event: &Event, epoch: i64, started: &mut StartedCols) {
         let EventKind::TermEnded {
             token,
             holder,
@@ -344,7 +388,13 @@ impl EndedCols {
         else {
             return;
         };
-        if !self.seen.insert((event.election.clone(), epoch, *token)) {
+        let key = (event.election.clone(), epoch, *token);
+        if !self.seen.insert(key.clone()) {
+            return;
+        }
+        if started.end(&key, event.at_ms, event.revision, cause.as_str()) {
+            self.folded
+                .push((key, event.at_ms, event.revision, cause.as_str()));
             return;
         }
         self.election.push(event.election.clone());
@@ -361,15 +411,38 @@ impl EndedCols {
 
     /// Inserts the terms whose start was never stored (counting them),
     /// then ends every term still open: the first end recorded stands.
+    /// A folded end whose row was not inserted (`inserted`: the term was
+    /// stored before) is one of them.
     fn send(
+        mut self,
+        tx: &mut Transaction<'_>,
+        s: &RowStmts,
+        deltas: &mut Deltas,
+        inserted: &HashSet<TermKey>,
+    ) -> Result<(), HistoryError> {
+        let mut update = EndUpdate::default();
+        for (key, at, revision, cause) in std::mem::take(&mut self.folded) {
+            if !inserted.contains(&key) {
+                update.push(key, at, revision, cause);
+            }
+        }
+        if !self.election.is_empty() {
+            self.insert(tx, s, deltas)?;
+            for i in 0..self.election.len() {
+                let key = (self.election[i].clone(), self.epoch[i], self.token[i]);
+                update.push(key, self.at[i], self.revision[i], self.cause[i]);
+            }
+        }
+        update.send(tx, s)
+    }
+
+    /// Inserts the terms whose start was never stored, ended.
+    fn insert(
         &self,
         tx: &mut Transaction<'_>,
         s: &RowStmts,
         deltas: &mut Deltas,
     ) -> Result<(), HistoryError> {
-        if self.election.is_empty() {
-            return Ok(());
-        }
         insert_terms(
             tx,
             &s.ended_insert,
@@ -387,6 +460,42 @@ impl EndedCols {
             ],
             deltas,
         )?;
+        Ok(())
+    }
+}
+
+/// Ends written onto stored rows still open: the first end recorded
+/// stands.
+#[derive(Default)]
+struct EndUpdate {
+    election: Vec<String>,
+    token: Vec<i64>,
+    at: Vec<i64>,
+    revision: Vec<i64>,
+    cause: Vec<&'static str>,
+    epoch: Vec<i64>,
+}
+
+impl EndUpdate {
+    fn push(
+        &mut self,
+        (election, epoch, token): TermKey,
+        at: i64,
+        revision: i64,
+        cause: &'static str,
+    ) {
+        self.election.push(election);
+        self.token.push(token);
+        self.at.push(at);
+        self.revision.push(revision);
+        self.cause.push(cause);
+        self.epoch.push(epoch);
+    }
+
+    fn send(&self, tx: &mut Transaction<'_>, s: &RowStmts) -> Result<(), HistoryError> {
+        if self.election.is_empty() {
+            return Ok(());
+        }
         tx.execute(
             &s.ended_update,
             &[

@@ -2,6 +2,7 @@
 //! drains the queue and commits each drained group, with the resume
 //! revision, in one transaction.
 
+use crate::task::Locked;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -140,13 +141,13 @@ impl<C: WriteConn> Writer<C> {
                     // has committed. What is queued is dropped; that writer
                     // resumes from the stored revision and records it.
                     tracing::error!(error = %e, "history: commit refused (stale writer)");
-                    *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                    *self.failure.locked() = Some(e.to_string());
                     return false;
                 }
                 Err(e) => {
                     let message = e.to_string();
                     tracing::error!(error = %message, "history: writer stopped, nothing more will be stored");
-                    *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(message);
+                    *self.failure.locked() = Some(message);
                     // Dropping the queue (and the pending flushes) tells
                     // every caller.
                     return false;

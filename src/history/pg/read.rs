@@ -1,5 +1,6 @@
 //! Reads: the pool of read-only sessions and every query of the history.
 
+use crate::task::Locked;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -44,7 +45,7 @@ impl PgPool {
         &self,
         f: impl FnOnce(&mut Client) -> Result<T, HistoryError>,
     ) -> Result<T, HistoryError> {
-        let idle = || self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let idle = || self.idle.locked();
         let conn = idle().pop();
         let mut conn = match conn {
             Some(c) => c,

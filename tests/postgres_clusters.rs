@@ -8,7 +8,7 @@
 //!   history are untouched;
 //! - a partition between one replica and cluster a only: that replica gives
 //!   up writing a (another takes it over) and keeps writing b;
-//! - cluster a's etcd down for 20 s and back: a's recording stops and
+//! - cluster a's etcd down for a minute and back: a's recording stops and
 //!   resumes, b's history is whole all along.
 //!
 //! Every check compares the history with each etcd's own log (a watch of
@@ -545,7 +545,7 @@ async fn one_clusters_etcd_down_and_back_the_other_clusters_history_whole() {
     };
     ea.kill().await;
     let down_at = tenure::events::now_ms();
-    let down = Duration::from_secs(20);
+    let down = Duration::from_secs(60);
     // All along, b's writer stays and b's watched-until keeps moving.
     fence_stays(&pg, db, "b", &b_before, down).await;
     let a_last = watched("a");
@@ -555,7 +555,7 @@ async fn one_clusters_etcd_down_and_back_the_other_clusters_history_whole() {
         "a is not recorded as watched while down"
     );
     assert!(
-        b_last > down_at + 15_000,
+        b_last > down_at + down.as_millis() as i64 - 5_000,
         "b recorded all along: {b_last} vs {down_at}"
     );
     ea.restart().await;
@@ -583,7 +583,10 @@ async fn one_clusters_etcd_down_and_back_the_other_clusters_history_whole() {
     for r in replicas.iter().flatten() {
         r.ready().await;
     }
-    println!("[figure] etcd a down 20 s: {nb} terms of b recorded exactly once meanwhile");
+    println!(
+        "[figure] etcd a down {} s: {nb} terms of b recorded exactly once meanwhile",
+        down.as_secs()
+    );
 }
 
 /// `tenure serve --db URL ARGS…` fails at once: its stderr.

@@ -9,13 +9,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
-use tokio::sync::mpsc;
 
 use super::clusters::{Connector, Watched};
-use super::pipelines::{Inbox, Member, Running};
-use crate::events::{ResumePoint, Update};
 use crate::history::Db;
-use crate::watch::kube::{ApiConfig, KubeConfig, KubeWatcher};
+use crate::watch::kube::{ApiConfig, KubeConfig};
 use crate::watch::WatchConfig;
 
 /// What to read: the kubeconfig's current context (`None`: the pod's
@@ -59,21 +56,4 @@ pub fn watched(api: Arc<KubeConfig>) -> Watched {
         sources_only: true,
         api: Some(api),
     }
-}
-
-/// The member's sources: the Leases' names resolve on the pages.
-pub fn adopt(kube: &KubeConfig, member: &Member) {
-    if let Ok(sources) = kube.sources() {
-        let _ = member.sources.set(sources);
-    }
-}
-
-/// Starts the API watcher from `resume`; its channel is the inbox.
-pub fn start(kube: &KubeConfig, resume: Option<ResumePoint>) -> anyhow::Result<(Inbox, Running)> {
-    let watcher = KubeWatcher::new(kube.clone()).context("the Lease source")?;
-    let (tx, rx) = mpsc::channel::<Update>(4096);
-    let task = crate::task::spawn("kubernetes lease watcher", async move {
-        let _ = watcher.run(resume, tx).await;
-    });
-    Ok((Inbox::One(rx), Running::of(task.abort_handle())))
 }

@@ -176,7 +176,7 @@ pub(super) async fn start(
     if let (true, [f], [m]) = (one, feeds, &mut *members) {
         if let Some(api) = &f.watched.api {
             // Its Leases through the Kubernetes API: no etcd, no poller.
-            return super::kube::start(api, resumes.into_iter().next().flatten());
+            return start_api(api, resumes.into_iter().next().flatten());
         }
         // One cluster: its watcher's channel is the inbox.
         let (Some(client), Some(cfg)) = (f.watched.client.clone(), &f.cfg) else {
@@ -219,6 +219,20 @@ pub(super) async fn start(
         crate::task::spawn("cluster pipeline", p.run().instrument(span));
     }
     Ok((Inbox::Many(rx), running))
+}
+
+/// The feed of Leases read through the Kubernetes API: its watcher from
+/// `resume`, whose channel is the inbox.
+fn start_api(
+    api: &crate::watch::kube::KubeConfig,
+    resume: Option<ResumePoint>,
+) -> anyhow::Result<(Inbox, Running)> {
+    let watcher = crate::watch::kube::KubeWatcher::new(api.clone()).context("the Lease source")?;
+    let (tx, rx) = mpsc::channel::<Update>(4096);
+    let task = crate::task::spawn("kubernetes lease watcher", async move {
+        let _ = watcher.run(resume, tx).await;
+    });
+    Ok((Inbox::One(rx), Running::of(task.abort_handle())))
 }
 
 fn register<T>(tasks: &Mutex<Vec<AbortHandle>>, task: &JoinHandle<T>) {

@@ -383,8 +383,9 @@ async fn members_of(
             let _ = m.sources.set(cfg.sources_read(client.keys().prefix()));
             let _ = m.client.set(client.clone());
         }
-        if let Some(api) = &f.watched.api {
-            super::kube::adopt(api, &m);
+        // Leases through the API: their names resolve on the pages.
+        if let Some(sources) = f.watched.api.as_ref().and_then(|a| a.sources().ok()) {
+            let _ = m.sources.set(sources);
         }
         members.push(m);
         resumes.push(resume);

@@ -195,26 +195,7 @@ fn margin_title(t: &TermRow) -> String {
 /// shown as the range it is known to lie in (`replays`).
 pub(super) fn event_view(e: &Event, replays: &[ReplayMark]) -> EventView {
     let (details, bad) = match &e.kind {
-        EventKind::TermStarted {
-            token,
-            holder,
-            previous_holder,
-            from_snapshot,
-            layout,
-            ..
-        } => {
-            let mut d = format!("{holder} leads with token {token}");
-            if let Some(p) = previous_holder {
-                d.push_str(&format!(", after {p}"));
-            }
-            if *from_snapshot {
-                d.push_str(" (already leading when first seen)");
-            }
-            if *layout == crate::election::KeyLayout::Queue {
-                d.push_str(" · queue layout");
-            }
-            (d, false)
-        }
+        EventKind::TermStarted { .. } => (started_details(&e.kind), false),
         EventKind::TermEnded {
             token,
             holder,
@@ -241,45 +222,7 @@ pub(super) fn event_view(e: &Event, replays: &[ReplayMark]) -> EventView {
         EventKind::FenceAccepted { resource, token } => {
             (format!("{resource} accepted token {token}"), false)
         }
-        EventKind::FenceRefused {
-            resource,
-            token,
-            reason,
-            current_token,
-            current_holder,
-        } => {
-            let mut d = format!("{resource} refused token {token}: {}", reason.as_str());
-            match (current_holder, current_token) {
-                (Some(h), Some(t)) => d.push_str(&format!(" (leader then: {h}, token {t})")),
-                (None, Some(t)) => d.push_str(&format!(" (leader then: token {t})")),
-                _ => {}
-            }
-            (d, true)
-        }
-        EventKind::Gap {
-            from_revision,
-            to_revision,
-        } => (
-            format!(
-                "watcher gap: etcd compacted revisions {from_revision}..{to_revision} before they \
-                 were seen; resynced from a snapshot"
-            ),
-            true,
-        ),
-        EventKind::Reset {
-            from_revision,
-            to_revision,
-            previous_cluster_id,
-            cluster_id,
-        } => (
-            format!(
-                "etcd reset: history up to revision {from_revision} is an earlier timeline \
-                 (cluster {}); recording goes on at revision {to_revision} of cluster {cluster_id:x} \
-                 (a restore or a new cluster)",
-                previous_cluster_id.map_or_else(|| "unknown".to_owned(), |c| format!("{c:x}"))
-            ),
-            true,
-        ),
+        EventKind::FenceRefused { .. } => (refused_details(&e.kind), true),
         EventKind::CandidateQueued { token, holder, .. } => (
             format!("{holder} queued (token {token} should it lead)"),
             false,
@@ -288,52 +231,25 @@ pub(super) fn event_view(e: &Event, replays: &[ReplayMark]) -> EventView {
             format!("{holder} left the queue without leading (token {token})"),
             false,
         ),
-        EventKind::TwoPrimaries {
-            member,
-            leader,
-            token,
-        } => (
-            format!(
-                "two primaries: member {member} says it is a primary while {leader} holds the \
-                 leader key (token {token}), as etcd shows them"
-            ),
-            true,
-        ),
         EventKind::Acting { record } => (
             format!(
                 "{} reported its acting in term {}{}{}",
                 record.holder,
                 record.token,
-                if record.has_end() { ": stopped" } else { ": acting" },
+                if record.has_end() {
+                    ": stopped"
+                } else {
+                    ": acting"
+                },
                 if record.late { " (reported late)" } else { "" }
             ),
             false,
         ),
-        EventKind::NameCollision { other } => (
-            format!(
-                "name collision with election {other}: one name is a path prefix of the other, so \
-                 etcd's own Election of the shorter (etcdctl elect, Go's concurrency.Election) \
-                 takes the longer one's keys for its candidates; tenure refuses new campaigns of \
-                 either until one is renamed"
-            ),
-            true,
-        ),
-        EventKind::Unobserved {
-            from_revision,
-            to_revision,
-            since_ms,
-        } => (
-            format!(
-                "not seen as they happened: the changes of revisions {from_revision}..{to_revision} \
-                 were replayed (a reconnect, a restart, or a backlog); they happened {}, not at \
-                 their recorded times",
-                since_ms.map_or_else(
-                    || "at unknown times before this".to_owned(),
-                    |s| format!("between {} and this", short_time(s))
-                )
-            ),
-            true,
-        ),
+        EventKind::Gap { .. }
+        | EventKind::Reset { .. }
+        | EventKind::TwoPrimaries { .. }
+        | EventKind::NameCollision { .. }
+        | EventKind::Unobserved { .. } => (watch_details(&e.kind), true),
     };
     EventView {
         revision: e.revision,
@@ -341,6 +257,106 @@ pub(super) fn event_view(e: &Event, replays: &[ReplayMark]) -> EventView {
         kind: e.kind.name(),
         details,
         bad,
+    }
+}
+
+/// A term's start: who, with which token, after whom, how it was seen.
+fn started_details(kind: &EventKind) -> String {
+    let EventKind::TermStarted {
+        token,
+        holder,
+        previous_holder,
+        from_snapshot,
+        layout,
+        ..
+    } = kind
+    else {
+        return String::new();
+    };
+    let mut d = format!("{holder} leads with token {token}");
+    if let Some(p) = previous_holder {
+        d.push_str(&format!(", after {p}"));
+    }
+    if *from_snapshot {
+        d.push_str(" (already leading when first seen)");
+    }
+    if *layout == crate::election::KeyLayout::Queue {
+        d.push_str(" · queue layout");
+    }
+    d
+}
+
+/// A refused fence: the resource, the token, why, and the leader then.
+fn refused_details(kind: &EventKind) -> String {
+    let EventKind::FenceRefused {
+        resource,
+        token,
+        reason,
+        current_token,
+        current_holder,
+    } = kind
+    else {
+        return String::new();
+    };
+    let mut d = format!("{resource} refused token {token}: {}", reason.as_str());
+    match (current_holder, current_token) {
+        (Some(h), Some(t)) => d.push_str(&format!(" (leader then: {h}, token {t})")),
+        (None, Some(t)) => d.push_str(&format!(" (leader then: token {t})")),
+        _ => {}
+    }
+    d
+}
+
+/// What the watch itself saw go wrong: a gap, a reset, two primaries, a
+/// name collision, changes not seen as they happened.
+fn watch_details(kind: &EventKind) -> String {
+    match kind {
+        EventKind::Gap {
+            from_revision,
+            to_revision,
+        } => format!(
+            "watcher gap: etcd compacted revisions {from_revision}..{to_revision} before they \
+             were seen; resynced from a snapshot"
+        ),
+        EventKind::Reset {
+            from_revision,
+            to_revision,
+            previous_cluster_id,
+            cluster_id,
+        } => format!(
+            "etcd reset: history up to revision {from_revision} is an earlier timeline \
+             (cluster {}); recording goes on at revision {to_revision} of cluster {cluster_id:x} \
+             (a restore or a new cluster)",
+            previous_cluster_id.map_or_else(|| "unknown".to_owned(), |c| format!("{c:x}"))
+        ),
+        EventKind::TwoPrimaries {
+            member,
+            leader,
+            token,
+        } => format!(
+            "two primaries: member {member} says it is a primary while {leader} holds the \
+             leader key (token {token}), as etcd shows them"
+        ),
+        EventKind::NameCollision { other } => format!(
+            "name collision with election {other}: one name is a path prefix of the other, so \
+             etcd's own Election of the shorter (etcdctl elect, Go's concurrency.Election) \
+             takes the longer one's keys for its candidates; tenure refuses new campaigns of \
+             either until one is renamed"
+        ),
+        EventKind::Unobserved {
+            from_revision,
+            to_revision,
+            since_ms,
+        } => format!(
+            "not seen as they happened: the changes of revisions {from_revision}..{to_revision} \
+             were replayed (a reconnect, a restart, or a backlog); they happened {}, not at \
+             their recorded times",
+            since_ms.map_or_else(
+                || "at unknown times before this".to_owned(),
+                |s| format!("between {} and this", short_time(s))
+            )
+        ),
+        _ => String::new(),
     }
 }
 

@@ -23,7 +23,6 @@ const CORE: &[&str] = &["watch", "election", "history", "web", "cli"];
 const WEB_NOT_YET_CUT: &[(&str, &str, usize)] = &[
     ("web/incident/report.rs", "report_markdown", 133),
     ("web/incident/drawing.rs", "layout", 129),
-    ("web/incident/report.rs", "build_report", 107),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -20,10 +20,7 @@ const CORE: &[&str] = &["watch", "election", "history", "web", "cli"];
 
 /// Functions of `src/web` over the cap not cut yet: (file under `src/`,
 /// name, lines at most). Only shrinks.
-const WEB_NOT_YET_CUT: &[(&str, &str, usize)] = &[
-    ("web/incident/report.rs", "report_markdown", 133),
-    ("web/incident/drawing.rs", "layout", 129),
-];
+const WEB_NOT_YET_CUT: &[(&str, &str, usize)] = &[("web/incident/drawing.rs", "layout", 129)];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {

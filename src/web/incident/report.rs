@@ -426,8 +426,21 @@ fn boundary(at: &str, replayed: bool, not_before: Option<&str>) -> String {
 }
 
 pub fn report_markdown(r: &Report) -> String {
-    use std::fmt::Write;
     let mut o = String::new();
+    heading(&mut o, r);
+    summary(&mut o, r);
+    end_causes(&mut o, r);
+    who_acted_when(&mut o, r);
+    etcd_events(&mut o, r);
+    for e in &r.elections {
+        election_section(&mut o, e);
+    }
+    o
+}
+
+/// The title and what the window holds.
+fn heading(o: &mut String, r: &Report) {
+    use std::fmt::Write;
     let _ = writeln!(o, "# Leader elections: {} → {}\n", r.from, r.to);
     let _ = writeln!(
         o,
@@ -447,6 +460,11 @@ pub fn report_markdown(r: &Report) -> String {
             String::new()
         }
     );
+}
+
+/// One line per election: changes, leaderless time, refusals.
+fn summary(o: &mut String, r: &Report) {
+    use std::fmt::Write;
     let _ = writeln!(o, "## Summary\n");
     let _ = writeln!(
         o,
@@ -467,96 +485,112 @@ pub fn report_markdown(r: &Report) -> String {
             if e.truncated { "+" } else { "" }
         );
     }
-    end_causes(&mut o, r);
-    who_acted_when(&mut o, r);
+}
+
+/// etcd's own events in the window.
+fn etcd_events(o: &mut String, r: &Report) {
+    use std::fmt::Write;
     let _ = writeln!(o, "\n## etcd events\n");
     if r.etcd_events.is_empty() {
         let _ = writeln!(o, "None recorded in the window.");
-    } else {
-        let _ = writeln!(o, "| seen at | happened after | type | what |");
-        let _ = writeln!(o, "|---|---|---|---|");
-        for e in &r.etcd_events {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} | {} |",
-                e.at,
-                e.not_before.as_deref().unwrap_or("unknown"),
-                e.kind,
-                cell(&e.description)
-            );
-        }
+        return;
     }
-    for e in &r.elections {
-        let _ = writeln!(o, "\n## {}\n", cell(&e.election));
+    let _ = writeln!(o, "| seen at | happened after | type | what |");
+    let _ = writeln!(o, "|---|---|---|---|");
+    for e in &r.etcd_events {
         let _ = writeln!(
             o,
-            "Changes: {}. Leaderless: {} in total, longest {}, {} stretch(es){}{}.\n",
-            e.changes,
-            leaderless_total(e),
-            ms_or_unknown(e.longest_leaderless_ms),
-            e.leaderless_stretches
-                .map_or_else(|| "unknown".to_owned(), |n| n.to_string()),
-            if e.replayed_boundaries > 0 {
-                format!(
-                    " ({} start(s) and end(s) were replayed after a reconnect or a restart, \
-                     not seen as they happened: their times are bounds)",
-                    e.replayed_boundaries
-                )
-            } else {
-                String::new()
-            },
-            match (&e.known_since, e.truncated) {
-                (_, true) => " (too many rows for one report: only the window's first terms \
-                              and refusals are listed; narrow the window or the match)"
-                    .to_owned(),
-                (Some(k), false) => format!(" (counted from {k}, the history's first term)"),
-                (None, false) => " (no term known)".to_owned(),
-            }
+            "| {} | {} | {} | {} |",
+            e.at,
+            e.not_before.as_deref().unwrap_or("unknown"),
+            e.kind,
+            cell(&e.description)
         );
-        let _ = writeln!(o, "| holder | token | start | end | cause |");
-        let _ = writeln!(o, "|---|---:|---|---|---|");
-        for t in &e.terms {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {}{} | {} | {} |",
-                cell(&t.holder),
-                t.token,
-                boundary(&t.start, t.start_replayed, t.start_not_before.as_deref()),
-                if t.start_not_observed {
-                    " (or earlier)"
-                } else {
-                    ""
-                },
-                t.end.as_deref().map_or_else(
-                    || "leading".to_owned(),
-                    |end| boundary(end, t.end_replayed, t.end_not_before.as_deref())
-                ),
-                t.cause.as_deref().unwrap_or("—")
-            );
-        }
-        if !e.refusals.is_empty() {
-            let _ = writeln!(
-                o,
-                "\n| refused at | resource | refused token | its holder | reason | after its term ended |"
-            );
-            let _ = writeln!(o, "|---|---|---:|---|---|---:|");
-            for f in &e.refusals {
-                let _ = writeln!(
-                    o,
-                    "| {} | {} | {} | {} | {} | {} |",
-                    f.at,
-                    cell(&f.resource),
-                    f.refused_token,
-                    f.refused_holder
-                        .as_deref()
-                        .map_or_else(|| "unknown".to_owned(), cell),
-                    f.reason,
-                    ms_or_unknown(f.after_term_end_ms)
-                );
-            }
-        }
     }
-    o
+}
+
+/// One election's section: its leaderless time, terms and refusals.
+fn election_section(o: &mut String, e: &ReportElection) {
+    use std::fmt::Write;
+    let _ = writeln!(o, "\n## {}\n", cell(&e.election));
+    let _ = writeln!(
+        o,
+        "Changes: {}. Leaderless: {} in total, longest {}, {} stretch(es){}{}.\n",
+        e.changes,
+        leaderless_total(e),
+        ms_or_unknown(e.longest_leaderless_ms),
+        e.leaderless_stretches
+            .map_or_else(|| "unknown".to_owned(), |n| n.to_string()),
+        if e.replayed_boundaries > 0 {
+            format!(
+                " ({} start(s) and end(s) were replayed after a reconnect or a restart, \
+                 not seen as they happened: their times are bounds)",
+                e.replayed_boundaries
+            )
+        } else {
+            String::new()
+        },
+        match (&e.known_since, e.truncated) {
+            (_, true) => " (too many rows for one report: only the window's first terms \
+                          and refusals are listed; narrow the window or the match)"
+                .to_owned(),
+            (Some(k), false) => format!(" (counted from {k}, the history's first term)"),
+            (None, false) => " (no term known)".to_owned(),
+        }
+    );
+    terms_table(o, e);
+    refusals_table(o, e);
+}
+
+fn terms_table(o: &mut String, e: &ReportElection) {
+    use std::fmt::Write;
+    let _ = writeln!(o, "| holder | token | start | end | cause |");
+    let _ = writeln!(o, "|---|---:|---|---|---|");
+    for t in &e.terms {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {}{} | {} | {} |",
+            cell(&t.holder),
+            t.token,
+            boundary(&t.start, t.start_replayed, t.start_not_before.as_deref()),
+            if t.start_not_observed {
+                " (or earlier)"
+            } else {
+                ""
+            },
+            t.end.as_deref().map_or_else(
+                || "leading".to_owned(),
+                |end| boundary(end, t.end_replayed, t.end_not_before.as_deref())
+            ),
+            t.cause.as_deref().unwrap_or("—")
+        );
+    }
+}
+
+fn refusals_table(o: &mut String, e: &ReportElection) {
+    use std::fmt::Write;
+    if e.refusals.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n| refused at | resource | refused token | its holder | reason | after its term ended |"
+    );
+    let _ = writeln!(o, "|---|---|---:|---|---|---:|");
+    for f in &e.refusals {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} |",
+            f.at,
+            cell(&f.resource),
+            f.refused_token,
+            f.refused_holder
+                .as_deref()
+                .map_or_else(|| "unknown".to_owned(), cell),
+            f.reason,
+            ms_or_unknown(f.after_term_end_ms)
+        );
+    }
 }
 
 /// The postmortem report of a window: per election its terms, leaderless

@@ -90,73 +90,12 @@ pub fn layout(w: &Window, now: i64, width: f64) -> Drawing {
         left + (t.clamp(w.sel.from_ms, w.sel.to_ms) - w.sel.from_ms) as f64 / span * (right - left)
     };
     let top = AXIS;
-    let mut rows = Vec::with_capacity(w.lanes.len());
-    for (i, lane) in w.lanes.iter().enumerate() {
-        let y = top + i as f64 * (ROW_H + ROW_GAP);
-        let t = timeline::layout(&Input {
-            terms: &lane.terms,
-            refusals: &lane.refusals,
-            gaps: &[],
-            from_ms: w.sel.from_ms,
-            to_ms: w.sel.to_ms,
-            now_ms: now,
-            // Not every term was read: what looks leaderless may not be.
-            known_since_ms: lane.known_since_ms.filter(|_| !lane.truncated),
-            unwatched_since_ms: lane.unwatched_since,
-            width,
-        });
-        let bars = t
-            .bars
-            .into_iter()
-            .map(|mut b| {
-                b.y = Px(y + 1.0);
-                b.h = Px(ROW_H - 2.0);
-                b.label = None;
-                b.title = format!("{}\n{}", lane.activity.election, b.title);
-                b
-            })
-            .collect();
-        let overlaps = t
-            .acting
-            .into_iter()
-            .filter(|a| a.overlap.is_some())
-            .map(|mut a| {
-                a.y = Px(y + ROW_H - 6.0);
-                a.h = Px(6.0);
-                a.title = format!("{}\n{}", lane.activity.election, a.title);
-                a
-            })
-            .collect();
-        let shades = t.leaderless;
-        let marks = t
-            .refusals
-            .into_iter()
-            .map(|mut m| {
-                m.y = Px(y + ROW_H / 2.0);
-                m
-            })
-            .collect();
-        rows.push(Row {
-            href: election_href(&lane.activity.election),
-            label: truncate(&lane.activity.election, 20),
-            election: lane.activity.election.clone(),
-            y: Px(y),
-            label_y: Px(y + ROW_H / 2.0 + 4.0),
-            changes: lane.activity.started,
-            refusals: lane.activity.refusals,
-            leaderless: match (&t.not_watched, lane.truncated) {
-                (_, true) => "unknown (too many terms: narrow the window)".to_owned(),
-                (Some(nw), false) => not_watched_text(t.leaderless_ms, nw.from_ms),
-                (None, false) => format_duration_ms(t.leaderless_ms),
-            },
-            leaderless_ms: t.leaderless_ms,
-            bars,
-            overlaps,
-            shades,
-            not_watched: t.not_watched,
-            marks,
-        });
-    }
+    let rows = w
+        .lanes
+        .iter()
+        .enumerate()
+        .map(|(i, lane)| row(w, lane, top + i as f64 * (ROW_H + ROW_GAP), now, width))
+        .collect();
     let bottom = top + w.lanes.len().max(1) as f64 * (ROW_H + ROW_GAP);
     let mark = |at: i64, kind: &'static str, title: String| ClusterMark {
         x: Px(x(at)),
@@ -171,21 +110,7 @@ pub fn layout(w: &Window, now: i64, width: f64) -> Drawing {
         .collect();
     let gaps = w
         .all_gaps()
-        .map(|(cluster, g)| {
-            let of = cluster
-                .map(|c| format!("cluster {c}: "))
-                .unwrap_or_default();
-            mark(
-                g.at_ms,
-                "gap",
-                format!(
-                    "{of}watcher gap: revisions {}..={} compacted unseen\nresynced {}",
-                    g.from_revision,
-                    g.to_revision,
-                    short_time(g.at_ms)
-                ),
-            )
-        })
+        .map(|(cluster, g)| mark(g.at_ms, "gap", gap_title(cluster, g)))
         .collect();
     Drawing {
         width: empty.width,
@@ -199,6 +124,87 @@ pub fn layout(w: &Window, now: i64, width: f64) -> Drawing {
         gaps,
         cluster,
         now_x: (now >= w.sel.from_ms && now <= w.sel.to_ms).then(|| Px(x(now))),
+    }
+}
+
+/// A gap's mark's title: its cluster, the revisions compacted unseen.
+fn gap_title(cluster: Option<&str>, g: &timeline::GapMark) -> String {
+    let of = cluster
+        .map(|c| format!("cluster {c}: "))
+        .unwrap_or_default();
+    format!(
+        "{of}watcher gap: revisions {}..={} compacted unseen\nresynced {}",
+        g.from_revision,
+        g.to_revision,
+        short_time(g.at_ms)
+    )
+}
+
+/// One election's row at height `y`: its terms' bars, overlaps,
+/// leaderless shades and refusal marks, laid out as its own timeline.
+fn row(w: &Window, lane: &super::window::Lane, y: f64, now: i64, width: f64) -> Row {
+    let t = timeline::layout(&Input {
+        terms: &lane.terms,
+        refusals: &lane.refusals,
+        gaps: &[],
+        from_ms: w.sel.from_ms,
+        to_ms: w.sel.to_ms,
+        now_ms: now,
+        // Not every term was read: what looks leaderless may not be.
+        known_since_ms: lane.known_since_ms.filter(|_| !lane.truncated),
+        unwatched_since_ms: lane.unwatched_since,
+        width,
+    });
+    let election = &lane.activity.election;
+    let bars = t
+        .bars
+        .into_iter()
+        .map(|mut b| {
+            b.y = Px(y + 1.0);
+            b.h = Px(ROW_H - 2.0);
+            b.label = None;
+            b.title = format!("{election}\n{}", b.title);
+            b
+        })
+        .collect();
+    let overlaps = t
+        .acting
+        .into_iter()
+        .filter(|a| a.overlap.is_some())
+        .map(|mut a| {
+            a.y = Px(y + ROW_H - 6.0);
+            a.h = Px(6.0);
+            a.title = format!("{election}\n{}", a.title);
+            a
+        })
+        .collect();
+    let marks = t
+        .refusals
+        .into_iter()
+        .map(|mut m| {
+            m.y = Px(y + ROW_H / 2.0);
+            m
+        })
+        .collect();
+    Row {
+        href: election_href(election),
+        label: truncate(election, 20),
+        election: election.clone(),
+        y: Px(y),
+        label_y: Px(y + ROW_H / 2.0 + 4.0),
+        changes: lane.activity.started,
+        refusals: lane.activity.refusals,
+        leaderless: match (&t.not_watched, lane.truncated) {
+            (_, true) => "unknown (too many terms: narrow the window)".to_owned(),
+            (Some(nw), false) => not_watched_text(t.leaderless_ms, nw.from_ms),
+            (None, false) => format_duration_ms(t.leaderless_ms),
+        },
+        leaderless_ms: t.leaderless_ms,
+        bars,
+        overlaps,
+        shades: t.leaderless,
+        not_watched: t.not_watched,
+        marks,
     }
 }
 

@@ -25,7 +25,7 @@ use tenure::watch::WatchConfig;
 
 use crate::common::{connect, ms};
 use crate::load::Fleet;
-use crate::pipeline::{bare_watch, bare_watch_of, Pipeline};
+use crate::pipeline::{bare_watch_of, Pipeline};
 use crate::stats::{Row, Target};
 use crate::support::procfs::self_cpu_seconds;
 use crate::support::Etcd as EtcdProcess;
@@ -296,68 +296,19 @@ impl Progress {
 
 async fn live_run(endpoint: &str, fleet: &Fleet, cycles: usize) -> Result<Live> {
     let before = fleet.revision().await?;
-    // Bare consumer.
-    let mut etcd: Etcd = connect(endpoint).await?;
-    let mut stream = bare_watch(&mut etcd, before + 1).await?;
-    let bare = Progress::default();
-    let bare_task = {
-        let bare = bare.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(resp)) = stream.message().await {
-                if let Some(kv) = resp.events().last().and_then(|e| e.kv()) {
-                    bare.reached(kv.mod_revision());
-                }
-            }
-        })
-    };
-    // tenure.
     let dir = tempfile::tempdir()?;
-    let mut p = Pipeline::start(endpoint, &dir.path().join("history.db"), before).await?;
-    // Loaded (the first batch is the resume read).
-    loop {
-        if let Update::Batch(_) = p.next(Duration::from_secs(10)).await? {
-            break;
-        }
-    }
-    let store = p.store.clone();
-    let ten = Progress::default();
-    let ten_task = {
-        let ten = ten.clone();
-        tokio::spawn(async move {
-            loop {
-                match p.next(Duration::from_secs(3600)).await {
-                    Ok(Update::Batch(b)) => ten.reached(b.revision),
-                    Ok(_) => {}
-                    Err(_) => break,
-                }
-            }
-            p.stop().await;
-        })
-    };
+    let both = SideBySide::start(
+        endpoint,
+        crate::common::keys().watch_range(),
+        &dir.path().join("history.db"),
+        before,
+        WatchConfig::default(),
+    )
+    .await?;
     let t0 = Instant::now();
     let written = fleet.churn(cycles).await?;
     let write = t0.elapsed();
-    let until = written.last;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let (tenure_at, bare_at) = loop {
-        if let (Some(t), Some(b)) = (ten.at(until), bare.at(until)) {
-            break (t, b);
-        }
-        if Instant::now() > deadline {
-            bail!("live ingestion: a consumer did not reach revision {until} within 60 s");
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    };
-    let f = Instant::now();
-    store
-        .flush()
-        .await
-        .map_err(|e| anyhow::anyhow!("history flush: {e}"))?;
-    let flush_ms = ms(f.elapsed());
-    bare_task.abort();
-    ten_task.abort();
-    let _ = ten_task.await;
-    drop(store);
+    let (tenure_at, bare_at, flush_ms) = both.until(written.last, Duration::from_secs(60)).await?;
     Ok(Live {
         events: written.etcd_events(),
         write,
@@ -365,4 +316,95 @@ async fn live_run(endpoint: &str, fleet: &Fleet, cycles: usize) -> Result<Live> 
         flush_ms,
         bare: bare_at.saturating_duration_since(t0),
     })
+}
+
+/// tenure's ingestion path (into a fresh history at `db`) and a bare
+/// etcd-client watch of the same range, side by side, both from after
+/// `before`: when each had processed a revision.
+pub struct SideBySide {
+    bare: Progress,
+    ten: Progress,
+    bare_task: tokio::task::JoinHandle<()>,
+    ten_task: tokio::task::JoinHandle<()>,
+    store: Arc<Store>,
+    _etcd: Etcd,
+}
+
+impl SideBySide {
+    /// Both watching, tenure's history loaded (its first batch is the
+    /// resume read).
+    pub async fn start(
+        endpoint: &str,
+        (start, end): (String, String),
+        db: &std::path::Path,
+        before: i64,
+        cfg: WatchConfig,
+    ) -> Result<SideBySide> {
+        let mut etcd: Etcd = connect(endpoint).await?;
+        let range = (start.into_bytes(), end.into_bytes());
+        let mut stream = bare_watch_of(&mut etcd, range, before + 1).await?;
+        let bare = Progress::default();
+        let bare_task = {
+            let bare = bare.clone();
+            tokio::spawn(async move {
+                while let Ok(Some(resp)) = stream.message().await {
+                    if let Some(kv) = resp.events().last().and_then(|e| e.kv()) {
+                        bare.reached(kv.mod_revision());
+                    }
+                }
+            })
+        };
+        let mut p = Pipeline::prepare(endpoint, db)
+            .await?
+            .start_with(before, cfg);
+        while !matches!(p.next(Duration::from_secs(10)).await?, Update::Batch(_)) {}
+        let store = p.store.clone();
+        let ten = Progress::default();
+        let ten_task = {
+            let ten = ten.clone();
+            tokio::spawn(async move {
+                loop {
+                    match p.next(Duration::from_secs(3600)).await {
+                        Ok(Update::Batch(b)) => ten.reached(b.revision),
+                        Ok(_) => {}
+                        Err(_) => break,
+                    }
+                }
+                p.stop().await;
+            })
+        };
+        Ok(SideBySide {
+            bare,
+            ten,
+            bare_task,
+            ten_task,
+            store,
+            _etcd: etcd,
+        })
+    }
+
+    /// When tenure and the bare watch had each processed `until` (within
+    /// `limit`), then tenure's history flushed: (tenure, bare, flush ms).
+    pub async fn until(self, until: i64, limit: Duration) -> Result<(Instant, Instant, f64)> {
+        let deadline = Instant::now() + limit;
+        let (tenure_at, bare_at) = loop {
+            if let (Some(t), Some(b)) = (self.ten.at(until), self.bare.at(until)) {
+                break (t, b);
+            }
+            if Instant::now() > deadline {
+                bail!("a consumer did not reach revision {until} within {limit:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        let f = Instant::now();
+        self.store
+            .flush()
+            .await
+            .map_err(|e| anyhow!("history flush: {e}"))?;
+        let flush_ms = ms(f.elapsed());
+        self.bare_task.abort();
+        self.ten_task.abort();
+        let _ = self.ten_task.await;
+        Ok((tenure_at, bare_at, flush_ms))
+    }
 }

@@ -30,13 +30,11 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 use etcd_client::Client as Etcd;
 use prost::encoding::{encode_key, encode_varint, WireType};
-use tenure::events::Update;
 use tenure::history::{Reader, Store};
 use tenure::watch::{WatchConfig, Watcher};
 
 use crate::common::{connect, ms, tenure_client};
-use crate::ingest::{bare_replay_of, replay_with};
-use crate::pipeline::{bare_watch_of, Pipeline};
+use crate::ingest::{bare_replay_of, replay_with, SideBySide};
 use crate::stats::{Row, Target};
 use crate::support::procfs::proc_status_kb;
 use crate::support::Etcd as EtcdProcess;
@@ -251,47 +249,23 @@ async fn kube_config(endpoint: &str) -> Result<WatchConfig> {
     })
 }
 
-fn range() -> (Vec<u8>, Vec<u8>) {
-    (LEASES.as_bytes().to_vec(), b"/registry/leases0".to_vec())
+fn range() -> (String, String) {
+    (LEASES.to_owned(), "/registry/leases0".to_owned())
 }
 
 async fn live_run(endpoint: &str, cluster: &Cluster, seconds: Duration) -> Result<Live> {
-    let mut raw = connect(endpoint).await?;
-    let before = crate::common::revision(&mut raw).await?;
-    let mut stream = bare_watch_of(&mut raw, range(), before + 1).await?;
-    let bare = crate::ingest::Progress::default();
-    let bare_task = {
-        let bare = bare.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(resp)) = stream.message().await {
-                if let Some(kv) = resp.events().last().and_then(|e| e.kv()) {
-                    bare.reached(kv.mod_revision());
-                }
-            }
-        })
-    };
+    let before = crate::common::revision(&mut connect(endpoint).await?).await?;
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("history.db");
-    let mut p = Pipeline::prepare(endpoint, &db)
-        .await?
-        .start_with(before, kube_config(endpoint).await?);
-    // Loaded (the first batch is the resume read).
-    while !matches!(p.next(Duration::from_secs(10)).await?, Update::Batch(_)) {}
-    let store = p.store.clone();
-    let ten = crate::ingest::Progress::default();
-    let ten_task = {
-        let ten = ten.clone();
-        tokio::spawn(async move {
-            loop {
-                match p.next(Duration::from_secs(3600)).await {
-                    Ok(Update::Batch(b)) => ten.reached(b.revision),
-                    Ok(_) => {}
-                    Err(_) => break,
-                }
-            }
-            p.stop().await;
-        })
-    };
+    let (start, end) = range();
+    let both = SideBySide::start(
+        endpoint,
+        (start, end),
+        &db,
+        before,
+        kube_config(endpoint).await?,
+    )
+    .await?;
     let now = unix_us();
     let due = cluster.schedule(seconds);
     let writes = due.len();
@@ -313,24 +287,7 @@ async fn live_run(endpoint: &str, cluster: &Cluster, seconds: Duration) -> Resul
     let t0 = Instant::now();
     let last = cluster.write(puts).await?;
     let write = t0.elapsed();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let (tenure_at, bare_at) = loop {
-        if let (Some(t), Some(b)) = (ten.at(last), bare.at(last)) {
-            break (t, b);
-        }
-        if Instant::now() > deadline {
-            bail!("Kubernetes leases: a consumer did not reach revision {last} within 120 s");
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    };
-    store
-        .flush()
-        .await
-        .map_err(|e| anyhow!("history flush: {e}"))?;
-    bare_task.abort();
-    ten_task.abort();
-    let _ = ten_task.await;
-    drop(store);
+    let (tenure_at, bare_at, _) = both.until(last, Duration::from_secs(120)).await?;
     let elections = Reader::open(&db)
         .and_then(|r| r.elections())
         .map_err(|e| anyhow!("history: {e}"))?
@@ -355,7 +312,15 @@ async fn replay_run(
     until: i64,
     tenure_first: bool,
 ) -> Result<(f64, f64, u64)> {
-    let bare = || bare_replay_of(endpoint, range(), after, until);
+    let bare = || {
+        let (start, end) = range();
+        bare_replay_of(
+            endpoint,
+            (start.into_bytes(), end.into_bytes()),
+            after,
+            until,
+        )
+    };
     let b_first = if tenure_first {
         None
     } else {

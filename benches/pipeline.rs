@@ -36,12 +36,7 @@ pub struct Prepared {
 
 impl Prepared {
     /// Starts the watcher after `after` (everything up to it counts as
-    /// already stored; nothing was open).
-    pub fn start(self, after: i64) -> Pipeline {
-        self.start_with(after, WatchConfig::default())
-    }
-
-    /// [`Prepared::start`] reading what `cfg` says (other sources).
+    /// already stored; nothing was open), reading what `cfg` says.
     pub fn start_with(self, after: i64, cfg: WatchConfig) -> Pipeline {
         let (live, _) = broadcast::channel(1024);
         // Same capacity as serve's.
@@ -86,11 +81,6 @@ impl Pipeline {
             store,
             metrics,
         })
-    }
-
-    /// [`Pipeline::prepare`], then [`Prepared::start`].
-    pub async fn start(endpoint: &str, db: &Path, after: i64) -> Result<Pipeline> {
-        Ok(Self::prepare(endpoint, db).await?.start(after))
     }
 
     /// The next update, applied as serve applies it. `None` when the

@@ -97,8 +97,9 @@ impl EndCause {
             }
             EndCause::TakenOver => {
                 "another holder was written into the lease while the old holder's last renewal \
-                 still held it, by the times written in the lease: an early or forced takeover \
-                 (the old holder may still have believed it led)"
+                 still held it, by the times written in the lease, or over a `key`-layout key \
+                 under another lease while the old one lived: an early or forced takeover (the \
+                 old holder may still have believed it led)"
             }
             EndCause::Unknown => {
                 "tenure cannot tell: the term ended while it was not watching, in a compacted \

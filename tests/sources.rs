@@ -304,11 +304,11 @@ async fn terms_in_etcds_log(
                     let m = keys.entry(e.clone()).or_default();
                     if events[i].event_type() == etcd_client::EventType::Put {
                         let value = text(kv.value());
-                        // A `key:` source's key written over by another
-                        // holder or lease changed hands at that write.
+                        // A `key:` source's key written over under another
+                        // lease changed hands at that write.
                         let token = match m.get(&key) {
-                            Some((t, v, l)) if key.starts_with("/svc/") => {
-                                if *v == value && *l == kv.lease() {
+                            Some((t, _, l)) if key.starts_with("/svc/") => {
+                                if *l == kv.lease() {
                                     *t
                                 } else {
                                     kv.mod_revision()

@@ -71,11 +71,12 @@ pub trait Layout: Send + Sync + std::fmt::Debug {
     fn candidates_hold_leases(&self) -> bool {
         false
     }
-    /// Whether a candidate key rewritten in place with another value (its
-    /// holder) or another lease changed hands: a new term from that write's
+    /// Whether a candidate key rewritten in place under another lease (or
+    /// none where it had one) changed hands: a new term from that write's
     /// revision, the old one `taken_over` (the `key` layout, whose keys
-    /// anyone may write). (Default: no; a rewrite is the holder's own
-    /// update of its value, the same term.)
+    /// anyone may write). A rewrite under the same lease stays the holder's
+    /// own update of its value. (Default: no; every rewrite is the same
+    /// term.)
     fn rewrite_changes_hands(&self) -> bool {
         false
     }

@@ -732,9 +732,10 @@ fn candidate(kv: &Kv, layout: KeyLayout) -> Candidate {
 
 /// A candidate of a layout whose rewrites change hands, written over
 /// `before` (its key as the state held it; `None`: a new key, or one read
-/// in a snapshot, which shows only its latest write). The same holder
-/// (its value as kept, cut to `MAX_CANDIDATE_LEN`) and lease keep the
-/// term's token; another holder or lease is a new term from this write. A
+/// in a snapshot, which shows only its latest write). The same lease
+/// keeps the term's token (a value rewritten under it is the holder's own
+/// update: `leader_value_changed`); another lease, or none where there was
+/// one (a foreign put strips it), is a new term from this write. A
 /// snapshot's rewritten key (ModRevision past its CreateRevision) may have
 /// changed hands at any write up to its latest: its token is that write's
 /// revision, never one that could be too early (history's own token is
@@ -743,7 +744,7 @@ fn handed(kv: &Kv, layout: KeyLayout, before: Option<&Candidate>) -> Candidate {
     let mut c = candidate(kv, layout);
     c.created = Some(kv.create_revision);
     c.token = match before.filter(|b| b.created == Some(kv.create_revision)) {
-        Some(b) if b.value == c.value && b.lease == c.lease => b.token,
+        Some(b) if b.lease == c.lease => b.token,
         _ => kv.mod_revision,
     };
     c

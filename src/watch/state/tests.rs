@@ -785,10 +785,11 @@ fn a_key_without_a_lease_under_a_concurrency_prefix_is_no_candidate() {
     assert_eq!(st, [WatchStatus::IgnoredKey]);
 }
 
-/// A `key`-layout key written over while it stands (another holder, or
-/// another lease: a foreign put without one strips the leader's) changed
-/// hands: the old term ends `taken_over`, a new one starts at that put's
-/// revision. The same value and lease again is the same term.
+/// A `key`-layout key written over under another lease while it stands (a
+/// foreign put without one strips the leader's) changed hands: the old
+/// term ends `taken_over`, a new one starts at that put's revision. A
+/// rewrite under the same lease is the same term, its value changed (a
+/// hand-written lease's renewal stamp).
 #[test]
 fn a_key_layout_key_written_over_changed_hands() {
     let sources = || Sources::new(vec![crate::layout::Source::parse("key:/svc/").expect("key")]);
@@ -797,6 +798,11 @@ fn a_key_layout_key_written_over_changed_hands() {
     assert_eq!(kinds(&p), ["term_started"]);
     let (p, _) = s.apply(6, &[put("/svc/leader", "node-1", 5, 6, 0x5)], 0);
     assert!(p.is_empty(), "the same holder and lease: {p:?}");
+    let (p, _) = s.apply(7, &[put("/svc/leader", "node-1 renewed", 5, 7, 0x5)], 0);
+    assert_eq!(kinds(&p), ["leader_value_changed"], "the same lease: {p:?}");
+    assert_eq!(s.leader("/svc/leader").map(|t| t.token), Some(5));
+    let (p, _) = s.apply(7, &[put("/svc/leader", "node-1", 5, 7, 0x5)], 0);
+    assert_eq!(kinds(&p), ["leader_value_changed"], "{p:?}");
     // A foreign put without a lease.
     let (p, _) = s.apply(7, &[put("/svc/leader", "intruder", 5, 7, 0)], 0);
     assert!(
@@ -840,7 +846,7 @@ fn a_key_layout_term_read_in_a_snapshot_is_adopted_or_flagged() {
     assert!(ev.is_empty(), "{ev:?}");
     assert_eq!(s.leader("/svc/leader").map(|t| t.token), Some(8));
     // Adopted, the term goes on: a later change of hands ends token 8.
-    let (p, _) = s.apply(13, &[put("/svc/leader", "node-2", 5, 13, 0x9)], 0);
+    let (p, _) = s.apply(13, &[put("/svc/leader", "node-2", 5, 13, 0xa)], 0);
     assert!(
         matches!(
             &p[0].event.kind,

@@ -15,9 +15,14 @@ use super::config::{ApiConfig, ConfigError};
 /// Connecting and the answer's head may take this long.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The largest list answer read (every Lease of a 5,000-node cluster is a
-/// few MB).
-const MAX_LIST_BYTES: usize = 512 * 1024 * 1024;
+/// The largest list page read (a page is at most 500 Leases, a few kB
+/// each).
+const MAX_LIST_BYTES: usize = 64 * 1024 * 1024;
+
+/// A whole list page must arrive within this: an API server that froze,
+/// or a path that dropped, mid-answer fails the read (retried) instead of
+/// holding the watcher forever.
+const BODY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The longest watch event line (one Lease: a few kB; managedFields grow).
 const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
@@ -31,6 +36,12 @@ pub enum ApiError {
     Connect { at: String, reason: String },
     #[error("the Kubernetes API at {at} did not answer within {CONNECT_TIMEOUT:?}")]
     Timeout { at: String },
+    #[error(
+        "the Kubernetes API did not accept tenure's credentials for {path} (401): {body}; the \
+         token expired or is another cluster's: give a fresh one (a tokenFile is re-read at \
+         every request: `kubectl create token SERVICEACCOUNT --duration=…` into it)"
+    )]
+    Unauthorized { path: String, body: String },
     #[error(
         "the Kubernetes API refused {path} ({status}): {body}; tenure needs get, list and \
          watch on coordination.k8s.io leases in every namespace (deploy/kubernetes/rbac.yaml, \
@@ -82,7 +93,8 @@ pub(super) async fn get(cfg: &ApiConfig, path_and_query: &str) -> Result<Answer,
     };
     let body = crate::text::cut(&body, 512).to_owned();
     Err(match status {
-        401 | 403 => ApiError::Denied { path, status, body },
+        401 => ApiError::Unauthorized { path, body },
+        403 => ApiError::Denied { path, status, body },
         410 => ApiError::Gone { at: 0, body },
         _ => ApiError::Status { path, status, body },
     })
@@ -131,14 +143,15 @@ impl Answer {
     /// The whole body (a list), bounded.
     pub(super) async fn whole(self) -> Result<Bytes, ApiError> {
         let limited = http_body_util::Limited::new(self.body, MAX_LIST_BYTES);
-        limited
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .map_err(|e| ApiError::Body {
-                path: self.path,
-                reason: e.to_string(),
-            })
+        let reason = match tokio::time::timeout(BODY_TIMEOUT, limited.collect()).await {
+            Ok(Ok(b)) => return Ok(b.to_bytes()),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("not whole within {BODY_TIMEOUT:?}"),
+        };
+        Err(ApiError::Body {
+            path: self.path,
+            reason,
+        })
     }
 
     /// The next complete line (a watch event); `None` when the server

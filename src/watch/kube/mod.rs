@@ -19,8 +19,11 @@
 //!   had when it opened happened while nobody watched (`Unobserved`).
 //! - **Not here**: etcd's lease sampling (a Lease has no etcd lease: its
 //!   ends come from its values), its cluster id, its progress requests and
-//!   restore witnesses. A restore is still caught when the list's revision
-//!   is behind the stored one or contradicts the open terms.
+//!   restore witnesses. A restore is caught where a list contradicts the
+//!   open terms, or where its revision is behind the stored one; the API
+//!   answers a list at a revision it has not reached with an error, not an
+//!   older list, so a restore behind the stored revision is retried until
+//!   its new timeline passes it (docs/layouts.md, a known limit).
 //!
 //! By job: `config` the kubeconfig and the pod's service account, `http`
 //! the requests, `lease` the API's objects as keys and values.

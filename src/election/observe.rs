@@ -1,5 +1,6 @@
 //! `observe`: a stream of leader changes of one election, in either layout.
 
+use crate::task::Locked;
 use std::collections::BTreeMap;
 
 use etcd_client::{EventType, KeyValue};
@@ -40,9 +41,7 @@ impl Observer {
             async move {
                 let user = client.connect_config().user().map(str::to_owned);
                 if let Some(e) = run(client, name, kvs, revision, tx).await {
-                    if let Ok(mut f) = failed.lock() {
-                        *f = Some(e.with_user(user.as_deref()));
-                    }
+                    *failed.locked() = Some(e.with_user(user.as_deref()));
                 }
             }
         });
@@ -57,7 +56,7 @@ impl Observer {
     /// After [`Observer::next`] returned `None`: why, when etcd refused
     /// the watch (permission or authentication).
     pub fn take_error(&mut self) -> Option<Error> {
-        self.failed.lock().ok()?.take()
+        self.failed.locked().take()
     }
 
     /// The next leader change; `None` only if the observer's task ended.

@@ -1,6 +1,7 @@
 //! Why a term ended when its key went without tenure's end marker: asks
 //! etcd about the lease, then judges from the lease's last sample.
 
+use crate::task::Locked;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -67,11 +68,7 @@ impl Watcher {
             };
             return self.deleted_or_closed(lease, lived, deleted_by).await;
         }
-        let sample = self
-            .leases
-            .lock()
-            .ok()
-            .and_then(|l| l.samples.get(&lease).copied());
+        let sample = self.leases.locked().samples.get(&lease).copied();
         let Some(s) = sample else {
             // Never sampled: the term ended before the sampler looked at its
             // lease, or while tenure was down (a restart replays it). etcd

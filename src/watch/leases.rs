@@ -2,6 +2,7 @@
 //! lapsing ones near their expiry every 100 ms; what the cause lookup
 //! judges from.
 
+use crate::task::Locked;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -211,9 +212,7 @@ pub(super) async fn sample_leases(
     let every = cfg.lease_sample_interval.min(LAPSING_SAMPLE_EVERY);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let Ok(wake) = leases.lock().map(|l| l.wake.clone()) else {
-        return;
-    };
+    let wake = leases.locked().wake.clone();
     let mut budget = Budget {
         interval: cfg.lease_sample_interval,
         per_interval: cfg.lease_samples_per_interval,
@@ -226,18 +225,21 @@ pub(super) async fn sample_leases(
             _ = wake.notified() => false,
         };
         let now = Instant::now();
-        let batch = match leases.lock() {
-            Ok(mut l) if !ticked => l.pick_fresh_within(&mut budget),
-            Ok(mut l) => l.due_on_tick(now, &mut budget),
-            Err(_) => return,
+        let batch = {
+            let mut l = leases.locked();
+            if ticked {
+                l.due_on_tick(now, &mut budget)
+            } else {
+                l.pick_fresh_within(&mut budget)
+            }
         };
         for (election, lease) in batch {
             let sent = Instant::now();
             let Some(answer) = ask(&client, lease).await else {
                 continue;
             };
-            if let (Some(_), Ok(mut l)) = (answer.remaining, leases.lock()) {
-                l.record(&election, lease, sent, &answer);
+            if answer.remaining.is_some() {
+                leases.locked().record(&election, lease, sent, &answer);
             }
             let update = Update::LeaseSampled {
                 election,
@@ -392,9 +394,7 @@ impl Watcher {
     /// incrementally from a batch's term events otherwise (no work per
     /// election on the hot path).
     pub(super) fn track_all_leases(&self, state: &State) {
-        let Ok(mut l) = self.leases.lock() else {
-            return;
-        };
+        let mut l = self.leases.locked();
         l.reset_to(
             state.len(),
             state
@@ -405,9 +405,7 @@ impl Watcher {
     }
 
     pub(super) fn track_leases(&self, events: &[Event]) {
-        let Ok(mut l) = self.leases.lock() else {
-            return;
-        };
+        let mut l = self.leases.locked();
         for e in events {
             match &e.kind {
                 EventKind::TermStarted { lease_id, .. } if *lease_id != 0 => {

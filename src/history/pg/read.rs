@@ -127,8 +127,10 @@ fn newest_arrival(
             .try_get(0)?,
         Some(c) => tx
             .query_one(
-                "SELECT max(at_ms) FROM events WHERE election >= $1 AND election < $2",
-                &[&format!("{c}/"), &format!("{c}0")],
+                // By prefix, not by a range: the column's collation need
+                // not order names bytewise (a range could be another set).
+                "SELECT max(at_ms) FROM events WHERE left(election, length($1)) = $1",
+                &[&format!("{c}/")],
             )?
             .try_get(0)?,
     })

@@ -620,10 +620,11 @@ async fn a_one_cluster_history_becomes_the_named_clusters_whose_etcd_it_recorded
     let pg = Postgres::start();
     let db = "named";
     let url = pg.create_database(db);
+    // Its poller records etcd's leader: a cluster event with a dedupe key.
     let one = Serve::start(
         &[ea.endpoint()],
         Path::new(&url),
-        &["--writer-ttl", "2s", "--cluster-poll", "0"],
+        &["--writer-ttl", "2s", "--cluster-poll", "500ms"],
         &[],
     )
     .await;
@@ -658,6 +659,13 @@ async fn a_one_cluster_history_becomes_the_named_clusters_whose_etcd_it_recorded
             .ok()?;
         (r >= upto).then_some(())
     })
+    .await;
+    let deduped = "SELECT COUNT(*) FROM cluster_events WHERE dedupe IS NOT NULL";
+    eventually(
+        Duration::from_secs(30),
+        "etcd's leader recorded",
+        async || (pg.psql(db, deduped) != "0").then_some(()),
+    )
     .await;
     assert_eq!(one.stop().await, Some(0));
     let token_before = fence(&pg, db, "").expect("the unnamed cluster's writer").0;
@@ -718,6 +726,13 @@ async fn a_one_cluster_history_becomes_the_named_clusters_whose_etcd_it_recorded
         "SELECT key FROM watcher_state WHERE key LIKE 'resume_revision%' ORDER BY key",
     );
     assert!(keys.lines().any(|k| k == "resume_revision@a"), "{keys}");
+    // etcd's own events are a's too, their dedupe keys as a's watcher
+    // writes them (`a@…`), so a fact seen again is not stored twice.
+    let unnamed = pg.psql(
+        db,
+        "SELECT dedupe FROM cluster_events WHERE dedupe IS NOT NULL AND dedupe NOT LIKE 'a@%'",
+    );
+    assert_eq!(unnamed, "", "dedupe keys not a's");
     assert!(!keys.lines().any(|k| k == "resume_revision"), "{keys}");
     let (token_a, _) = eventually(Duration::from_secs(30), "a written", async || {
         fence(&pg, db, "a")

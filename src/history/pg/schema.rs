@@ -266,17 +266,19 @@ pub fn name_unnamed_cluster(url: &str, name: &str) -> Result<bool, HistoryError>
 /// The statements of [`name_unnamed_cluster`]: `name` is a validated
 /// cluster name (letters, digits, `-`, `_`, `.`), quoted as a literal.
 fn name_sql(name: &str) -> String {
+    use crate::history::meta::{CLUSTER_KEY, RESUME_KEY, WATCHED_KEY};
     let n = name.replace('\'', "''");
     format!(
         "UPDATE watcher_state SET key = key || '@{n}'
-           WHERE key IN ('resume_revision', 'cluster_id', 'watched_at_ms');
+           WHERE key IN ('{RESUME_KEY}', '{CLUSTER_KEY}', '{WATCHED_KEY}');
          UPDATE terms SET election = '{n}/' || election;
          UPDATE refusals SET election = '{n}/' || election;
          UPDATE events SET election = '{n}/' || election,
            json = jsonb_set(json::jsonb, '{{election}}', to_jsonb('{n}/' || election))::text;
          UPDATE elections SET election = '{n}/' || election;
          UPDATE cluster_events
-           SET json = jsonb_set(json::jsonb, '{{cluster}}', to_jsonb('{n}'::text))::text
+           SET json = jsonb_set(json::jsonb, '{{cluster}}', to_jsonb('{n}'::text))::text,
+               dedupe = '{n}@' || dedupe
            WHERE type NOT IN ('serve_started', 'serve_stopped')
              AND (json::jsonb ->> 'cluster') IS NULL;
          UPDATE history_writer SET cluster = '{n}' WHERE cluster = '';"

@@ -326,16 +326,20 @@ impl Run<'_> {
     /// had before it opened (what it delivers up to there is a replay).
     async fn open(&mut self) -> Result<(http::Answer, i64), ApiError> {
         let api = &self.w.cfg.api;
-        let now = http::get(api, &format!("{LEASES}?limit=1"))
-            .await?
-            .whole()
-            .await?;
+        let probe = format!("{LEASES}?limit=1");
+        let now = http::get(api, &probe).await?.whole().await?;
+        // Unreadable, it is no revision to bound the replay by: the watch
+        // is not opened (retried) rather than every change of it marked
+        // replayed for good.
         let opened_at = self
             .w
             .keys()
             .page(&now)
-            .map(|p| p.revision)
-            .unwrap_or(i64::MAX);
+            .map_err(|e| ApiError::Body {
+                path: probe,
+                reason: e.to_string(),
+            })?
+            .revision;
         let path = format!(
             "{LEASES}?watch=1&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={WATCH_SECONDS}",
             self.applied

@@ -53,11 +53,11 @@ fn find_etcd() -> anyhow::Result<PathBuf> {
 pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
     let etcd_bin = find_etcd()?;
     let dir = tempfile_dir()?;
-    let (mut etcd, endpoint) = start_etcd(&etcd_bin, &dir)?;
+    let (mut etcd, endpoint, peer) = start_etcd(&etcd_bin, &dir)?;
     let client = Client::connect(std::slice::from_ref(&endpoint), "")
         .await?
         .with_op_timeout(Duration::from_secs(2));
-    until_ready(&mut etcd, &client, &endpoint).await?;
+    until_ready(&mut etcd, &client, &endpoint, &peer).await?;
     eprintln!("tenure dev: etcd {endpoint} (data in {})", dir.display());
     // etcdctl beside the etcd that runs, else in PATH.
     let etcdctl = etcd_bin
@@ -88,8 +88,11 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
 }
 
 /// The demo's etcd on two free loopback ports, its data in `dir`; its
-/// client URL.
-fn start_etcd(etcd_bin: &Path, dir: &Path) -> anyhow::Result<(tokio::process::Child, String)> {
+/// client and peer URLs.
+fn start_etcd(
+    etcd_bin: &Path,
+    dir: &Path,
+) -> anyhow::Result<(tokio::process::Child, String, String)> {
     let (client_port, peer_port) = (free_port()?, free_port()?);
     let endpoint = format!("http://127.0.0.1:{client_port}");
     let peer = format!("http://127.0.0.1:{peer_port}");
@@ -115,7 +118,7 @@ fn start_etcd(etcd_bin: &Path, dir: &Path) -> anyhow::Result<(tokio::process::Ch
         .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("starting {}", etcd_bin.display()))?;
-    Ok((etcd, endpoint))
+    Ok((etcd, endpoint, peer))
 }
 
 /// Waits (10 s at most) until the demo's etcd answers a read.
@@ -123,11 +126,12 @@ async fn until_ready(
     etcd: &mut tokio::process::Child,
     client: &Client,
     endpoint: &str,
+    peer: &str,
 ) -> anyhow::Result<()> {
     let probe = crate::election::ElectionName::new("probe")?;
     for _ in 0..100 {
         if let Some(status) = etcd.try_wait()? {
-            bail!("etcd exited at start ({status}); is a port of {endpoint} taken?");
+            bail!("etcd exited at start ({status}); is the port of {endpoint} or {peer} taken?");
         }
         if client.leader(&probe).await.is_ok() {
             return Ok(());

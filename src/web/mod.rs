@@ -14,6 +14,7 @@ pub mod openapi;
 pub mod pages;
 pub mod queue;
 pub mod recording;
+pub mod renewing;
 pub mod replays;
 mod scrape;
 mod shared;
@@ -65,6 +66,9 @@ pub struct Readiness {
     /// Why serve could not connect to this cluster yet (one of
     /// several, unreachable at start; tried again until it answers).
     connect_problem: std::sync::Mutex<Option<String>>,
+    /// The watcher's live word on its Kubernetes Leases (the election
+    /// page's renewals).
+    pub leases: renewing::LeaseBoard,
 }
 
 /// The cap on tracked elections was hit: changes of elections beyond it
@@ -112,6 +116,7 @@ impl Readiness {
     }
 
     pub fn apply(&self, update: &Update) {
+        self.leases.apply(update);
         match update {
             Update::Batch(b) => {
                 self.live_at_ms

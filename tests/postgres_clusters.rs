@@ -863,3 +863,70 @@ async fn one_clusters_etcd_restored_resets_its_fence_only() {
     assert_eq!(fence_row(&pg, db, "b"), b_before);
     println!("[figure] restore of a: {nb} terms of b recorded exactly once meanwhile");
 }
+
+/// A replica still running without `--cluster` when another one names its
+/// history's cluster can no longer write it: no unnamed row appears after
+/// the rename (the unnamed fence row is left with a generation no writer
+/// claims), its /readyz says it is not ready, and once it stops, the named
+/// cluster's writer records what happened meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_left_without_cluster_after_the_rename_writes_nothing() {
+    let ea = Etcd::start().await;
+    let pg = Postgres::start();
+    let db = "renamed";
+    let url = pg.create_database(db);
+    let args = ["--writer-ttl", "2s", "--cluster-poll", "0"];
+    let one = Serve::start(&[ea.endpoint()], Path::new(&url), &args, &[]).await;
+    one.ready().await;
+    let committed = "SELECT COUNT(*) FROM watcher_state WHERE key = 'resume_revision'";
+    eventually(Duration::from_secs(30), "one's first commit", async || {
+        (pg.psql(db, committed) == "1").then_some(())
+    })
+    .await;
+    let a = format!("a={}", ea.endpoint());
+    let named = [&["--cluster", a.as_str()][..], &args[..]].concat();
+    let s = Serve::start(&[ea.endpoint()], Path::new(&url), &named, &[]).await;
+    eventually(Duration::from_secs(30), "the rename", async || {
+        let renamed = "SELECT COUNT(*) FROM watcher_state WHERE key = 'resume_revision@a'";
+        (pg.psql(db, renamed) == "1").then_some(())
+    })
+    .await;
+    // A term in a while `one` still holds a's writer term in etcd.
+    let c = Client::connect(&[ea.endpoint()], "")
+        .await
+        .expect("connect");
+    let l = support::fixtures::lead(&c, "during", "meanwhile", 30).await;
+    l.resign().await.expect("resign");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let unnamed = "SELECT COUNT(*) FROM terms WHERE election NOT LIKE 'a/%'";
+    assert_eq!(pg.psql(db, unnamed), "0", "an unnamed row after the rename");
+    assert!(
+        fence_row(&pg, db, "").ends_with("|-1"),
+        "{}",
+        fence_row(&pg, db, "")
+    );
+    // Its /readyz says why it records nothing (within the recording
+    // poll's takeover allowance).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (status, ready) = loop {
+        let r = reqwest::get(one.url("/readyz")).await.expect("GET /readyz");
+        let status = r.status().as_u16();
+        let ready = r.text().await.expect("text");
+        if status == 503 || Instant::now() > deadline {
+            break (status, ready);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(status, 503, "{ready}\n{}", one.log_text());
+    eprintln!("the unnamed replica's /readyz: {ready}");
+    // Once it stops, a's writer takes over and records the term.
+    let code = one.stop().await;
+    eprintln!("the unnamed replica exited with {code:?}");
+    eventually(Duration::from_secs(30), "a/during recorded", async || {
+        let during = "SELECT COUNT(*) FROM terms WHERE election = 'a/during'";
+        (pg.psql(db, during) == "1").then_some(())
+    })
+    .await;
+    assert_eq!(pg.psql(db, unnamed), "0");
+    assert_eq!(s.stop().await, Some(0));
+}

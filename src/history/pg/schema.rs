@@ -263,6 +263,14 @@ pub fn name_unnamed_cluster(url: &str, name: &str) -> Result<bool, HistoryError>
     })
 }
 
+/// The unnamed cluster's fence row after it was named: a generation no
+/// writer claims, so a replica still running without `--cluster` can
+/// neither commit (its generation differs) nor claim the row again
+/// (`claim` refuses it, naming the cluster), instead of writing unnamed
+/// rows into a history of named clusters.
+pub(super) const RENAMED_GENERATION: i64 = -1;
+pub(super) const RENAMED_HOLDER: &str = "renamed to cluster ";
+
 /// The statements of [`name_unnamed_cluster`]: `name` is a validated
 /// cluster name (letters, digits, `-`, `_`, `.`), quoted as a literal.
 fn name_sql(name: &str) -> String {
@@ -281,6 +289,8 @@ fn name_sql(name: &str) -> String {
                dedupe = '{n}@' || dedupe
            WHERE type NOT IN ('serve_started', 'serve_stopped')
              AND (json::jsonb ->> 'cluster') IS NULL;
-         UPDATE history_writer SET cluster = '{n}' WHERE cluster = '';"
+         UPDATE history_writer SET cluster = '{n}' WHERE cluster = '';
+         INSERT INTO history_writer (cluster, token, holder, since_ms, generation)
+           VALUES ('', 0, '{RENAMED_HOLDER}{n}', 0, {RENAMED_GENERATION});"
     )
 }

@@ -132,10 +132,19 @@ impl PgWriter {
             &[&cluster],
         )?;
         let row = tx.query_one(
-            "SELECT token, generation FROM history_writer WHERE cluster = $1 FOR UPDATE",
+            "SELECT token, generation, holder FROM history_writer WHERE cluster = $1 FOR UPDATE",
             &[&cluster],
         )?;
         let (stored, generation): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+        if generation == super::schema::RENAMED_GENERATION {
+            let renamed: String = row.try_get(2)?;
+            refused.fetch_add(1, Ordering::Relaxed);
+            return Err(HistoryError::WriterFailed(format!(
+                "this history's one unnamed cluster was {renamed} by a replica started with \
+                 --cluster: a replica without --cluster may no longer write it; restart this one \
+                 with the same --cluster options as the others"
+            )));
+        }
         let current = revision().map_err(|e| {
             HistoryError::WriterFailed(format!(
                 "reading etcd's revision to claim the writer fence: {e}"

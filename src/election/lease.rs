@@ -243,16 +243,35 @@ pub(crate) struct Session {
     released: bool,
 }
 
+/// A fresh lease id for [`Session::grant`]: positive, 62 random bits
+/// (std's per-process random hash keys over the time and a counter), so
+/// two clients choosing one alike is as unlikely as a collision of etcd's
+/// own. etcd refuses an id in use (the grant fails and is retried with
+/// another).
+pub(crate) fn new_lease_id() -> i64 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    h.write_u128(crate::election::deadline::boottime().as_nanos());
+    let id = (h.finish() >> 2) as i64;
+    id.max(1)
+}
+
 impl Session {
-    /// Grants a lease and starts keeping it alive.
+    /// Grants a lease and starts keeping it alive. `id`: the lease's id,
+    /// chosen by the caller ([`new_lease_id`]) so that it can revoke a
+    /// lease whose grant it gave up waiting for; 0: etcd chooses.
     pub(crate) async fn grant(
         client: &Client,
         ttl: Ttl,
         margin: Option<Duration>,
+        id: i64,
     ) -> Result<Self, Error> {
         let sent = Stamp::now();
+        let opts = (id != 0).then(|| etcd_client::LeaseGrantOptions::new().with_id(id));
         let resp = client
-            .op(client.etcd().lease_grant(ttl.secs() as i64, None))
+            .op(client.etcd().lease_grant(ttl.secs() as i64, opts))
             .await?;
         // etcd may raise a short TTL to its minimum: trust what it granted.
         let granted = Duration::from_secs(resp.ttl().max(1) as u64);
@@ -457,5 +476,16 @@ async fn renew_once(
                 Err(_) => Renewal::Failed(format!("no keepalive answer within {wait:?}")),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn chosen_lease_ids_are_positive_and_distinct() {
+        let ids: std::collections::HashSet<i64> =
+            (0..10_000).map(|_| super::new_lease_id()).collect();
+        assert_eq!(ids.len(), 10_000);
+        assert!(ids.iter().all(|&id| id > 0));
     }
 }

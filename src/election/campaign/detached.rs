@@ -159,7 +159,7 @@ impl Client {
         deadline: Option<Instant>,
     ) -> Result<Result<Acquired, Leader>, Error> {
         // Dropped (the caller went away) before the win: its drop revokes.
-        let mut session = Session::grant(self, ttl, None).await?;
+        let mut session = Session::grant(self, ttl, None, 0).await?;
         loop {
             let attempt = match self
                 .acquire_resolved(name, candidate, session.lease_id, KeyLayout::Queue)

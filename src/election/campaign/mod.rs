@@ -119,7 +119,7 @@ impl Client {
         opts: &CampaignOptions,
     ) -> Result<Campaigned, Error> {
         keys::validate_candidate(candidate)?;
-        let mut session = Session::grant(self, opts.ttl, opts.margin).await?;
+        let mut session = Session::grant(self, opts.ttl, opts.margin, 0).await?;
         let sent = Stamp::now();
         let attempt = match self
             .acquire_resolved(name, candidate, session.lease_id, opts.layout)
@@ -283,7 +283,7 @@ impl Client {
         };
         loop {
             let s = self
-                .live_session(session.take(), opts, &mut backoff)
+                .live_session(session.take(), opts, &mut backoff, current_lease)
                 .await?;
             current_lease.store(s.lease_id, std::sync::atomic::Ordering::SeqCst);
             // A win commits no earlier than the first attempt in doubt; a
@@ -349,12 +349,17 @@ impl Client {
         kept: Option<Session>,
         opts: &CampaignOptions,
         backoff: &mut Backoff,
+        current_lease: &std::sync::atomic::AtomicI64,
     ) -> Result<Session, Error> {
         if let Some(s) = kept.filter(|s| s.is_valid()) {
             return Ok(s);
         }
         loop {
-            match Session::grant(self, opts.ttl, opts.margin).await {
+            // Named before it is asked for: a campaign cancelled while the
+            // grant is on its way (a signal) revokes it all the same.
+            let id = super::lease::new_lease_id();
+            current_lease.store(id, std::sync::atomic::Ordering::SeqCst);
+            match Session::grant(self, opts.ttl, opts.margin, id).await {
                 Ok(s) => return Ok(s),
                 Err(e) if e.is_retryable() => {
                     backoff.wait(&e, "granting a lease to campaign").await;

@@ -50,15 +50,7 @@ impl PageInput<'_> {
             l.hue = hue(&l.holder);
         }
         let leaderless_since = leader.is_none().then(|| leaderless_since(h, now));
-        // A Lease's renewals, while the watcher's word is of this term.
-        let renewals = self
-            .lease
-            .as_ref()
-            .filter(|l| {
-                let term = leader.as_ref().map(|v| (v.holder.as_str(), v.token));
-                l.held.as_ref().map(|(h, t)| (h.as_str(), *t)) == term
-            })
-            .map(|l| renewal_line(l, now));
+        let renewals = self.renewals(leader.as_ref(), now);
         let quiet_note = w.quiet.then(|| {
             let last = w.to_ms - STALE_PAD;
             format!(
@@ -107,6 +99,15 @@ impl PageInput<'_> {
             waits: tables.waits,
             members: self.members.as_ref(),
         }
+    }
+
+    /// A Lease's renewals, while the watcher's word is of `leader`'s term.
+    fn renewals(&self, leader: Option<&LeaderView>, now: i64) -> Option<RenewalLine> {
+        let term = leader.map(|v| (v.holder.as_str(), v.token));
+        self.lease
+            .as_ref()
+            .filter(|l| l.held.as_ref().map(|(h, t)| (h.as_str(), *t)) == term)
+            .map(|l| renewal_line(l, now))
     }
 
     /// The drawing twice: wide, and narrow for phones (the stylesheet

@@ -154,6 +154,127 @@ async fn refused_is_said(api: &KubeApiserver, dir: &Path) {
     serve.stop().await;
 }
 
+/// A user no role is bound to (kube-apiserver's static token `unbound`):
+/// serve says on stderr and in /readyz which verbs on which resource it
+/// lacks, and keeps trying: once a binding grants them, it is ready.
+async fn denied_is_said(api: &KubeApiserver, dir: &Path) {
+    let denied = dir.join("denied");
+    std::fs::create_dir(&denied).unwrap();
+    std::fs::copy(api.dir.path().join("unbound-token"), denied.join("token")).unwrap();
+    let kubeconfig = denied.join("kubeconfig");
+    api.kubeconfig_for("token", &kubeconfig);
+    let args = ["--kubeconfig", kubeconfig.to_str().unwrap()];
+    let nowhere = ["http://127.0.0.1:9".to_owned()];
+    let serve = Serve::start(&nowhere, &denied.join("h.db"), &args, &[]).await;
+    let what = "needs get, list and watch on coordination.k8s.io leases in every namespace";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !serve.log_text().contains("(403)") {
+        assert!(Instant::now() < deadline, "{}", serve.log_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(serve.log_text().contains(what), "{}", serve.log_text());
+    let ready = reqwest::get(serve.url("/readyz")).await.expect("readyz");
+    assert_eq!(ready.status().as_u16(), 503);
+    let text = ready.text().await.unwrap();
+    for said in [what, "(403)", "ClusterRole tenure-lease-reader", "unbound"] {
+        assert!(text.contains(said), "/readyz lacks {said:?}: {text}");
+    }
+    // Granted meanwhile: the retries read the Leases.
+    let binding = r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":"unbound-reads-leases"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"tenure-lease-reader"},"subjects":[{"kind":"User","apiGroup":"rbac.authorization.k8s.io","name":"unbound"}]}"#;
+    let path = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
+    let (status, body) = api.curl("POST", path, Some(binding)).await;
+    assert_eq!(status, 201, "{body}");
+    serve.ready().await;
+    serve.stop().await;
+}
+
+/// `tenure leader NAME --json` with `args`; its exit code, the JSON it
+/// printed (`Null` when none) and its stderr.
+async fn leader(endpoint: &str, args: &[&str]) -> (Option<i32>, Value, String) {
+    let out = tokio::process::Command::new(support::tenure_bin())
+        .args(["leader", NAME, "--json"])
+        .args(args)
+        .env("TENURE_ENDPOINTS", endpoint)
+        .env_remove("TENURE_SOURCES")
+        .env_remove("TENURE_PREFIX")
+        .output()
+        .await
+        .expect("tenure leader");
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), json, err)
+}
+
+/// `tenure leader` from etcd and through the API, against the Lease as
+/// kube-apiserver returns it (its holder frozen: nothing writes it) and
+/// the test's own etcd watch (`token`: the revision of the write that gave
+/// it to its holder). Whether it lapsed, by its own clock fields.
+async fn leader_agrees(api: &KubeApiserver, etcd: &str, kubeconfig: &str, token: i64) {
+    let (status, body) = api.curl("GET", LEASE_API, None).await;
+    assert_eq!(status, 200, "{body}");
+    let lease: Value = serde_json::from_str(&body).unwrap();
+    let spec = &lease["spec"];
+    let rv: i64 = lease["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let from_etcd = ["--source", "kubernetes:/registry/"];
+    let through_api = ["--kubeconfig", kubeconfig];
+    for (args, token_is, want) in [
+        (&from_etcd, "acquisition", token),
+        (&through_api, "value_revision", rv),
+    ] {
+        let before = kube::unix_us();
+        let (code, got, err) = leader(etcd, args).await;
+        let after = kube::unix_us();
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        assert_eq!(got["holder"], spec["holderIdentity"], "{got}");
+        assert_eq!(
+            (got["token"].as_i64(), got["token_is"].as_str()),
+            (Some(want), Some(token_is)),
+            "{got}"
+        );
+        assert_eq!(got["revision"].as_i64(), Some(rv), "{got}");
+        let time = |k: &str| got[k].as_i64().map(kube::micro_time);
+        assert_eq!(
+            time("renewed_us").as_deref(),
+            spec["renewTime"].as_str(),
+            "{got}"
+        );
+        assert_eq!(
+            time("acquired_us").as_deref(),
+            spec["acquireTime"].as_str(),
+            "{got}"
+        );
+        assert_eq!(
+            got["duration_seconds"], spec["leaseDurationSeconds"],
+            "{got}"
+        );
+        assert_eq!(got["transitions"], spec["leaseTransitions"], "{got}");
+        let out = got["renewed_us"].as_i64().unwrap()
+            + spec["leaseDurationSeconds"].as_i64().unwrap() * 1_000_000;
+        assert_eq!(got["runs_out_us"].as_i64(), Some(out), "{got}");
+        if after < out {
+            assert_eq!(got["lapsed"], false, "{got}");
+        } else if before > out {
+            assert_eq!(got["lapsed"], true, "{got}");
+        }
+    }
+}
+
+/// Nobody holds the Lease: `tenure leader` says so both ways, exit 1.
+async fn leader_says_nobody(etcd: &str, kubeconfig: &str) {
+    for args in [
+        ["--source", "kubernetes:/registry/"],
+        ["--kubeconfig", kubeconfig],
+    ] {
+        let (code, got, err) = leader(etcd, &args).await;
+        assert_eq!(code, Some(1), "{args:?}: {got} {err}");
+        assert!(err.contains("nobody leads"), "{err}");
+    }
+}
+
 /// What a term unseen by the API serve needs.
 struct Parts<'a> {
     etcd: &'a Etcd,
@@ -223,6 +344,7 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     let kubeconfig = reader(&api, dir.path()).await;
 
     refused_is_said(&api, dir.path()).await;
+    denied_is_said(&api, dir.path()).await;
 
     let source = "kubernetes:/registry/";
     let etcd_args: Vec<&str> = if support::fixtures::merges_several_ranges(&mut raw).await {
@@ -310,8 +432,16 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     let e = Candidate::start(&api, "default", "demo", "e");
     log.wait_for("e holding", long, |w| w.holder == "e").await;
     e.signal(Signal::SIGSTOP);
+    // A renewal sent just before it stopped lands first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let e_term = kube::terms_of(&log.writes(), INTRUDER)
+        .pop()
+        .expect("e's term");
+    assert_eq!(e_term.holder, "e");
+    leader_agrees(&api, &etcd.endpoint(), &kubeconfig, e_term.token).await;
     kube::lapsed(&by_etcd, 1.0).await;
     kube::lapsed(&by_api, 1.0).await;
+    leader_agrees(&api, &etcd.endpoint(), &kubeconfig, e_term.token).await;
     let mut f = Candidate::start(&api, "default", "demo", "f");
     let f_held = log.wait_for("f holding", long, |w| w.holder == "f").await;
     kube::lapsed(&by_etcd, 0.0).await;
@@ -323,6 +453,7 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
         w.revision > f_held.revision && !w.deleted && w.holder.is_empty()
     })
     .await;
+    leader_says_nobody(&etcd.endpoint(), &kubeconfig).await;
     cs.push(e);
     cs.push(f);
 
@@ -412,4 +543,38 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     drop(cs);
     drop(api);
     eprintln!("the scenario took {:?}", began.elapsed());
+}
+
+/// A Kubernetes API nobody answers at: /readyz names it (not etcd, which
+/// this serve never reads), with why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_names_the_kubernetes_api_it_cannot_reach() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let port = support::free_port();
+    let text = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context:\n    \
+         cluster: k\n    user: u\nclusters:\n- name: k\n  cluster:\n    server: \
+         https://127.0.0.1:{port}\nusers:\n- name: u\n  user:\n    token: t\n"
+    );
+    std::fs::write(&kubeconfig, text).unwrap();
+    let args = ["--kubeconfig", kubeconfig.to_str().unwrap()];
+    let nowhere = ["http://127.0.0.1:9".to_owned()];
+    let serve = Serve::start(&nowhere, &dir.path().join("h.db"), &args, &[]).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let said = loop {
+        let ready = reqwest::get(serve.url("/readyz")).await.expect("readyz");
+        assert_eq!(ready.status().as_u16(), 503);
+        let text = ready.text().await.unwrap();
+        assert!(text.contains("the Kubernetes API"), "{text}");
+        assert!(!text.contains("etcd"), "{text}");
+        // Once a list failed: why, with the address.
+        if text.contains(&format!("127.0.0.1:{port}")) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "{text}\n{}", serve.log_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("{said}");
+    serve.stop().await;
 }

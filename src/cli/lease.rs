@@ -255,3 +255,32 @@ impl<'a> Answer<'a> {
 fn format_us(us: i64) -> String {
     crate::history::format_ms(us.div_euclid(1000))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(spec: &str, path: &str) -> Option<String> {
+        key_of(&Source::parse(spec).expect("source"), path)
+    }
+
+    #[test]
+    fn a_lease_name_is_its_key_less_leases() {
+        let kcm = "/registry/kube-system/kube-controller-manager";
+        assert_eq!(
+            key("kubernetes:/registry/", kcm).as_deref(),
+            Some("/registry/leases/kube-system/kube-controller-manager")
+        );
+        assert_eq!(
+            key("kubernetes:/other", "/other/default/demo").as_deref(),
+            Some("/other/leases/default/demo")
+        );
+        // A heartbeat is no election unless the source reads them.
+        let node = "/registry/kube-node-lease/node-1";
+        assert_eq!(key("kubernetes:/registry/", node), None);
+        assert!(key("kubernetes+heartbeats:/registry/", node).is_some());
+        // Not NAMESPACE/NAME.
+        assert_eq!(key("kubernetes:/registry/", "/registry/default"), None);
+        assert_eq!(key("kubernetes:/registry/", "/registry/a/b/c"), None);
+    }
+}

@@ -158,13 +158,7 @@ impl KubeWatcher {
         let stored = resume.as_ref().map(|r| (r.revision, r.live_at_ms));
         let applied = self.load(&mut state, resume, &tx, false).await?;
         let live_at_ms = now_ms();
-        let replay = Replay {
-            active: true,
-            since_ms: match stored {
-                Some((revision, since)) if revision == applied => since,
-                _ => Some(live_at_ms),
-            },
-        };
+        let replay = Replay::after_load(stored, applied, live_at_ms);
         let mut run = Run {
             w: &self,
             tx: &tx,

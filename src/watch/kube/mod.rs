@@ -9,7 +9,11 @@
 //! - **Resume**: the history's revision is a resourceVersion; the state
 //!   is listed exactly there (`resourceVersionMatch=Exact`) and watched
 //!   from it. The rules of what a load records are the etcd watcher's own
-//!   (`load::resumed_batch`, `load::reset_batch`, `contradiction`).
+//!   (`load::Loading`, `load::contradicted`).
+//! - **Refusals** (401, 403) and an unreachable server are retried, each
+//!   said to [`Problems`] (serve's `/readyz`) until a read succeeds; a
+//!   resourceVersion that is not an integer is no revision: the watcher
+//!   stops ([`Stopped::Api`]), saying what to read instead.
 //! - **Gap**: a resourceVersion the API no longer has (410 Gone, or an
 //!   ERROR event of code 410) is a fresh list and a `Gap` event, as a
 //!   compaction is.

@@ -20,13 +20,20 @@
 //! compaction: the exact list at the stored resourceVersion is read from
 //! etcd, and the new watch cache refuses the watch from there (410).
 //!
+//! Within it: `tenure leader` on the Lease, from etcd and through the API,
+//! against the Lease as kube-apiserver returns it and the test's etcd
+//! watch; a user no role is bound to (403: said on stderr and in /readyz,
+//! retried until a binding grants the verbs). Beside it: an API that never
+//! answers (/readyz names the API, not etcd) and one whose
+//! resourceVersions are not integers (serve exits 1 saying what to do).
+//!
 //! Wall time: 39-45 s on 2 shared cores (kube-apiserver started three
 //! times, 3-6 s each; three 4 s Leases run out).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -608,4 +615,131 @@ async fn readyz_names_the_kubernetes_api_it_cannot_reach() {
     }
     serve.stop().await;
     drop(silent);
+}
+
+/// An API server whose resourceVersions are not integers (not etcd's
+/// revisions: a Python HTTPS server answering every GET with such a
+/// LeaseList): serve says what to do instead and exits 1, never relisting
+/// for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_version_that_is_no_revision_stops_serve_with_what_to_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca, cert, key) = serving_cert(dir.path()).await;
+    let server = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{"kind":"LeaseList","apiVersion":"coordination.k8s.io/v1","metadata":{"resourceVersion":"a1b2"},"items":[]}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+    let mut fake = tokio::process::Command::new("python3")
+        .args(["-c", server])
+        .arg(&cert)
+        .arg(&key)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3");
+    use tokio::io::AsyncBufReadExt;
+    let out = fake.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(out).lines();
+    let port: u16 = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("the fake server's port")
+        .unwrap()
+        .expect("a port line")
+        .trim()
+        .parse()
+        .unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context:\n    \
+         cluster: k\n    user: u\nclusters:\n- name: k\n  cluster:\n    server: \
+         https://127.0.0.1:{port}\n    certificate-authority: {}\nusers:\n- name: u\n  user:\n    \
+         token: t\n",
+        ca.display()
+    );
+    std::fs::write(&kubeconfig, text).unwrap();
+    let args = ["--kubeconfig", kubeconfig.to_str().unwrap()];
+    let nowhere = ["http://127.0.0.1:9".to_owned()];
+    let mut serve = Serve::start(&nowhere, &dir.path().join("h.db"), &args, &[]).await;
+    assert_eq!(serve.exited(Duration::from_secs(20)).await, Some(1));
+    let log = serve.log_text();
+    for said in [
+        "resourceVersion \"a1b2\", which is not an integer",
+        "--source kubernetes:/registry/",
+        "the watcher of the Kubernetes API stopped",
+    ] {
+        assert!(log.contains(said), "{said:?} not in\n{log}");
+    }
+    let _ = fake.kill().await;
+}
+
+/// A CA and a serving certificate for 127.0.0.1 signed by it (rustls takes
+/// no CA as a leaf): (ca.crt, server.crt, server.key) under `dir`.
+async fn serving_cert(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let p = |f: &str| dir.join(f).to_str().unwrap().to_owned();
+    std::fs::write(
+        dir.join("ext"),
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n",
+    )
+    .unwrap();
+    let steps: [Vec<String>; 3] = [
+        [
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ca",
+        ]
+        .map(str::to_owned)
+        .into_iter()
+        .chain(["-keyout", &p("ca.key"), "-out", &p("ca.crt")].map(str::to_owned))
+        .collect(),
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=fake"]
+            .map(str::to_owned)
+            .into_iter()
+            .chain(["-keyout", &p("server.key"), "-out", &p("server.csr")].map(str::to_owned))
+            .collect(),
+        ["x509", "-req", "-days", "1", "-CAcreateserial"]
+            .map(str::to_owned)
+            .into_iter()
+            .chain(
+                [
+                    "-in",
+                    &p("server.csr"),
+                    "-CA",
+                    &p("ca.crt"),
+                    "-CAkey",
+                    &p("ca.key"),
+                    "-extfile",
+                    &p("ext"),
+                    "-out",
+                    &p("server.crt"),
+                ]
+                .map(str::to_owned),
+            )
+            .collect(),
+    ];
+    for args in steps {
+        let out = tokio::process::Command::new("openssl")
+            .args(&args)
+            .output()
+            .await
+            .expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    }
+    (
+        dir.join("ca.crt"),
+        dir.join("server.crt"),
+        dir.join("server.key"),
+    )
 }

@@ -85,6 +85,7 @@ async fn synthetic(db: &Path, elections: usize, terms: usize) -> Result<()> {
                         cause: EndCause::Expired,
                         started_revision: token,
                         started_at_ms: at,
+                        renewals: None,
                     },
                 });
                 rev += 1;

@@ -101,6 +101,7 @@ fn metrics_render(cfg: &Config) -> Result<Vec<Row>> {
                     cause: EndCause::Resigned,
                     started_revision: token,
                     started_at_ms: now - 60_000,
+                    renewals: None,
                 },
             });
             second.push(started(
@@ -296,6 +297,7 @@ async fn synthetic_history(db: &Path, election: &str, terms: usize, span_ms: i64
                 },
                 started_revision: token,
                 started_at_ms: at,
+                renewals: None,
             },
         });
         rev += 1;

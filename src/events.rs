@@ -115,6 +115,34 @@ impl std::fmt::Display for EndCause {
     }
 }
 
+/// A Kubernetes Lease holder's renewals in one term and how the term
+/// handed over, by the times its writers wrote in the Lease (their clocks,
+/// microseconds since the epoch; never tenure's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TermRenewals {
+    /// Renewals read in the term (writes of the same holder and
+    /// acquisition after the first one tenure read).
+    pub count: u64,
+    /// The time between its last two renewals read: its cadence (client-go's
+    /// `RetryPeriod` while all is well). `None`: fewer than two read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_us: Option<i64>,
+    /// Its last renewal (`renewTime`, or `acquireTime` when it never renewed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_us: Option<i64>,
+    /// How long one renewal held it (`leaseDurationSeconds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<i64>,
+    /// From its last renewal to the next holder's acquisition (`acquireTime`
+    /// of the write that ended the term): the leaderless time as client-go's
+    /// candidates saw it. Longer than the duration: it lapsed, then was
+    /// taken; shorter: taken over early. Negative: the writers' clocks
+    /// disagree. `None`: nobody acquired it in that write (released,
+    /// deleted) or a time is missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover_us: Option<i64>,
+}
+
 /// One transition, as the watcher saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
@@ -150,6 +178,11 @@ pub enum EventKind {
         cause: EndCause,
         started_revision: i64,
         started_at_ms: i64,
+        /// A Kubernetes Lease's term: its holder's renewals and how it
+        /// handed over, by the times written in the Lease. Absent for
+        /// every other layout, and for a term whose end tenure did not see.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        renewals: Option<TermRenewals>,
     },
     /// A candidate queued behind the leader (queue layout: its own key
     /// `election/<name>/<lease-hex>`, not the lowest). `token` is its key's
@@ -361,11 +394,14 @@ pub enum Update {
         election: String,
         count: usize,
     },
-    /// How many Kubernetes Leases (keys whose value defines their terms)
-    /// have lapsed: held, with no write for longer than their duration, as
-    /// the watch saw writes arrive. Sent when it changes. Not persisted.
-    Lapsed {
-        count: usize,
+    /// Kubernetes Leases (keys whose value defines their terms), at most
+    /// once a second: how many have lapsed (held, with no write for longer
+    /// than their duration, as the watch saw writes arrive), and each one
+    /// written or lapsed since the last such update. Sent when either
+    /// changed. Not persisted.
+    Renewing {
+        lapsed: usize,
+        changed: Vec<LeaseNow>,
     },
     /// An election (and its series) is no longer tracked: no keys left and
     /// nothing happened for a while.
@@ -379,6 +415,25 @@ pub enum Update {
     Cluster {
         cluster_id: u64,
     },
+}
+
+/// A Kubernetes Lease's holder as the watch last read it (live, not
+/// persisted): its term, its renewals, and whether it lapsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseNow {
+    pub election: String,
+    /// Its holder and term's token; `None`: nobody holds it.
+    pub held: Option<(String, i64)>,
+    /// Renewals read in the term; the time between the last two (µs, by
+    /// the holder's clock); how long one holds it.
+    pub renewals: u64,
+    pub every_us: Option<i64>,
+    pub duration_s: Option<i64>,
+    /// When its last write arrived (tenure's clock, unix ms).
+    pub written_at_ms: i64,
+    /// Held with no write for longer than its duration: renewals stopped
+    /// and nobody took over yet.
+    pub lapsed: bool,
 }
 
 /// A term that history holds as still running.

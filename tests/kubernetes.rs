@@ -137,6 +137,25 @@ async fn lease_terms_are_recorded_as_kube_apiserver_wrote_them() {
     e.signal(Signal::SIGSTOP);
     causes.push("expired");
     kube::lapsed(&serve, 1.0).await;
+    // The page says it lapsed, and e's cadence as its own last two
+    // renewals in the test's watch give it (client-go's 500 ms retry).
+    let page = kube::page(&serve, NAME).await;
+    assert!(
+        page.contains(r#"id="lapsed""#),
+        "no lapsed warning:\n{page}"
+    );
+    let renewed: Vec<i64> = log
+        .writes()
+        .iter()
+        .filter(|w| w.holder == "e")
+        .filter_map(|w| w.renew_us)
+        .collect();
+    let every = renewed[renewed.len() - 1] - renewed[renewed.len() - 2];
+    let every = format!(
+        "every {} by its clock",
+        tenure::history::format_duration_ms(every / 1000)
+    );
+    assert!(page.contains(&every), "{every:?} not on the page:\n{page}");
     let mut f = Candidate::start(&api, "default", "demo", "f");
     log.wait_for("f holding", long, |w| w.holder == "f").await;
     kube::lapsed(&serve, 0.0).await;
@@ -176,6 +195,18 @@ async fn lease_terms_are_recorded_as_kube_apiserver_wrote_them() {
         "\ngot  {got:?}\nwant {want:?}\n{}",
         log.timeline()
     );
+    // Each handover (last renewal to the next acquisition) as the test's
+    // watch read the values: l2 killed, l3 forced out, the intruder never
+    // renewing, e frozen.
+    let handovers = kube::handovers(&log.writes());
+    assert_eq!(
+        kube::recorded_handovers(&serve, NAME).await,
+        handovers,
+        "\n{}",
+        log.timeline()
+    );
+    let who: Vec<&str> = handovers.iter().map(|(h, _)| h.as_str()).collect();
+    assert_eq!(who, [&*l2, &*l3, intruder, "e"]);
     let holders: Vec<&str> = truth.iter().map(|t| t.holder.as_str()).collect();
     assert_eq!(holders, [&*l1, &*l2, &*l3, intruder, &*l4, &*l4, "e", "f"]);
 

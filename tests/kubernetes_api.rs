@@ -514,6 +514,17 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     assert_eq!(from_etcd, want, "from etcd\n{}", log.timeline());
     let from_api = settled(&by_api, &want).await;
     assert_eq!(from_api, want, "through the API\n{}", log.timeline());
+    // The handovers too (last renewal to the next acquisition), either way.
+    let handovers = kube::handovers(&log.writes());
+    assert_eq!(handovers.len(), 4, "{}", log.timeline());
+    for serve in [&by_etcd, &by_api] {
+        assert_eq!(
+            kube::recorded_handovers(serve, NAME).await,
+            handovers,
+            "{}",
+            log.timeline()
+        );
+    }
     // Heartbeats are no elections (kube-apiserver's identity lease): the
     // one election is the Lease, named alike; one forced takeover each.
     for serve in [&by_etcd, &by_api] {

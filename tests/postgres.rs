@@ -784,6 +784,7 @@ async fn the_multi_row_writer_stores_what_the_sqlite_writer_stores() {
         cause,
         started_revision: token,
         started_at_ms: t0 + token,
+        renewals: None,
     };
     let refusal = |token: i64| EventKind::FenceRefused {
         resource: "db".into(),

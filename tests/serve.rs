@@ -637,6 +637,7 @@ async fn export_streams_and_the_election_list_is_one_query() {
                     cause: EndCause::Resigned,
                     started_revision: token,
                     started_at_ms: now - 2000,
+                    renewals: None,
                 }
             } else {
                 EventKind::TermStarted {

@@ -218,6 +218,7 @@ fn end_term(tx: &Transaction<'_>, event: &Event, epoch: i64) -> Result<usize, Hi
         cause,
         started_revision,
         started_at_ms,
+        ..
     } = &event.kind
     else {
         return Ok(0);

@@ -314,6 +314,7 @@ fn record_term(event: &Event) {
             cause,
             started_revision,
             started_at_ms,
+            ..
         } => {
             let term_seconds = event.at_ms.saturating_sub(*started_at_ms).max(0) as f64 / 1000.0;
             let span = tracing::debug_span!(

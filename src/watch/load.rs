@@ -363,6 +363,7 @@ pub(super) fn reset_batch(
                 cause: EndCause::Unknown,
                 started_revision: t.started_revision,
                 started_at_ms: t.started_at_ms,
+                renewals: None,
             },
         })
         .collect();

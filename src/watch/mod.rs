@@ -361,6 +361,39 @@ fn covering_range(ranges: &[(Vec<u8>, Vec<u8>)]) -> (Vec<u8>, Vec<u8>) {
     (start, end)
 }
 
+/// Kubernetes Leases' renewals for the sinks ([`Update::Renewing`]): at
+/// most once a second, and only when a Lease was written or lapsed, or the
+/// count of lapsed ones changed. Called after each answer of the watch; an
+/// idle watch answers a probe every few seconds, so a lapse is reported
+/// that late at most.
+pub(crate) struct RenewReports {
+    last: std::time::Instant,
+    lapsed: usize,
+}
+
+impl RenewReports {
+    pub(crate) fn new() -> Self {
+        Self {
+            last: std::time::Instant::now(),
+            lapsed: 0,
+        }
+    }
+
+    /// The update due now, if any.
+    pub(crate) fn due(&mut self, state: &mut State) -> Option<Update> {
+        if self.last.elapsed() < std::time::Duration::from_secs(1) {
+            return None;
+        }
+        self.last = std::time::Instant::now();
+        let (lapsed, changed) = state.renewing(crate::events::now_ms());
+        if lapsed == self.lapsed && changed.is_empty() {
+            return None;
+        }
+        self.lapsed = lapsed;
+        Some(Update::Renewing { lapsed, changed })
+    }
+}
+
 async fn send(tx: &mpsc::Sender<Update>, u: Update) -> Result<(), Closed> {
     tx.send(u).await.map_err(|_| Closed)
 }

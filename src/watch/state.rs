@@ -7,7 +7,7 @@ use std::ops::Bound;
 
 use crate::election::keys::holder_of;
 use crate::election::KeyLayout;
-use crate::events::{EndCause, Event, EventKind, OpenTerm, WatchStatus};
+use crate::events::{EndCause, Event, EventKind, LeaseNow, OpenTerm, TermRenewals, WatchStatus};
 use crate::layout::{Claim, Reading, Role, Source, Sources, Unreadable};
 
 mod revision;
@@ -17,7 +17,6 @@ use candidates::Candidates;
 
 mod claims;
 use claims::Claimed;
-pub use claims::Renewals;
 
 /// A key-value as etcd holds it (decoupled from etcd-client's type).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,28 +239,21 @@ impl State {
         self.elections.get(election).and_then(|e| e.leader.as_ref())
     }
 
-    /// The renewals of `election`'s holder in its term, where its key's
-    /// value defines its terms (a Kubernetes Lease): how many, the last
-    /// one's time and the time between the last two, on the holder's
-    /// clock, with how long one holds it. A lapsed lease (renewals stopped,
-    /// nobody took over yet) is one whose last renewal plus that duration
-    /// has passed.
-    pub fn renewals(&self, election: &str) -> Option<(Renewals, Option<i64>)> {
-        let claim = self.elections.get(election)?.claim.as_ref()?;
-        let hold = claim.hold.as_ref()?;
-        Some((claim.renewals, hold.duration_s))
-    }
-
-    /// How many elections whose key's value defines their terms (a
-    /// Kubernetes Lease) have lapsed at `now_ms`: held, with no write of
-    /// their key arrived for longer than the duration the last one gave
-    /// (renewals stopped, nobody took over yet). One pass over the
+    /// Elections whose key's value defines their terms (Kubernetes
+    /// Leases) at `now_ms`: how many have lapsed (held, with no write of
+    /// their key arrived for longer than the duration the last one gave:
+    /// renewals stopped, nobody took over yet), and each one whose last
+    /// write or lapse changed since the last call. One pass over the
     /// elections.
-    pub fn lapsed(&self, now_ms: i64) -> usize {
-        self.elections
-            .values()
-            .filter(|e| e.claim.as_ref().is_some_and(|c| c.lapsed(now_ms)))
-            .count()
+    pub fn renewing(&mut self, now_ms: i64) -> (usize, Vec<LeaseNow>) {
+        let mut lapsed = 0;
+        let mut changed = Vec::new();
+        for (name, e) in &mut self.elections {
+            let Some(c) = e.claim.as_mut() else { continue };
+            lapsed += usize::from(c.lapsed(now_ms));
+            changed.extend(c.report(name, now_ms));
+        }
+        (lapsed, changed)
     }
 
     /// The election's entry, created if there is room. `Err` carries the
@@ -476,7 +468,7 @@ impl State {
                 }
                 (k, now) => {
                     if let Some(k) = k {
-                        events.push(ended(revision, at_ms, name, k, EndCause::Unknown));
+                        events.push(ended(revision, at_ms, name, k, EndCause::Unknown, None));
                     }
                     if let Some(t) = &now {
                         events.push(started(
@@ -822,7 +814,14 @@ fn started(
     )
 }
 
-fn ended(revision: i64, at_ms: i64, election: &str, t: &OpenTerm, cause: EndCause) -> Event {
+fn ended(
+    revision: i64,
+    at_ms: i64,
+    election: &str,
+    t: &OpenTerm,
+    cause: EndCause,
+    renewals: Option<TermRenewals>,
+) -> Event {
     event(
         revision,
         at_ms,
@@ -834,6 +833,7 @@ fn ended(revision: i64, at_ms: i64, election: &str, t: &OpenTerm, cause: EndCaus
             cause,
             started_revision: t.started_revision,
             started_at_ms: t.started_at_ms,
+            renewals,
         },
     )
 }

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::merge::{Opening, Watch};
 use super::replay::Replay;
-use super::{open_terms, send, Closed, Resume, State, Watcher, STUCK_AFTER_ATTEMPTS};
+use super::{open_terms, send, Closed, RenewReports, Resume, State, Watcher, STUCK_AFTER_ATTEMPTS};
 use crate::election::keywatch::{Reopened, Repeats, WatchItem, REPEAT_LOG_EVERY};
 use crate::events::{now_ms, Batch, RestartReason, Update, WatchStatus};
 
@@ -55,8 +55,8 @@ pub(super) struct Stream<'w> {
     /// on it would only time out).
     asker: etcd_client::Client,
     last_forget: Instant,
-    /// When lapsed Leases were last counted, and the count last sent.
-    last_lapsed: (Instant, usize),
+    /// Leases' renewals, reported at most once a second.
+    renew_reports: RenewReports,
     /// Repeated trouble (a role revoked: every reopen refused) is logged
     /// once per interval, with a count; RangeWatch paces the reopens.
     denied_log: Repeats,
@@ -100,7 +100,7 @@ impl<'w> Stream<'w> {
             ask_replaced: false,
             asker: w.client.etcd(),
             last_forget: Instant::now(),
-            last_lapsed: (Instant::now(), 0),
+            renew_reports: RenewReports::new(),
             denied_log: Repeats::new(REPEAT_LOG_EVERY),
             reopen_log: Repeats::new(REPEAT_LOG_EVERY),
             stuck_log: Repeats::new(REPEAT_LOG_EVERY),
@@ -142,7 +142,7 @@ impl<'w> Stream<'w> {
                 WatchItem::Opened { member_id } => self.on_opened(member_id).await?,
             }
             self.forget_idle().await?;
-            self.count_lapsed().await?;
+            self.report_renewing().await?;
         }
     }
 
@@ -425,18 +425,10 @@ impl<'w> Stream<'w> {
         Ok(())
     }
 
-    /// At most once a second, after an answer: how many Leases lapsed,
-    /// sent when it changed. An idle stream answers a probe every few
-    /// seconds, so a lapse is counted that late at most.
-    async fn count_lapsed(&mut self) -> Result<(), Closed> {
-        if self.last_lapsed.0.elapsed() < std::time::Duration::from_secs(1) {
-            return Ok(());
-        }
-        let count = self.state.lapsed(now_ms());
-        let changed = count != self.last_lapsed.1;
-        self.last_lapsed = (Instant::now(), count);
-        if changed {
-            send(self.tx, Update::Lapsed { count }).await?;
+    /// Leases' renewals, when due ([`RenewReports`](super::RenewReports)).
+    async fn report_renewing(&mut self) -> Result<(), Closed> {
+        if let Some(u) = self.renew_reports.due(&mut self.state) {
+            send(self.tx, u).await?;
         }
         Ok(())
     }

@@ -109,6 +109,11 @@ impl AppState {
         })
     }
 
+    /// The readiness of `t`'s cluster (its watcher's live word).
+    pub fn readiness_of(&self, t: &Target) -> &Readiness {
+        self.view(t).map_or(&*self.readiness, |v| &*v.readiness)
+    }
+
     /// What `t`'s cluster's watcher reads (`None`: not connected yet).
     pub fn sources_of(&self, t: &Target) -> Option<&Sources> {
         match self.view(t) {

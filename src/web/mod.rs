@@ -14,6 +14,7 @@ pub mod openapi;
 pub mod pages;
 pub mod queue;
 pub mod recording;
+pub mod renewing;
 pub mod replays;
 mod scrape;
 mod shared;
@@ -68,6 +69,9 @@ pub struct Readiness {
     connect_problem: std::sync::Mutex<Option<String>>,
     /// What the watcher reads, for the messages: `etcd` unless set.
     source: std::sync::OnceLock<&'static str>,
+    /// The watcher's live word on its Kubernetes Leases (the election
+    /// page's renewals).
+    pub leases: renewing::LeaseBoard,
 }
 
 /// The cap on tracked elections was hit: changes of elections beyond it
@@ -115,6 +119,7 @@ impl Readiness {
     }
 
     pub fn apply(&self, update: &Update) {
+        self.leases.apply(update);
         match update {
             Update::Batch(b) => {
                 self.live_at_ms

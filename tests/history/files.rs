@@ -282,6 +282,7 @@ async fn a_version_1_file_migrates_and_a_reset_keeps_both_timelines() {
             cause: EndCause::Unknown,
             started_revision: 5,
             started_at_ms: 1000,
+            renewals: None,
         },
     };
     let reset = Event {

@@ -48,6 +48,7 @@ pub(crate) fn ended(
         cause,
         started_revision,
         started_at_ms: at,
+        renewals: None,
     }
 }
 

@@ -37,6 +37,7 @@ pub fn ended(token: i64, holder: &str, cause: EndCause, started_at_ms: i64) -> E
         cause,
         started_revision: token,
         started_at_ms,
+        renewals: None,
     }
 }
 

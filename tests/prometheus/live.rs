@@ -31,13 +31,51 @@ use tenure::election::Client;
 // sampler currently samples other elections' leases far less often while one
 // election churns (each new term queues that election again), so `stale`
 // would not be sampled while it runs down.
+/// The Lease election's name: kube-apiserver's prefix, then `NS/NAME`.
+const KCM: &str = "/registry/kube-system/kcm";
+
+/// Writes the Lease `kube-system/kcm` as kube-apiserver stores it with
+/// `--storage-media-type=application/json`: held by `holder`, acquired at
+/// `acquired` (unix µs; `None`: now), renewed now, for 1 s. Returns when it
+/// was acquired.
+async fn renew_lease(raw: &mut etcd_client::Client, holder: &str, acquired: Option<u64>) -> u64 {
+    let now_us = u64::try_from(tenure::events::now_ms()).expect("time") * 1000;
+    let acquired = acquired.unwrap_or(now_us);
+    let t = |us: u64| {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us);
+        humantime::format_rfc3339_micros(at).to_string()
+    };
+    let value = serde_json::json!({
+        "kind": "Lease",
+        "apiVersion": "coordination.k8s.io/v1",
+        "metadata": {"name": "kcm", "namespace": "kube-system"},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": 1,
+            "acquireTime": t(acquired),
+            "renewTime": t(now_us),
+            "leaseTransitions": u64::from(holder != "kcm-a"),
+        }
+    });
+    raw.put("/registry/leases/kube-system/kcm", value.to_string(), None)
+        .await
+        .expect("put the Lease");
+    acquired
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_prometheus_scrapes_serve_runs_every_dashboard_query_and_fires_alerts() {
     let t0 = Instant::now();
     let rules = fast_rules(&read("grafana/alerts.yaml"));
     let mut etcd = Etcd::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let serve = Serve::start(&[etcd.endpoint()], &dir.path().join("history.db"), &[], &[]).await;
+    let serve = Serve::start(
+        &[etcd.endpoint()],
+        &dir.path().join("history.db"),
+        &["--source", "kubernetes:/registry/"],
+        &[],
+    )
+    .await;
     let prom = Prometheus::start(&serve.addr, &rules).await;
     let range_start = unix_now();
     // Prometheus applies new scrape targets up to 5 s after it is ready.
@@ -70,9 +108,17 @@ async fn real_prometheus_scrapes_serve_runs_every_dashboard_query_and_fires_aler
     let a = lead(&c, "orders", "a").await;
     let t_a = a.token();
     assert!(a.fence("db").await.expect("fence").accepted);
+    // A Kubernetes Lease held by `kcm-a`, renewed twice, then silent past
+    // its 1 s duration: lapsed, and nobody takes it over until phase 2.
+    let acquired = renew_lease(&mut raw, "kcm-a", None).await;
+    for _ in 0..2 {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        renew_lease(&mut raw, "kcm-a", Some(acquired)).await;
+    }
     let mut phase1 = [
         Expected::new("TenureLeaseNearExpiry", &[("election", "stale")]),
         Expected::new("TenureElectionNoLeader", &[("election", "reports")]),
+        Expected::new("TenureLeaseLapsed", &[("election", KCM)]),
     ];
     await_alerts(&prom, &mut phase1, &never).await;
     let phase1_done = t0.elapsed();
@@ -97,6 +143,12 @@ async fn real_prometheus_scrapes_serve_runs_every_dashboard_query_and_fires_aler
         lead(&c, "orders", id).await.resign().await.expect("resign");
     }
     let _f = lead(&c, "orders", "f").await;
+    // `kcm-b` acquires the lapsed Lease (a handover, expired) and renews.
+    let acquired = renew_lease(&mut raw, "kcm-b", None).await;
+    for _ in 0..2 {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        renew_lease(&mut raw, "kcm-b", Some(acquired)).await;
+    }
     let mut phase2 = [
         Expected::new("TenureLeaderChurn", &[("election", "orders")]),
         Expected::new(
@@ -120,7 +172,10 @@ async fn real_prometheus_scrapes_serve_runs_every_dashboard_query_and_fires_aler
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    assert_eq!(elections, BTreeSet::from(["orders", "reports", "stale"]));
+    assert_eq!(
+        elections,
+        BTreeSet::from([KCM, "orders", "reports", "stale"])
+    );
 
     // Data the scenario produced last: the lease of f (sampled about every
     // second) and the recorded quantiles of the terms ended in phase 2.
@@ -152,7 +207,7 @@ async fn real_prometheus_scrapes_serve_runs_every_dashboard_query_and_fires_aler
         .collect();
     assert_eq!(
         counts.keys().collect::<Vec<_>>(),
-        ["orders", "reports", "stale"]
+        [KCM, "orders", "reports", "stale"]
     );
     assert!(
         counts

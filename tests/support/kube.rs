@@ -785,3 +785,58 @@ pub async fn lapsed(serve: &super::Serve, n: f64) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Each change of hands from one holder straight to another (no release or
+/// deletion between), as the test's own watch read the Lease: the old
+/// holder, and the new holder's acquireTime minus the old holder's last
+/// renewTime (µs, the writers' clocks).
+pub fn handovers(writes: &[Write]) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    for pair in writes.windows(2) {
+        let (old, new) = (&pair[0], &pair[1]);
+        let held = |w: &Write| !w.deleted && !w.holder.is_empty();
+        let new_term = new.holder != old.holder || new.acquire_us != old.acquire_us;
+        if held(old) && held(new) && new_term {
+            let last = old.renew_us.or(old.acquire_us).expect("renewed");
+            let next = new.acquire_us.or(new.renew_us).expect("acquired");
+            out.push((old.holder.clone(), next - last));
+        }
+    }
+    out
+}
+
+/// What tenure recorded of them: each `term_ended` event of `name` that
+/// carries a handover, in order.
+pub async fn recorded_handovers(serve: &super::Serve, name: &str) -> Vec<(String, i64)> {
+    let url = serve.url(&format!(
+        "/api/v1/elections/{}/events?limit=1000",
+        name.replace('/', "%2F")
+    ));
+    let v: serde_json::Value = reqwest::get(url)
+        .await
+        .expect("events")
+        .json()
+        .await
+        .expect("json");
+    v["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .filter(|e| e["type"] == "term_ended")
+        .filter_map(|e| {
+            let us = e["renewals"]["handover_us"].as_i64()?;
+            Some((e["holder"].as_str().expect("holder").to_owned(), us))
+        })
+        .collect()
+}
+
+/// The election page of `name`, as served.
+pub async fn page(serve: &super::Serve, name: &str) -> String {
+    let url = serve.url(&format!("/elections/{}", name.replace('/', "%2F")));
+    reqwest::get(url)
+        .await
+        .expect("page")
+        .text()
+        .await
+        .expect("text")
+}

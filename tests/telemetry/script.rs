@@ -42,6 +42,7 @@ pub fn ended(
         cause,
         started_revision: token,
         started_at_ms,
+        renewals: None,
     }
 }
 

@@ -384,6 +384,7 @@ impl EndedCols {
             cause,
             started_revision,
             started_at_ms,
+            ..
         } = &event.kind
         else {
             return;

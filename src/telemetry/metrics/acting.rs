@@ -237,6 +237,7 @@ mod tests {
                 cause,
                 started_revision: 1,
                 started_at_ms: 0,
+                renewals: None,
             },
         )
     }

@@ -90,6 +90,9 @@ pub(super) struct Election {
     pub term: Option<Term>,
     /// `lease_remaining_seconds`, while it has a series.
     pub lease_remaining: Option<i64>,
+    /// Held by a Kubernetes Lease: lapsed, and the renew interval in
+    /// seconds (`lease_lapsed`, `lease_renew_interval_seconds`).
+    pub renewing: Option<(bool, Option<f64>)>,
     /// Candidates queued behind the leader (the watcher's count).
     pub waiting: usize,
     /// Start (unix ms) of leaderless time not yet added to
@@ -125,6 +128,7 @@ impl Election {
             detail: detail.then(Box::default),
             term: None,
             lease_remaining: None,
+            renewing: None,
             waiting: 0,
             leaderless_since_ms: None,
             leaderless_paused: false,
@@ -215,6 +219,7 @@ impl Election {
                             }
                         }
                         self.lease_remaining = None;
+                        self.renewing = None;
                         self.series.has_leader = 0;
                         self.lost_leader = true;
                         if self.leaderless_since_ms.is_none() {

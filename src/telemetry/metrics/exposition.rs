@@ -168,6 +168,10 @@ fn write_family(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
     let has_series = match f.id {
         Id::LeaderInfo => elections.iter().any(|(_, e)| e.term.is_some()),
         Id::LeaseRemaining => elections.iter().any(|(_, e)| e.lease_remaining.is_some()),
+        Id::LeaseLapsed => elections.iter().any(|(_, e)| e.renewing.is_some()),
+        Id::LeaseRenewInterval => elections
+            .iter()
+            .any(|(_, e)| e.renewing.is_some_and(|(_, every)| every.is_some())),
         Id::FencingChecks | Id::FencingRefusals => elections.iter().any(|(_, e)| e.used_fence()),
         Id::Leaderless => elections.iter().any(|(_, e)| e.shows_leaderless()),
         Id::ElectionTermDuration | Id::ElectionTermEnds | Id::ElectionCandidatesWaiting => {
@@ -230,6 +234,20 @@ fn write_family(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
             for &(el, e) in elections {
                 if let Some(secs) = e.lease_remaining {
                     sample(out, f, "", &[el], None, secs as f64);
+                }
+            }
+        }
+        Id::LeaseLapsed => {
+            for &(el, e) in elections {
+                if let Some((lapsed, _)) = e.renewing {
+                    sample(out, f, "", &[el], None, f64::from(u8::from(lapsed)));
+                }
+            }
+        }
+        Id::LeaseRenewInterval => {
+            for &(el, e) in elections {
+                if let Some((_, Some(secs))) = e.renewing {
+                    sample(out, f, "", &[el], None, secs);
                 }
             }
         }

@@ -51,6 +51,9 @@ pub enum Id {
     LeaderInfo,
     Leaderless,
     LeaseRemaining,
+    LeaseLapsed,
+    LeaseRenewInterval,
+    LeaseHandover,
     ElectionTermDuration,
     ElectionTermEnds,
     TermStart,
@@ -98,6 +101,13 @@ pub const TERM_DURATION_BUCKETS: &[f64] = &[
     86_400.0, 172_800.0, 604_800.0,
 ];
 
+/// Buckets of the handover histogram: from a Lease holder's last renewal
+/// to the next holder's acquisition (client-go's defaults: renewals every
+/// 2 s, a 15 s lease).
+pub const HANDOVER_BUCKETS: &[f64] = &[
+    0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 17.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+];
+
 const TERM_DURATION_HELP: &str = "Duration of ended terms whose start and end were both seen \
     (terms first seen in a snapshot, or ended in compacted history, are not observed).";
 const TERM_ENDS_HELP: &str = "Terms ended, by cause: resigned (given up), expired (lease ran \
@@ -126,7 +136,7 @@ use Kind::{Counter, Gauge, Histogram};
 use SeriesScope::{Election, ElectionDetail, Process};
 
 /// Every family, in name order (the order of the exposition).
-pub const FAMILIES: [Family; 29] = [
+pub const FAMILIES: [Family; 32] = [
     Family {
         buckets: MARGIN_BUCKETS,
         ..family(
@@ -214,10 +224,30 @@ pub const FAMILIES: [Family; 29] = [
         Election,
     ),
     family(
+        Id::LeaseLapsed,
+        "tenure_election_lease_lapsed",
+        "1 while the election's Kubernetes Lease has lapsed: held, with no write for longer \
+         than its leaseDurationSeconds as the watch saw writes arrive (renewals stopped, \
+         nobody took over yet), else 0. Series only for elections held by a Lease.",
+        Gauge,
+        &["election"],
+        Election,
+    ),
+    family(
         Id::LeaseRemaining,
         "tenure_election_lease_remaining_seconds",
         "Seconds left on the current leader's lease when last sampled; no \
          series while leaderless or when etcd no longer knows the lease.",
+        Gauge,
+        &["election"],
+        Election,
+    ),
+    family(
+        Id::LeaseRenewInterval,
+        "tenure_election_lease_renew_interval_seconds",
+        "Time between the current Lease holder's last two renewals, by the renewTime its \
+         holder wrote (client-go's RetryPeriod while all is well). Series only for \
+         elections held by a Lease whose holder renewed twice.",
         Gauge,
         &["election"],
         Election,
@@ -285,6 +315,21 @@ pub const FAMILIES: [Family; 29] = [
         &[],
         Process,
     ),
+    Family {
+        buckets: HANDOVER_BUCKETS,
+        ..family(
+            Id::LeaseHandover,
+            "tenure_lease_handover_seconds",
+            "Kubernetes Lease terms ended by another holder's acquisition: the time from \
+             the old holder's last renewal to the new holder's acquireTime, by the times its \
+             writers wrote (leaderless time as client-go's candidates saw it), by cause: \
+             expired (longer than the lease), taken_over (shorter: an early or forced \
+             takeover), unknown. All elections together.",
+            Histogram,
+            &["cause"],
+            Process,
+        )
+    },
     family(
         Id::LeasesLapsed,
         "tenure_leases_lapsed",

@@ -315,6 +315,21 @@ impl Metrics {
                     let Some(e) = self.election(&mut elections, &event.election) else {
                         continue;
                     };
+                    if let EventKind::TermEnded {
+                        cause,
+                        renewals: Some(r),
+                        ..
+                    } = &event.kind
+                    {
+                        if let (Some(us), Ok(h)) = (
+                            r.handover_us,
+                            self.p
+                                .lease_handover
+                                .get_metric_with_label_values(&[cause.as_str()]),
+                        ) {
+                            h.observe(us.max(0) as f64 / 1e6);
+                        }
+                    }
                     if let Some(ended) = e.apply(event) {
                         Process::inc(&self.p.term_ends, ended.cause.as_str());
                         if let Some(secs) = ended.duration {
@@ -371,7 +386,18 @@ impl Metrics {
                 // Readiness reports it; restarts are counted already.
                 WatchStatus::Stuck { .. } | WatchStatus::Reconnected { .. } => {}
             },
-            Update::Lapsed { count } => self.p.leases_lapsed.set(*count as i64),
+            Update::Renewing { lapsed, changed } => {
+                self.p.leases_lapsed.set(*lapsed as i64);
+                let mut elections = self.lock();
+                for l in changed {
+                    if let Some(e) = self.election(&mut elections, &l.election) {
+                        e.renewing = l
+                            .held
+                            .as_ref()
+                            .map(|_| (l.lapsed, l.every_us.map(|us| us as f64 / 1e6)));
+                    }
+                }
+            }
             Update::Cluster { .. } => {}
         }
     }

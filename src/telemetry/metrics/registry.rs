@@ -27,6 +27,8 @@ pub(super) struct Process {
     pub ignored_keys: IntCounter,
     pub encrypted_values: IntCounter,
     pub leases_lapsed: IntGauge,
+    /// Fleet-wide, by cause: Lease handovers.
+    pub lease_handover: HistogramVec,
     pub two_primaries: IntCounter,
     pub elections: IntGauge,
     /// Fleet-wide: every election's ended terms.
@@ -74,6 +76,7 @@ impl Process {
                 r,
                 IntGauge::with_opts(opts(Id::LeasesLapsed, Kind::Gauge)?)?,
             )?,
+            lease_handover: reg(r, histogram_vec(Id::LeaseHandover)?)?,
             two_primaries: reg(
                 r,
                 IntCounter::with_opts(opts(Id::TwoPrimaries, Kind::Counter)?)?,
@@ -103,6 +106,11 @@ impl Process {
         }
         for cause in EndCause::ALL {
             p.term_ends
+                .get_metric_with_label_values(&[cause.as_str()])?;
+        }
+        // A handover ends a term by another holder's acquisition.
+        for cause in [EndCause::Expired, EndCause::TakenOver, EndCause::Unknown] {
+            p.lease_handover
                 .get_metric_with_label_values(&[cause.as_str()])?;
         }
         for ended in ["lost", "resigned"] {

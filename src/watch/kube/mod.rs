@@ -43,7 +43,7 @@ use tokio::time::Instant;
 
 use super::load::{contradicted, open_terms, Loading};
 use super::replay::{coalesced, Replay};
-use super::{report_waiting, send, state, Change, Closed, Kv, Resume, State};
+use super::{report_waiting, send, state, Change, Closed, Kv, RenewReports, Resume, State};
 use crate::events::{
     now_ms, Batch, EndCause, Event, EventKind, RestartReason, Update, WatchStatus,
 };
@@ -172,7 +172,7 @@ impl KubeWatcher {
             replay,
             up: true,
             last_forget: Instant::now(),
-            last_lapsed: (Instant::now(), 0),
+            renew_reports: RenewReports::new(),
             backoff: Duration::from_millis(100),
         };
         run.watch().await
@@ -281,7 +281,7 @@ struct Run<'w> {
     replay: Replay,
     up: bool,
     last_forget: Instant,
-    last_lapsed: (Instant, usize),
+    renew_reports: RenewReports,
     backoff: Duration,
 }
 
@@ -386,7 +386,7 @@ impl Run<'_> {
                 self.apply(std::mem::take(&mut group), opened_at).await?;
             }
             self.forget_idle().await?;
-            self.count_lapsed().await?;
+            self.report_renewing().await?;
             let line = match line {
                 Err(_) if silent_since.elapsed() > STALL => {
                     tracing::warn!(
@@ -550,16 +550,10 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// At most once a second: how many Leases lapsed, sent when it changed.
-    async fn count_lapsed(&mut self) -> Result<(), Closed> {
-        if self.last_lapsed.0.elapsed() < Duration::from_secs(1) {
-            return Ok(());
-        }
-        let count = self.state.lapsed(now_ms());
-        let changed = count != self.last_lapsed.1;
-        self.last_lapsed = (Instant::now(), count);
-        if changed {
-            self.send(Update::Lapsed { count }).await?;
+    /// Leases' renewals, when due ([`RenewReports`](super::RenewReports)).
+    async fn report_renewing(&mut self) -> Result<(), Closed> {
+        if let Some(u) = self.renew_reports.due(&mut self.state) {
+            self.send(u).await?;
         }
         Ok(())
     }

@@ -23,6 +23,7 @@
 //!
 //! [`Layout::read_claim`]: crate::layout::Layout::read_claim
 
+use crate::events::{LeaseNow, TermRenewals};
 use crate::layout::{Claim, EndHint, Hold};
 
 /// The last value read of a key whose terms its value defines.
@@ -44,6 +45,9 @@ pub(super) struct Claimed {
     pub transitions: Option<i64>,
     /// The holder's renewals seen in this term.
     pub renewals: Renewals,
+    /// What the last live update said of it (its last write's revision,
+    /// lapsed): it is sent again when either changed.
+    pub reported: Option<(i64, bool)>,
 }
 
 /// A holder's renewals within its term, on its own clock (µs).
@@ -58,12 +62,13 @@ pub struct Renewals {
 }
 
 /// What one new value did: the key's claim now, the end of the term before
-/// it (a hint for this revision), and terms the count says were not seen
-/// (between two revisions).
+/// it (a hint for this revision, with that term's renewals), and terms the
+/// count says were not seen (between two revisions).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Step {
     pub now: Claimed,
     pub ended: Option<EndHint>,
+    pub renewals: Option<TermRenewals>,
     pub unseen: Option<(i64, i64)>,
 }
 
@@ -87,6 +92,7 @@ impl Claimed {
             written_at_ms: at_ms,
             transitions,
             renewals,
+            reported: None,
         }
     }
 
@@ -105,12 +111,61 @@ impl Claimed {
                 cause: old.ended_by(&claim),
             })
         });
+        let renewals = ended.and(self.term_renewals(&claim));
         let mut now = Self::first(claim, revision, at_ms);
         if ended.is_none() && now.hold.is_some() && self.hold.is_some() {
             now.since = self.since;
             now.renewals = self.renewals.renewed(now.renewals.last_us);
         }
-        Step { now, ended, unseen }
+        Step {
+            now,
+            ended,
+            renewals,
+            unseen,
+        }
+    }
+
+    /// Its holder's renewals in the term, and how it handed over when
+    /// `next` (if any: `None` for a deletion) was written over it: from its
+    /// last renewal to the next holder's acquisition, by the times written.
+    pub fn term_renewals(&self, next: &Claim) -> Option<TermRenewals> {
+        let old = self.hold.as_ref()?;
+        let last_us = old.renewed_us.or(old.acquired_us);
+        let handover_us = match next {
+            Claim::Held(n) => n
+                .acquired_us
+                .or(n.renewed_us)
+                .zip(last_us)
+                .and_then(|(next, last)| next.checked_sub(last)),
+            Claim::Free { .. } | Claim::Unreadable(_) => None,
+        };
+        Some(TermRenewals {
+            count: self.renewals.count,
+            every_us: self.renewals.every_us,
+            last_us,
+            duration_s: old.duration_s,
+            handover_us,
+        })
+    }
+
+    /// What a live update says of it at `now_ms`, when its last write or
+    /// whether it lapsed changed since the last one (then marked sent).
+    pub fn report(&mut self, election: &str, now_ms: i64) -> Option<LeaseNow> {
+        let lapsed = self.lapsed(now_ms);
+        let key = (self.written, lapsed);
+        if self.reported == Some(key) {
+            return None;
+        }
+        self.reported = Some(key);
+        Some(LeaseNow {
+            election: election.to_owned(),
+            held: self.holder().map(|(h, t)| (h.to_owned(), t)),
+            renewals: self.renewals.count,
+            every_us: self.renewals.every_us,
+            duration_s: self.hold.as_ref().and_then(|h| h.duration_s),
+            written_at_ms: self.written_at_ms,
+            lapsed,
+        })
     }
 
     /// Whether its holder's writes stopped for longer than its duration at
@@ -192,6 +247,11 @@ mod tests {
             })
         );
         assert_eq!(free.now.holder(), None);
+        // Its renewals: one, every 2 s; released, so nobody acquired it.
+        let r = free
+            .renewals
+            .map(|r| (r.count, r.every_us, r.last_us, r.handover_us));
+        assert_eq!(r, Some((1, Some(2 * S), Some(2 * S), None)));
         // The next holder's term begins at its own write.
         let beta = free.now.next(held("beta", 30 * S, 30 * S, 1), 229, 0);
         assert_eq!((beta.ended, beta.unseen), (None, None));
@@ -210,6 +270,23 @@ mod tests {
         assert_eq!(late.ended.map(|h| h.cause), Some(EndCause::Expired));
         let early = c.next(held("beta", 20 * S, 20 * S, 1), 20, 0);
         assert_eq!(early.ended.map(|h| h.cause), Some(EndCause::TakenOver));
+        // From its last renewal to the next acquisition, by the written times.
+        let handover = |s: &Step| s.renewals.and_then(|r| r.handover_us);
+        assert_eq!(
+            (handover(&late), handover(&early)),
+            (Some(15 * S), Some(10 * S))
+        );
+        assert_eq!(late.renewals.and_then(|r| r.duration_s), Some(15));
+        // A renewal is no end: no renewals to record.
+        let same = c.next(held("alpha", 0, 12 * S, 0), 12, 0);
+        assert_eq!(same.renewals, None);
+        // Reported once per write, and again when it lapses.
+        let mut now = same.now;
+        assert!(now
+            .report("e", 1)
+            .is_some_and(|n| !n.lapsed && n.renewals == 1));
+        assert_eq!(now.report("e", 2), None);
+        assert!(now.report("e", 16_000).is_some_and(|n| n.lapsed));
         // A count that jumped: two terms passed unseen.
         let jumped = c.next(held("gamma", 90 * S, 90 * S, 3), 50, 0);
         assert_eq!(jumped.unseen, Some((10, 50)));

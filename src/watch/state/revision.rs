@@ -10,7 +10,7 @@ use super::{
 };
 use crate::election::acting::ActingRecord;
 use crate::election::{fence::RefusalRecord, keys::parse_padded_token, KeyLayout};
-use crate::events::{EndCause, EventKind, OpenTerm, WatchStatus};
+use crate::events::{EndCause, EventKind, OpenTerm, TermRenewals, WatchStatus};
 use crate::layout::{Claim, EndHint, Reading, Role};
 
 /// A candidate key's layout, and whether a rewrite of it changes hands
@@ -31,6 +31,9 @@ struct Said {
     touched_set: HashSet<String>,
     /// How a term ended, by election (tenure's end marker).
     hints: HashMap<String, EndHint>,
+    /// A Kubernetes Lease term's renewals, by election, with the term's
+    /// token: recorded with its end.
+    renewals: HashMap<String, (i64, TermRenewals)>,
     /// The events that follow the revision's terms: the fence's and the
     /// holders' acting records, in key order; a refusal's leader is filled
     /// in at the end.
@@ -82,7 +85,7 @@ impl State {
                 };
                 out.push(Pending::done(event(revision, at_ms, name, gap)));
             }
-            out.extend(self.pick_again(name, &said.hints, revision, at_ms));
+            out.extend(self.pick_again(name, &said, revision, at_ms));
         }
         out.extend(collisions.into_iter().map(Pending::done));
         // Only where some member says it is a primary, or did (Patroni's
@@ -262,6 +265,9 @@ impl State {
                 let step = before.next(claim, kv.mod_revision, at_ms);
                 if let Some(hint) = step.ended {
                     said.hints.insert(name.clone(), hint);
+                    if let Some(r) = step.renewals {
+                        said.renewals.insert(name.clone(), (hint.token, r));
+                    }
                 }
                 if let Some(unseen) = step.unseen {
                     said.unseen.insert(name.clone(), unseen);
@@ -310,7 +316,14 @@ impl State {
                 }
             }
             Change::Delete { key, .. } => {
-                e.claim = None;
+                // A Lease deleted: its term's renewals, nobody acquiring it.
+                let gone = e.claim.take().and_then(|c| {
+                    let free = Claim::Free { transitions: None };
+                    c.term_renewals(&free).map(|r| (c.since, r))
+                });
+                if let Some(r) = gone {
+                    said.renewals.insert(name.clone(), r);
+                }
                 let was_leader = e.leader.as_ref().is_some_and(|l| &l.key == key);
                 if let Some(c) = e.candidates.remove(key) {
                     if c.layout == KeyLayout::Queue && !was_leader {
@@ -325,13 +338,7 @@ impl State {
     /// The leader of election `name` picked again after its candidates
     /// changed: a new holder value of the same term, or the old term's end
     /// and the new one's start.
-    fn pick_again(
-        &mut self,
-        name: &str,
-        hints: &HashMap<String, EndHint>,
-        revision: i64,
-        at_ms: i64,
-    ) -> Vec<Pending> {
+    fn pick_again(&mut self, name: &str, said: &Said, revision: i64, at_ms: i64) -> Vec<Pending> {
         // A standing request naming the holder whose term ends here.
         let standing = self.standing.get(name).cloned();
         let Some(e) = self.elections.get_mut(name) else {
@@ -366,7 +373,12 @@ impl State {
                 e.last_change_ms = at_ms;
                 let previous_holder = before.as_ref().map(|b| b.holder.clone());
                 if let Some(old) = before {
-                    let hint = hints.get(name).filter(|h| h.token == old.token);
+                    let hint = said.hints.get(name).filter(|h| h.token == old.token);
+                    let renewals = said
+                        .renewals
+                        .get(name)
+                        .filter(|(token, _)| *token == old.token)
+                        .map(|(_, r)| *r);
                     let (cause, lookup) = end_cause(e, &old, hint);
                     let open = OpenTerm {
                         election: name.to_owned(),
@@ -378,7 +390,7 @@ impl State {
                         started_at_ms: old.started_at_ms,
                     };
                     out.push(Pending {
-                        event: ended(revision, at_ms, name, &open, cause),
+                        event: ended(revision, at_ms, name, &open, cause, renewals),
                         cause_lookup: lookup,
                         deleted_as: standing.filter(|s| s.holder == old.holder).map(|s| s.cause),
                     });

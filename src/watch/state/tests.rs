@@ -647,11 +647,19 @@ fn a_lease_s_terms_are_runs_of_one_holder_ended_as_its_values_say() {
         assert!(p.is_empty(), "{p:?}");
     }
     assert_eq!(s.leader(name).map(|t| t.token), Some(10));
-    let (r, duration) = s.renewals(name).expect("renewals");
+    let (lapsed, changed) = s.renewing(1000);
+    assert_eq!(lapsed, 0);
+    let r = changed
+        .iter()
+        .find(|l| l.election == name)
+        .expect("reported");
     assert_eq!(
-        (r.count, r.every_us, duration),
-        (2, Some(2_000_000), Some(15))
+        (r.renewals, r.every_us, r.duration_s, r.held.clone()),
+        (2, Some(2_000_000), Some(15), Some(("a".into(), 10)))
     );
+    // Reported again only once written again or lapsed.
+    assert!(s.renewing(1000).1.is_empty());
+    assert_eq!(s.renewing(16_001).0, 1);
     // Released: resigned; nobody leads.
     let (p, _) = s.apply(13, &[put(KCM, &lease("", 5, 5, 0), 10, 13, 0)], 1000);
     assert_eq!(ends(&p), [(10, EndCause::Resigned)]);
@@ -662,6 +670,16 @@ fn a_lease_s_terms_are_runs_of_one_holder_ended_as_its_values_say() {
     s.apply(15, &[put(KCM, &lease("b", 8, 10, 1), 10, 15, 0)], 1000);
     let (p, _) = s.apply(16, &[put(KCM, &lease("c", 15, 15, 2), 10, 16, 0)], 1000);
     assert_eq!(ends(&p), [(14, EndCause::TakenOver)]);
+    // Its renewals go with its end: b renewed once, at 10 s; c acquired at 15.
+    let renewals = p.iter().find_map(|p| match &p.event.kind {
+        EventKind::TermEnded { renewals, .. } => *renewals,
+        _ => None,
+    });
+    let r = renewals.expect("b's renewals");
+    assert_eq!(
+        (r.count, r.last_us, r.handover_us),
+        (1, Some(10_000_000), Some(5_000_000))
+    );
     assert_eq!(starts(&p), [(16, "c".into())]);
     // d after c's 15 s had run out: expired; the count jumped by two: one
     // term between was not seen, recorded as a gap of this election first.
@@ -676,6 +694,11 @@ fn a_lease_s_terms_are_runs_of_one_holder_ended_as_its_values_say() {
     // The object deleted: deleted, with no lookup.
     let (p, _) = s.apply(22, &[del(KCM, 22, 0)], 1000);
     assert_eq!(ends(&p), [(20, EndCause::Deleted)]);
+    // d's renewals go with it too, with no acquisition after it.
+    assert!(matches!(
+        &p[0].event.kind,
+        EventKind::TermEnded { renewals: Some(r), .. } if r.handover_us.is_none() && r.last_us == Some(31_000_000)
+    ));
     assert_eq!(p[0].cause_lookup, None);
     // Heartbeats are no elections.
     let node = "/registry/leases/kube-node-lease/n1";

@@ -349,6 +349,7 @@ async fn timeline_page(
         history: h,
         etcd,
         members,
+        lease: s.readiness_of(name).leases.get(name.name.as_str()),
     };
     let page = input.build();
     Ok(render(StatusCode::OK, &page))

@@ -108,4 +108,6 @@ pub(super) struct PageInput<'a> {
     pub(super) etcd: EtcdAnswer,
     /// Patroni's members, read live (a Patroni scope only).
     pub(super) members: Option<super::members::MembersView>,
+    /// A Kubernetes Lease's renewals, as its cluster's watcher last said.
+    pub(super) lease: Option<crate::events::LeaseNow>,
 }

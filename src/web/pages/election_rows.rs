@@ -202,15 +202,20 @@ pub(super) fn event_view(e: &Event, replays: &[ReplayMark]) -> EventView {
             cause,
             started_at_ms,
             started_revision,
+            renewals,
             ..
         } => (
             format!(
-                "{holder}'s term {token} ended: {cause}, after {}",
+                "{holder}'s term {token} ended: {cause}, after {}{}",
                 duration_text(
                     Moment::of(replays, *started_revision, *started_at_ms),
                     Some(Moment::of(replays, e.revision, e.at_ms)),
                     e.at_ms
-                )
+                ),
+                renewals
+                    .as_ref()
+                    .map(|r| format!("; {}", super::renewals::term_renewals_text(r)))
+                    .unwrap_or_default()
             ),
             false,
         ),

@@ -12,6 +12,7 @@ use super::election_input::{EtcdAnswer, History, PageInput, Params, Window, MAX_
 use super::election_rows::{
     event_view, term_view, wait_views, EventView, TableInfo, TermView, WaitView,
 };
+use super::renewals::{renewal_line, RenewalLine};
 use super::urls::{election_href, encode_component};
 use super::{ago, Head};
 use crate::events::OpenTerm;
@@ -49,6 +50,15 @@ impl PageInput<'_> {
             l.hue = hue(&l.holder);
         }
         let leaderless_since = leader.is_none().then(|| leaderless_since(h, now));
+        // A Lease's renewals, while the watcher's word is of this term.
+        let renewals = self
+            .lease
+            .as_ref()
+            .filter(|l| {
+                let term = leader.as_ref().map(|v| (v.holder.as_str(), v.token));
+                l.held.as_ref().map(|(h, t)| (h.as_str(), *t)) == term
+            })
+            .map(|l| renewal_line(l, now));
         let quiet_note = w.quiet.then(|| {
             let last = w.to_ms - STALE_PAD;
             format!(
@@ -64,6 +74,7 @@ impl PageInput<'_> {
             name: name.to_string(),
             href: href.clone(),
             leader,
+            renewals,
             disagree: disagreement(&self.etcd, open),
             leaderless_since,
             etcd_note: self.etcd.note.clone(),
@@ -391,6 +402,8 @@ pub(super) struct TimelinePage<'a> {
     name: String,
     href: String,
     leader: Option<LeaderView>,
+    /// A Kubernetes Lease leader's renewals.
+    renewals: Option<RenewalLine>,
     /// The history's open term and etcd's leader disagree (history behind).
     disagree: Option<String>,
     leaderless_since: Option<String>,

@@ -13,7 +13,7 @@
 //!
 //! Files: `overview.rs`, `election.rs` (the timeline page's query, window
 //! and history), `election_view.rs` (what that page shows, built from what
-//! was loaded), `election_rows.rs` (that page's table rows). The frame every HTML page shares (head, render, error page,
+//! was loaded), `election_rows.rs` (that page's table rows), `renewals.rs` (a Kubernetes Lease's renewals on it). The frame every HTML page shares (head, render, error page,
 //! assets, URL coding) is `web/shared/`, which `/timeline` uses too.
 
 mod election;
@@ -22,6 +22,7 @@ mod election_rows;
 mod election_view;
 mod members;
 mod overview;
+mod renewals;
 pub(crate) use super::shared::urls;
 
 use std::sync::Arc;

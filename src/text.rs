@@ -1,6 +1,7 @@
 //! Small pure helpers on text that several floors share: cutting a string
 //! on a character boundary (to a number of bytes, marked or not, or of
-//! characters), the FNV-1a hash, and base64 decoding.
+//! characters), the FNV-1a hash, base64 decoding, and percent-encoding
+//! one URL component.
 //! Nothing here allocates but [`label_of`] on a long name.
 
 /// `s` cut to at most `max` bytes, on a character boundary (never panics,
@@ -65,6 +66,21 @@ pub fn label_of(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
     }
     let room = max.saturating_sub(17);
     format!("{}~{:016x}", cut(s, room), fnv1a(s.as_bytes())).into()
+}
+
+/// Percent-encodes everything but unreserved characters (RFC 3986): a
+/// name becomes one URL path segment (`team/db` → `team%2Fdb`) or a query
+/// value (a page's link, a Kubernetes API continue token).
+pub fn encode_component(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// Standard base64 with padding (RFC 4648 section 4): HTTP Basic's

@@ -20,13 +20,20 @@
 //! compaction: the exact list at the stored resourceVersion is read from
 //! etcd, and the new watch cache refuses the watch from there (410).
 //!
+//! Within it: `tenure leader` on the Lease, from etcd and through the API,
+//! against the Lease as kube-apiserver returns it and the test's etcd
+//! watch; a user no role is bound to (403: said on stderr and in /readyz,
+//! retried until a binding grants the verbs). Beside it: an API that never
+//! answers (/readyz names the API, not etcd) and one whose
+//! resourceVersions are not integers (serve exits 1 saying what to do).
+//!
 //! Wall time: 39-45 s on 2 shared cores (kube-apiserver started three
 //! times, 3-6 s each; three 4 s Leases run out).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -154,6 +161,139 @@ async fn refused_is_said(api: &KubeApiserver, dir: &Path) {
     serve.stop().await;
 }
 
+/// A user no role is bound to (kube-apiserver's static token `unbound`):
+/// serve says on stderr and in /readyz which verbs on which resource it
+/// lacks, and keeps trying: once a binding grants them, it is ready.
+async fn denied_is_said(api: &KubeApiserver, dir: &Path) {
+    let denied = dir.join("denied");
+    std::fs::create_dir(&denied).unwrap();
+    std::fs::copy(api.dir.path().join("unbound-token"), denied.join("token")).unwrap();
+    let kubeconfig = denied.join("kubeconfig");
+    api.kubeconfig_for("token", &kubeconfig);
+    let args = ["--kubeconfig", kubeconfig.to_str().unwrap()];
+    let nowhere = ["http://127.0.0.1:9".to_owned()];
+    let serve = Serve::start(&nowhere, &denied.join("h.db"), &args, &[]).await;
+    let what = "needs get, list and watch on coordination.k8s.io leases in every namespace";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !serve.log_text().contains("(403)") {
+        assert!(Instant::now() < deadline, "{}", serve.log_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(serve.log_text().contains(what), "{}", serve.log_text());
+    let ready = reqwest::get(serve.url("/readyz")).await.expect("readyz");
+    assert_eq!(ready.status().as_u16(), 503);
+    let text = ready.text().await.unwrap();
+    for said in [what, "(403)", "ClusterRole tenure-lease-reader", "unbound"] {
+        assert!(text.contains(said), "/readyz lacks {said:?}: {text}");
+    }
+    // Granted meanwhile: the retries read the Leases.
+    let binding = r#"{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":"unbound-reads-leases"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"tenure-lease-reader"},"subjects":[{"kind":"User","apiGroup":"rbac.authorization.k8s.io","name":"unbound"}]}"#;
+    let path = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
+    let (status, body) = api.curl("POST", path, Some(binding)).await;
+    assert_eq!(status, 201, "{body}");
+    serve.ready().await;
+    serve.stop().await;
+}
+
+/// `tenure leader NAME --json` with `args`; its exit code, the JSON it
+/// printed (`Null` when none) and its stderr.
+async fn leader(endpoint: &str, args: &[&str]) -> (Option<i32>, Value, String) {
+    let out = tokio::process::Command::new(support::tenure_bin())
+        .args(["leader", NAME, "--json"])
+        .args(args)
+        .env("TENURE_ENDPOINTS", endpoint)
+        .env_remove("TENURE_SOURCES")
+        .env_remove("TENURE_PREFIX")
+        .output()
+        .await
+        .expect("tenure leader");
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), json, err)
+}
+
+/// `tenure leader` from etcd and through the API, against the Lease as
+/// kube-apiserver returns it (its holder frozen: nothing writes it) and
+/// the test's own etcd watch (`token`: the revision of the write that gave
+/// it to its holder). Whether it lapsed (`lapsed`: read once its renewTime
+/// plus duration passed, else before), by its own clock fields.
+async fn leader_agrees(
+    api: &KubeApiserver,
+    etcd: &str,
+    kubeconfig: &str,
+    token: i64,
+    lapsed: bool,
+) {
+    let (status, body) = api.curl("GET", LEASE_API, None).await;
+    assert_eq!(status, 200, "{body}");
+    let lease: Value = serde_json::from_str(&body).unwrap();
+    let spec = &lease["spec"];
+    let rv: i64 = lease["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let from_etcd = ["--source", "kubernetes:/registry/"];
+    let through_api = ["--kubeconfig", kubeconfig];
+    for (args, token_is, want) in [
+        (&from_etcd, "acquisition", token),
+        (&through_api, "value_revision", rv),
+    ] {
+        let (got, before, after) = loop {
+            let before = kube::unix_us();
+            let (code, got, err) = leader(etcd, args).await;
+            let after = kube::unix_us();
+            assert_eq!(code, Some(0), "{args:?}: {err}");
+            let out = got["runs_out_us"].as_i64().unwrap_or(i64::MAX);
+            // Lapsed wanted: read again once its moment passed.
+            if !lapsed || before > out {
+                break (got, before, after);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert_eq!(got["holder"], spec["holderIdentity"], "{got}");
+        let token_got = (got["token"].as_i64(), got["token_is"].as_str());
+        assert_eq!(token_got, (Some(want), Some(token_is)), "{got}");
+        assert_eq!(got["revision"].as_i64(), Some(rv), "{got}");
+        let time = |k: &str| got[k].as_i64().map(kube::micro_time);
+        let renewed = spec["renewTime"].as_str();
+        assert_eq!(time("renewed_us").as_deref(), renewed, "{got}");
+        let acquired = spec["acquireTime"].as_str();
+        assert_eq!(time("acquired_us").as_deref(), acquired, "{got}");
+        assert_eq!(
+            got["duration_seconds"], spec["leaseDurationSeconds"],
+            "{got}"
+        );
+        assert_eq!(got["transitions"], spec["leaseTransitions"], "{got}");
+        // renewTime (checked above) plus the duration, on the test's clock.
+        let out = got["renewed_us"].as_i64().unwrap()
+            + spec["leaseDurationSeconds"].as_i64().unwrap() * 1_000_000;
+        assert_eq!(got["runs_out_us"].as_i64(), Some(out), "{got}");
+        if lapsed {
+            assert!(before > out);
+        } else {
+            assert!(
+                after < out,
+                "read {} µs after it ran out: too late",
+                after - out
+            );
+        }
+        assert_eq!(got["lapsed"], lapsed, "{got}");
+    }
+}
+
+/// Nobody holds the Lease: `tenure leader` says so both ways, exit 1.
+async fn leader_says_nobody(etcd: &str, kubeconfig: &str) {
+    for args in [
+        ["--source", "kubernetes:/registry/"],
+        ["--kubeconfig", kubeconfig],
+    ] {
+        let (code, got, err) = leader(etcd, &args).await;
+        assert_eq!(code, Some(1), "{args:?}: {got} {err}");
+        assert!(err.contains("nobody leads"), "{err}");
+    }
+}
+
 /// What a term unseen by the API serve needs.
 struct Parts<'a> {
     etcd: &'a Etcd,
@@ -223,6 +363,7 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     let kubeconfig = reader(&api, dir.path()).await;
 
     refused_is_said(&api, dir.path()).await;
+    denied_is_said(&api, dir.path()).await;
 
     let source = "kubernetes:/registry/";
     let etcd_args: Vec<&str> = if support::fixtures::merges_several_ranges(&mut raw).await {
@@ -308,10 +449,24 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     // took over yet), counted by both serves; a candidate that comes takes
     // it once it ran out (expired), and releases it.
     let e = Candidate::start(&api, "default", "demo", "e");
-    log.wait_for("e holding", long, |w| w.holder == "e").await;
+    let e_held = log.wait_for("e holding", long, |w| w.holder == "e").await;
+    // Renewed at least once: its value's revision is not its token.
+    log.wait_for("e renewing", long, |w| {
+        w.holder == "e" && w.revision > e_held.revision
+    })
+    .await;
     e.signal(Signal::SIGSTOP);
+    // A renewal sent just before it stopped lands first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let e_term = kube::terms_of(&log.writes(), INTRUDER)
+        .pop()
+        .expect("e's term");
+    assert_eq!(e_term.holder, "e");
+    assert_eq!(e_term.token, e_held.revision);
+    leader_agrees(&api, &etcd.endpoint(), &kubeconfig, e_term.token, false).await;
     kube::lapsed(&by_etcd, 1.0).await;
     kube::lapsed(&by_api, 1.0).await;
+    leader_agrees(&api, &etcd.endpoint(), &kubeconfig, e_term.token, true).await;
     let mut f = Candidate::start(&api, "default", "demo", "f");
     let f_held = log.wait_for("f holding", long, |w| w.holder == "f").await;
     kube::lapsed(&by_etcd, 0.0).await;
@@ -323,6 +478,7 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
         w.revision > f_held.revision && !w.deleted && w.holder.is_empty()
     })
     .await;
+    leader_says_nobody(&etcd.endpoint(), &kubeconfig).await;
     cs.push(e);
     cs.push(f);
 
@@ -423,4 +579,178 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     drop(cs);
     drop(api);
     eprintln!("the scenario took {:?}", began.elapsed());
+}
+
+/// A Kubernetes API that never answers (a port that accepts and is
+/// silent): /readyz names it, not etcd (which this serve never reads),
+/// while the first list waits, then says why it failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_names_the_kubernetes_api_it_cannot_reach() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    // Connections complete in its backlog; nothing ever answers them.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let text = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context:\n    \
+         cluster: k\n    user: u\nclusters:\n- name: k\n  cluster:\n    server: \
+         https://127.0.0.1:{port}\nusers:\n- name: u\n  user:\n    token: t\n"
+    );
+    std::fs::write(&kubeconfig, text).unwrap();
+    let args = ["--kubeconfig", kubeconfig.to_str().unwrap()];
+    let nowhere = ["http://127.0.0.1:9".to_owned()];
+    let serve = Serve::start(&nowhere, &dir.path().join("h.db"), &args, &[]).await;
+    let readyz = || async {
+        let ready = reqwest::get(serve.url("/readyz")).await.expect("readyz");
+        assert_eq!(ready.status().as_u16(), 503);
+        ready.text().await.unwrap()
+    };
+    // The first list waits up to 10 s for an answer.
+    assert_eq!(
+        readyz().await,
+        "not ready: the Kubernetes API unreachable or the watcher has not loaded its \
+         snapshot yet\n"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = readyz().await;
+        assert!(!text.contains("etcd"), "{text}");
+        if text.contains(&format!(
+            "the Kubernetes API at 127.0.0.1:{port} did not answer"
+        )) {
+            break;
+        }
+        assert!(text.contains("the Kubernetes API"), "{text}");
+        assert!(Instant::now() < deadline, "{text}\n{}", serve.log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    serve.stop().await;
+    drop(silent);
+}
+
+/// An API server whose resourceVersions are not integers (not etcd's
+/// revisions: a Python HTTPS server answering every GET with such a
+/// LeaseList): serve says what to do instead and exits 1, never relisting
+/// for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_version_that_is_no_revision_stops_serve_with_what_to_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca, cert, key) = serving_cert(dir.path()).await;
+    let server = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{"kind":"LeaseList","apiVersion":"coordination.k8s.io/v1","metadata":{"resourceVersion":"a1b2"},"items":[]}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+    let mut fake = tokio::process::Command::new("python3")
+        .args(["-c", server])
+        .arg(&cert)
+        .arg(&key)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3");
+    use tokio::io::AsyncBufReadExt;
+    let out = fake.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(out).lines();
+    let port: u16 = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("the fake server's port")
+        .unwrap()
+        .expect("a port line")
+        .trim()
+        .parse()
+        .unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context:\n    \
+         cluster: k\n    user: u\nclusters:\n- name: k\n  cluster:\n    server: \
+         https://127.0.0.1:{port}\n    certificate-authority: {}\nusers:\n- name: u\n  user:\n    \
+         token: t\n",
+        ca.display()
+    );
+    std::fs::write(&kubeconfig, text).unwrap();
+    let args = ["--kubeconfig", kubeconfig.to_str().unwrap()];
+    let nowhere = ["http://127.0.0.1:9".to_owned()];
+    let mut serve = Serve::start(&nowhere, &dir.path().join("h.db"), &args, &[]).await;
+    assert_eq!(serve.exited(Duration::from_secs(20)).await, Some(1));
+    let log = serve.log_text();
+    for said in [
+        "resourceVersion \"a1b2\", which is not an integer",
+        "--source kubernetes:/registry/",
+        "the watcher of the Kubernetes API stopped",
+    ] {
+        assert!(log.contains(said), "{said:?} not in\n{log}");
+    }
+    let _ = fake.kill().await;
+}
+
+/// A CA and a serving certificate for 127.0.0.1 signed by it (rustls takes
+/// no CA as a leaf): (ca.crt, server.crt, server.key) under `dir`.
+async fn serving_cert(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let p = |f: &str| dir.join(f).to_str().unwrap().to_owned();
+    std::fs::write(
+        dir.join("ext"),
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n",
+    )
+    .unwrap();
+    let steps: [Vec<String>; 3] = [
+        [
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ca",
+        ]
+        .map(str::to_owned)
+        .into_iter()
+        .chain(["-keyout", &p("ca.key"), "-out", &p("ca.crt")].map(str::to_owned))
+        .collect(),
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=fake"]
+            .map(str::to_owned)
+            .into_iter()
+            .chain(["-keyout", &p("server.key"), "-out", &p("server.csr")].map(str::to_owned))
+            .collect(),
+        ["x509", "-req", "-days", "1", "-CAcreateserial"]
+            .map(str::to_owned)
+            .into_iter()
+            .chain(
+                [
+                    "-in",
+                    &p("server.csr"),
+                    "-CA",
+                    &p("ca.crt"),
+                    "-CAkey",
+                    &p("ca.key"),
+                    "-extfile",
+                    &p("ext"),
+                    "-out",
+                    &p("server.crt"),
+                ]
+                .map(str::to_owned),
+            )
+            .collect(),
+    ];
+    for args in steps {
+        let out = tokio::process::Command::new("openssl")
+            .args(&args)
+            .output()
+            .await
+            .expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    }
+    (
+        dir.join("ca.crt"),
+        dir.join("server.crt"),
+        dir.join("server.key"),
+    )
 }

@@ -8,7 +8,8 @@
 # --cert-dir: it uses apiserver.crt/apiserver.key when they exist, so clients can verify
 # against WORKDIR/certs/ca.crt instead of skipping verification), a service-account RSA key
 # pair, a static token for user "admin" in group system:masters (WORKDIR/token,
-# WORKDIR/tokens.csv) and WORKDIR/kubeconfig. It picks a free loopback port, prints
+# WORKDIR/tokens.csv), one for user "unbound" that no role is bound to
+# (WORKDIR/unbound-token) and WORKDIR/kubeconfig. It picks a free loopback port, prints
 #
 #   kube-apiserver: port PORT
 #
@@ -78,6 +79,11 @@ if [ ! -s "$work/token" ]; then
 fi
 token=$(cat "$work/token")
 printf '%s,admin,admin,"system:masters"\n' "$token" >"$work/tokens.csv"
+# A second static token, for user "unbound": no group, no RBAC grant (tests of a refusal).
+if [ ! -s "$work/unbound-token" ]; then
+  openssl rand -hex 24 >"$work/unbound-token"
+fi
+printf '%s,unbound,unbound\n' "$(cat "$work/unbound-token")" >>"$work/tokens.csv"
 chmod 600 "$work/token" "$work/tokens.csv" "$work/sa.key" "$certs/apiserver.key"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

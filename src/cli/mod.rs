@@ -16,6 +16,7 @@ mod group;
 mod guard;
 mod history;
 mod kube;
+mod lease;
 mod migrate;
 mod ops;
 mod pipelines;
@@ -217,6 +218,13 @@ pub enum Command {
         /// The layout of another system's election: LAYOUT:PREFIX, as for `tenure serve`.
         #[arg(long = "source", env = "TENURE_SOURCES", value_delimiter = ',', value_name = "LAYOUT:PREFIX", value_parser = crate::layout::Source::parse)]
         sources: Vec<crate::layout::Source>,
+        /// A Kubernetes Lease (`/registry/NAMESPACE/NAME`) read through the API of this
+        /// kubeconfig's current context instead of etcd.
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+        /// As --kubeconfig, with the pod's own service account.
+        #[arg(long, conflicts_with = "kubeconfig")]
+        in_cluster: bool,
     },
     /// Print every leader change of an election, one line each, until interrupted.
     Observe {
@@ -373,14 +381,18 @@ impl Need {
         match command {
             Command::Leader { name, sources, .. } if name.own().is_none() => {
                 let path = name.as_str();
-                let key = sources
-                    .iter()
-                    .find(|s| s.may_name(path))
-                    .map_or(path, |s| s.key_path(path));
+                let source = sources.iter().find(|s| s.may_name(path));
+                let key = match source {
+                    Some(s) if lease::is_lease_source(s) => {
+                        lease::key_of(s, path).unwrap_or_else(|| s.key_path(path).to_owned())
+                    }
+                    Some(s) => s.key_path(path).to_owned(),
+                    None => path.to_owned(),
+                };
                 Need {
                     access: "read",
-                    keys: vec![key.to_owned()],
-                    grant: vec![prefix("read", key)],
+                    grant: vec![prefix("read", &key)],
+                    keys: vec![key],
                 }
             }
             Command::Leader { name, .. } => Need {
@@ -497,6 +509,15 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Serve(cmd) if cmd.args.kubeconfig.is_some() || cmd.args.in_cluster => {
             return serve::run_kube(cmd).await
         }
+        Command::Leader {
+            name,
+            json,
+            kubeconfig,
+            in_cluster,
+            ..
+        } if kubeconfig.is_some() || in_cluster => {
+            return lease::through_api(name.as_str(), kubeconfig.as_deref(), json).await
+        }
         // Several clusters: each its own connection.
         Command::Serve(cmd) if !cmd.args.clusters.is_empty() || cmd.args.config.is_some() => {
             return Ok(serve::run_many(&cli.global, cmd)
@@ -537,6 +558,7 @@ async fn run_connected(client: &Client, cli: Cli) -> anyhow::Result<i32> {
             name,
             json,
             sources,
+            ..
         } => match name.own() {
             Some(name) => ops::leader(&client, name, json, &at).await,
             None => watched::leader(&client, name.as_str(), &sources, json).await,

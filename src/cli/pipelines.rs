@@ -176,7 +176,7 @@ pub(super) async fn start(
     if let (true, [f], [m]) = (one, feeds, &mut *members) {
         if let Some(api) = &f.watched.api {
             // Its Leases through the Kubernetes API: no etcd, no poller.
-            return start_api(api, resumes.into_iter().next().flatten());
+            return start_api(api, resumes.into_iter().next().flatten(), &m.readiness);
         }
         // One cluster: its watcher's channel is the inbox.
         let (Some(client), Some(cfg)) = (f.watched.client.clone(), &f.cfg) else {
@@ -222,15 +222,27 @@ pub(super) async fn start(
 }
 
 /// The feed of Leases read through the Kubernetes API: its watcher from
-/// `resume`, whose channel is the inbox.
+/// `resume`, whose channel is the inbox. Why the API cannot be read is
+/// `readiness`'s problem (`/readyz`) until it can; an answer no retry
+/// changes stops the watcher (and so serve), said on stderr.
 fn start_api(
     api: &crate::watch::kube::KubeConfig,
     resume: Option<ResumePoint>,
+    readiness: &Arc<Readiness>,
 ) -> anyhow::Result<(Inbox, Running)> {
-    let watcher = crate::watch::kube::KubeWatcher::new(api.clone()).context("the Lease source")?;
+    use crate::watch::kube::{KubeWatcher, Problems, Stopped};
+    let said = readiness.clone();
+    let problems: Problems = Arc::new(move |p| said.set_connect_problem(p.map(|e| e.to_string())));
+    let watcher = KubeWatcher::new(api.clone())
+        .context("the Lease source")?
+        .with_problems(problems);
     let (tx, rx) = mpsc::channel::<Update>(4096);
+    let readiness = readiness.clone();
     let task = crate::task::spawn("kubernetes lease watcher", async move {
-        let _ = watcher.run(resume, tx).await;
+        if let Err(Stopped::Api(e)) = watcher.run(resume, tx).await {
+            readiness.set_connect_problem(Some(e.to_string()));
+            super::stderr::say(format_args!("error: {e}"));
+        }
     });
     Ok((Inbox::One(rx), Running::of(task.abort_handle())))
 }

@@ -366,6 +366,7 @@ async fn members_of(
         } else {
             (own.serve_metrics.clone(), own.readiness.clone())
         };
+        readiness.set_source(f.source_name());
         let resume = f.resume(&store.reader()).await?;
         if let Some(r) = &resume {
             // Terms leading across the restart get their series now: the

@@ -69,8 +69,14 @@ impl Sinks {
                 (i, update) = inbox.recv() => match update {
                     Some(u) => self.apply(i, &u).await?,
                     None => {
-                        let name = self.members.get(i).and_then(|m| m.scope.clone());
-                        eprintln!("tenure: the watcher of {} stopped", in_cluster(&name));
+                        let m = self.members.get(i);
+                        let name = m.and_then(|m| m.scope.clone());
+                        // Leases through the API: no etcd cluster to name.
+                        let what = match m.map(|m| m.readiness.source()) {
+                            Some(source) if name.is_none() && source != "etcd" => source.to_owned(),
+                            _ => in_cluster(&name),
+                        };
+                        eprintln!("tenure: the watcher of {what} stopped");
                         return Ok(1);
                     }
                 },

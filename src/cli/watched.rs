@@ -43,6 +43,10 @@ pub(super) async fn leader(
              written in (or TENURE_SOURCES), as for tenure serve"
         )
     })?;
+    // A Kubernetes Lease: one key, its terms read from its value.
+    if super::lease::is_lease_source(source) {
+        return super::lease::from_etcd(client, path, source, json).await;
+    }
     let key_path = source.key_path(path);
     let resp = client
         .op(client

@@ -57,50 +57,37 @@ impl Watcher {
         state: &mut State,
         resume: Option<Resume>,
         tx: &mpsc::Sender<Update>,
-        mut reset: bool,
+        reset: bool,
     ) -> Result<(i64, u64), Closed> {
-        let mut backoff = Duration::from_millis(100);
-        // Once `reset` holds, `at_resume` never does: a reset reads the
-        // new timeline's present.
-        let mut at_resume = resume.is_some() && !reset;
+        let mut loading = Loading::new(resume.as_ref(), false, reset);
         loop {
-            let asked = resume.as_ref().filter(|_| at_resume).map(|r| r.revision);
-            match self.snapshot(asked).await {
+            match self.snapshot(loading.asked()).await {
                 Ok((kvs, revision, cluster)) => {
                     self.check_progress_order().await;
-                    if let (Some(r), false) = (&resume, reset) {
-                        if self
-                            .another_timeline(r, at_resume, &kvs, revision, cluster)
-                            .await
-                        {
-                            reset = true;
-                            if at_resume {
-                                // Read again, at the new timeline's present.
-                                at_resume = false;
-                                continue;
-                            }
+                    let another = match loading.to_check() {
+                        Some(r) => {
+                            self.another_timeline(r, loading.at_resume(), &kvs, revision, cluster)
+                                .await
                         }
-                    }
-                    let at_ms = now_ms();
-                    let (batch, statuses) = match (&resume, reset) {
-                        (Some(r), true) => reset_batch(state, r, &kvs, revision, cluster, at_ms),
-                        _ => {
-                            resumed_batch(state, resume.as_ref(), at_resume, &kvs, revision, at_ms)
-                        }
+                        None => false,
+                    };
+                    let Some((batch, statuses)) =
+                        loading.loaded(state, &kvs, revision, cluster, another)
+                    else {
+                        continue;
                     };
                     self.publish(state, statuses, batch, revision, cluster, tx)
                         .await?;
                     return Ok((revision, cluster));
                 }
-                Err(e) if at_resume && is_gone_revision(&e) => {
+                Err(e) if loading.at_resume() && is_gone_revision(&e) => {
                     tracing::warn!(error = %e, "the resume revision is no longer in etcd; resyncing");
-                    at_resume = false;
+                    loading.gone();
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the snapshot from etcd; retrying");
                     send(tx, Update::Watch(WatchStatus::EtcdUp(false))).await?;
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    loading.pause().await;
                 }
             }
         }
@@ -119,10 +106,17 @@ impl Watcher {
         revision: i64,
         cluster: u64,
     ) -> bool {
-        if r.cluster_id.is_some_and(|c| c != cluster) || (!at_resume && revision < r.revision) {
+        if r.cluster_id.is_some_and(|c| c != cluster) {
             return true;
         }
-        let why = match contradiction(&self.sources, r, kvs, revision, self.cfg.max_elections) {
+        let why = match contradicted(
+            &self.sources,
+            r,
+            at_resume,
+            kvs,
+            revision,
+            self.cfg.max_elections,
+        ) {
             Some(why) => why,
             None => match self.witness_contradiction(r).await {
                 Some(why) => why,
@@ -237,6 +231,104 @@ impl Watcher {
         }
         Ok((kvs, at.unwrap_or_default(), cluster))
     }
+}
+
+/// Where a load stands between its reads, whatever it reads (etcd's
+/// snapshot here, the Kubernetes API's list in `kube`): at the resume
+/// revision or at the present, a reset or not, and the pause before the
+/// next try. The rules of what a load records are here, once.
+pub(super) struct Loading<'r> {
+    resume: Option<&'r Resume>,
+    at_resume: bool,
+    reset: bool,
+    backoff: Duration,
+}
+
+impl<'r> Loading<'r> {
+    /// A load from `resume`: at its revision, unless `from_present` (it is
+    /// known gone) or `reset` (another timeline: its present is read).
+    pub(super) fn new(resume: Option<&'r Resume>, from_present: bool, reset: bool) -> Self {
+        Self {
+            resume,
+            // Once `reset` holds, `at_resume` never does.
+            at_resume: resume.is_some() && !from_present && !reset,
+            reset,
+            backoff: Duration::from_millis(100),
+        }
+    }
+
+    /// The revision to read at (`None`: the present).
+    pub(super) fn asked(&self) -> Option<i64> {
+        self.resume.filter(|_| self.at_resume).map(|r| r.revision)
+    }
+
+    /// Whether the next read is at the resume revision.
+    pub(super) fn at_resume(&self) -> bool {
+        self.at_resume
+    }
+
+    /// The resume point a read is checked against (is it another
+    /// timeline?): `None` once the load is a reset, or without one.
+    pub(super) fn to_check(&self) -> Option<&'r Resume> {
+        self.resume.filter(|_| !self.reset)
+    }
+
+    /// The resume revision is gone: the present is read next.
+    pub(super) fn gone(&mut self) {
+        self.at_resume = false;
+    }
+
+    /// A read of `kvs` at `revision` (of `cluster`; 0: not known),
+    /// `another` when it showed another timeline than the resume point's:
+    /// the events and statuses it loads, or `None` when the present must be
+    /// read instead (another timeline, seen at the resume revision).
+    pub(super) fn loaded(
+        &mut self,
+        state: &mut State,
+        kvs: &[Kv],
+        revision: i64,
+        cluster: u64,
+        another: bool,
+    ) -> Option<(Vec<Event>, Vec<WatchStatus>)> {
+        if another && !self.reset {
+            self.reset = true;
+            if self.at_resume {
+                self.at_resume = false;
+                return None;
+            }
+        }
+        let at_ms = now_ms();
+        Some(match (self.resume, self.reset) {
+            (Some(r), true) => reset_batch(state, r, kvs, revision, cluster, at_ms),
+            _ => resumed_batch(state, self.resume, self.at_resume, kvs, revision, at_ms),
+        })
+    }
+
+    /// After a failed read: the pause before the next, doubling up to 5 s.
+    pub(super) async fn pause(&mut self) {
+        tokio::time::sleep(self.backoff).await;
+        self.backoff = (self.backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Why `kvs` at `revision` is another timeline than `r`'s, by what the
+/// read shows: its revision behind the stored one (read at the present),
+/// or a state the stored one cannot have become. `None`: nothing shows it.
+pub(super) fn contradicted(
+    sources: &crate::layout::Sources,
+    r: &Resume,
+    at_resume: bool,
+    kvs: &[Kv],
+    revision: i64,
+    max_elections: usize,
+) -> Option<String> {
+    if !at_resume && revision < r.revision {
+        return Some(format!(
+            "its revision {revision} is behind the stored {}",
+            r.revision
+        ));
+    }
+    contradiction(sources, r, kvs, revision, max_elections)
 }
 
 /// A reset from the resume point `r` to the snapshot: every term open in

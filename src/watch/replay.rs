@@ -23,6 +23,25 @@ impl Replay {
         }
     }
 
+    /// What the first watch after a load at `applied`, done at
+    /// `live_at_ms`, replays: it happened after `since`. After a restart
+    /// at the stored revision (`stored`: its revision and when history last
+    /// saw it live), since what history last saw; after a fresh read,
+    /// since that read.
+    pub(super) fn after_load(
+        stored: Option<(i64, Option<i64>)>,
+        applied: i64,
+        live_at_ms: i64,
+    ) -> Self {
+        Self {
+            active: true,
+            since_ms: match stored {
+                Some((revision, since)) if revision == applied => since,
+                _ => Some(live_at_ms),
+            },
+        }
+    }
+
     /// The `Unobserved` event for the replayed part of `events` (those at or
     /// below `opened_at`; all of them while it is unknown), if any. The
     /// replay is over once an event beyond `opened_at` arrived.

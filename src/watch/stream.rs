@@ -76,17 +76,9 @@ impl<'w> Stream<'w> {
         let stored = resume.as_ref().map(|r| (r.revision, r.live_at_ms));
         let (applied, cluster) = w.load(&mut state, resume, tx, false).await?;
         // What the watch replays (revisions at or below the revision etcd
-        // had when the stream was created) was not seen as it happened: it
-        // happened after `since`. After a restart at the stored revision,
-        // since what history last saw; after a snapshot, since its read.
+        // had when the stream was created) was not seen as it happened.
         let live_at_ms = now_ms();
-        let replay = Replay {
-            active: true,
-            since_ms: match stored {
-                Some((revision, since)) if revision == applied => since,
-                _ => Some(live_at_ms),
-            },
-        };
+        let replay = Replay::after_load(stored, applied, live_at_ms);
         let opening = Opening {
             probe_after: w.cfg.probe_after,
             max_message_bytes: super::MAX_MESSAGE_BYTES,

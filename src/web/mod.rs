@@ -64,8 +64,11 @@ pub struct Readiness {
     /// ready until it is: tokens of the restored range are not refused).
     floor_problem: std::sync::Mutex<Option<String>>,
     /// Why serve could not connect to this cluster yet (one of
-    /// several, unreachable at start; tried again until it answers).
+    /// several, unreachable at start; tried again until it answers), or
+    /// why its source refuses it (the Kubernetes API: a 403, a 401).
     connect_problem: std::sync::Mutex<Option<String>>,
+    /// What the watcher reads, for the messages: `etcd` unless set.
+    source: std::sync::OnceLock<&'static str>,
     /// The watcher's live word on its Kubernetes Leases (the election
     /// page's renewals).
     pub leases: renewing::LeaseBoard,
@@ -177,6 +180,17 @@ impl Readiness {
     /// Says why the token floor could not be raised (`None`: it was).
     pub fn set_floor_problem(&self, problem: Option<String>) {
         *self.floor_problem.locked() = problem;
+    }
+
+    /// Names what the watcher reads (`the Kubernetes API`), for the
+    /// messages; `etcd` unless said. The first name said stays.
+    pub fn set_source(&self, name: &'static str) {
+        let _ = self.source.set(name);
+    }
+
+    /// What the watcher reads: `etcd` unless [`Readiness::set_source`] said.
+    pub fn source(&self) -> &'static str {
+        self.source.get().copied().unwrap_or("etcd")
     }
 
     /// Says why serve could not connect to this cluster (`None`: it did).
@@ -398,8 +412,10 @@ fn readiness_verdict(r: &Readiness) -> (bool, String) {
     } else {
         (
             false,
-            "not ready: etcd unreachable or the watcher has not loaded its snapshot yet\n"
-                .to_owned(),
+            format!(
+                "not ready: {} unreachable or the watcher has not loaded its snapshot yet\n",
+                r.source()
+            ),
         )
     }
 }
@@ -442,5 +458,16 @@ mod tests {
             }],
         }));
         assert_eq!(r.revision(), 7);
+    }
+
+    #[test]
+    fn readiness_names_the_source_it_waits_for() {
+        let r = Readiness::default();
+        assert!(super::readiness_verdict(&r).1.contains("etcd unreachable"));
+        r.set_source("the Kubernetes API");
+        let (ready, text) = super::readiness_verdict(&r);
+        assert!(!ready);
+        assert!(text.contains("the Kubernetes API unreachable"), "{text}");
+        assert!(!text.contains("etcd"), "{text}");
     }
 }

@@ -167,6 +167,15 @@ impl Serve {
         status.code()
     }
 
+    /// Waits (`within` at most) for it to exit by itself; its code.
+    pub async fn exited(&mut self, within: Duration) -> Option<i32> {
+        let status = tokio::time::timeout(within, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("serve still runs after {within:?}: {}", self.log_text()))
+            .expect("wait");
+        status.code()
+    }
+
     /// SIGKILL and wait: a crash.
     pub async fn crash(mut self) {
         let _ = kill(Pid::from_raw(self.pid()), Signal::SIGKILL);

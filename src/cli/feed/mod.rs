@@ -87,6 +87,15 @@ impl Feed {
         Ok(feeds)
     }
 
+    /// What it reads, as messages name it (`/readyz`).
+    pub fn source_name(&self) -> &'static str {
+        if self.watched.api.is_some() {
+            "the Kubernetes API"
+        } else {
+            "etcd"
+        }
+    }
+
     /// Its scope in the history: its name, `None` for the unnamed cluster.
     pub fn scope(&self) -> &Scope {
         &self.watched.name

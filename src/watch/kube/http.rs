@@ -52,10 +52,22 @@ pub enum ApiError {
         status: u16,
         body: String,
     },
-    /// The resourceVersion asked for is no longer kept: start over from a
-    /// fresh list (a gap).
-    #[error("the Kubernetes API no longer has resourceVersion {at} (410 Gone): {body}")]
-    Gone { at: i64, body: String },
+    /// The resourceVersion (or continue token) `path` asks for is no
+    /// longer kept: start over from a fresh list (a gap).
+    #[error(
+        "the Kubernetes API no longer has what {path} asks for (410 Gone: that resourceVersion \
+         or continue token expired): {body}"
+    )]
+    Gone { path: String, body: String },
+    /// A resourceVersion that is not an integer: not etcd's revision.
+    #[error(
+        "the Kubernetes API answered {path} with resourceVersion {value:?}, which is not an \
+         integer: tenure takes a Lease's resourceVersion as etcd's revision of the write (a \
+         term's token, the watch's resume point), as a kube-apiserver backed by etcd gives it, \
+         and this API server does not; watch one backed by etcd, or read the cluster's etcd \
+         itself (tenure serve --source kubernetes:/registry/)"
+    )]
+    NotARevision { path: String, value: String },
     #[error("the Kubernetes API answered {path} with {status}: {body}")]
     Status {
         path: String,
@@ -91,13 +103,31 @@ pub(super) async fn get(cfg: &ApiConfig, path_and_query: &str) -> Result<Answer,
         Ok(Ok(b)) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
         _ => String::new(),
     };
-    let body = crate::text::cut(&body, 512).to_owned();
-    Err(match status {
-        401 => ApiError::Unauthorized { path, body },
-        403 => ApiError::Denied { path, status, body },
-        410 => ApiError::Gone { at: 0, body },
-        _ => ApiError::Status { path, status, body },
-    })
+    Err(ApiError::of_status(status, path, &body))
+}
+
+impl ApiError {
+    /// The error of an answer to `path` with `status` (not 200) and `body`.
+    fn of_status(status: u16, path: String, body: &str) -> ApiError {
+        let body = crate::text::cut(body, 512).to_owned();
+        match status {
+            401 => ApiError::Unauthorized { path, body },
+            403 => ApiError::Denied { path, status, body },
+            410 => ApiError::Gone { path, body },
+            _ => ApiError::Status { path, status, body },
+        }
+    }
+
+    /// Whether no retry can change it: the API's resourceVersions are not
+    /// revisions. (A refusal is retried: a role may be granted meanwhile.)
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, ApiError::NotARevision { .. })
+    }
+
+    /// A 404: the object asked for does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ApiError::Status { status: 404, .. })
+    }
 }
 
 async fn request(
@@ -187,5 +217,20 @@ impl Answer {
             path: self.path.clone(),
             reason,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ApiError;
+
+    #[test]
+    fn a_gone_names_the_resource_version_asked_for() {
+        let path = "/apis/coordination.k8s.io/v1/leases?watch=1&resourceVersion=812".to_owned();
+        let gone = ApiError::of_status(410, path, "too old resource version: 812 (900)");
+        let said = gone.to_string();
+        assert!(matches!(gone, ApiError::Gone { .. }), "{said}");
+        assert!(said.contains("resourceVersion=812"), "{said}");
+        assert!(!said.contains("resourceVersion 0"), "{said}");
     }
 }

@@ -8,6 +8,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::http::ApiError;
 use crate::watch::state::{Change, Kv};
 
 /// A list's page: its Leases, the revision it was read at, and where the
@@ -97,9 +98,31 @@ fn unreadable(what: &'static str, e: impl std::fmt::Display) -> Unreadable {
     }
 }
 
+/// What an [`Unreadable`] resourceVersion is called.
+const RESOURCE_VERSION: &str = "a resourceVersion";
+
 fn revision(rv: &str) -> Result<i64, Unreadable> {
     rv.parse::<i64>()
-        .map_err(|_| unreadable("a resourceVersion", format!("{rv:?}")))
+        .map_err(|_| unreadable(RESOURCE_VERSION, rv))
+}
+
+impl Unreadable {
+    /// As the error of an answer to `path`: a resourceVersion that is not
+    /// an integer is [`ApiError::NotARevision`] (permanent), anything else
+    /// an unreadable body (retried).
+    pub(super) fn answer_to(self, path: &str) -> ApiError {
+        let path = path.to_owned();
+        if self.what == RESOURCE_VERSION {
+            return ApiError::NotARevision {
+                path,
+                value: self.reason,
+            };
+        }
+        ApiError::Body {
+            path,
+            reason: self.to_string(),
+        }
+    }
 }
 
 /// The keys and values of Leases read under `prefix` (`/registry/`).
@@ -130,6 +153,13 @@ impl Keys<'_> {
             mod_revision: revision(&o.metadata.resource_version)?,
             lease: 0,
         })
+    }
+
+    /// One Lease object, as a GET of it answers.
+    pub(super) fn lease(&self, body: &[u8]) -> Result<Kv, Unreadable> {
+        let object: &RawValue =
+            serde_json::from_slice(body).map_err(|e| unreadable("a Lease", e))?;
+        self.kv(object)
     }
 
     /// One page of a list.
@@ -247,5 +277,25 @@ mod tests {
         assert!(K
             .event(b"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"resourceVersion\":\"x\"}}}")
             .is_err());
+    }
+
+    #[test]
+    fn a_resource_version_that_is_no_revision_stops_with_what_to_do() {
+        let list = br#"{"kind":"LeaseList","metadata":{"resourceVersion":"a1b2"},"items":[]}"#;
+        let e = K.page(list).unwrap_err().answer_to("/apis/x");
+        assert!(e.is_permanent(), "{e}");
+        let said = e.to_string();
+        assert!(said.contains("\"a1b2\", which is not an integer"), "{said}");
+        assert!(said.contains("--source kubernetes:/registry/"), "{said}");
+        let event = br#"{"type":"MODIFIED","object":{"metadata":{"name":"d","namespace":"n","resourceVersion":"x7"},"spec":{}}}"#;
+        assert!(K.event(event).unwrap_err().answer_to("/w").is_permanent());
+        // A body that is no JSON at all is retried, not stopped on.
+        assert!(!K
+            .page(b"<html>")
+            .unwrap_err()
+            .answer_to("/p")
+            .is_permanent());
+        let one = br#"{"metadata":{"name":"demo","namespace":"default","resourceVersion":"77"},"spec":{"holderIdentity":"a"}}"#;
+        assert_eq!(K.lease(one).unwrap().mod_revision, 77);
     }
 }

@@ -9,7 +9,11 @@
 //! - **Resume**: the history's revision is a resourceVersion; the state
 //!   is listed exactly there (`resourceVersionMatch=Exact`) and watched
 //!   from it. The rules of what a load records are the etcd watcher's own
-//!   (`load::resumed_batch`, `load::reset_batch`, `contradiction`).
+//!   (`load::Loading`, `load::contradicted`).
+//! - **Refusals** (401, 403) and an unreachable server are retried, each
+//!   said to [`Problems`] (serve's `/readyz`) until a read succeeds; a
+//!   resourceVersion that is not an integer is no revision: the watcher
+//!   stops ([`Stopped::Api`]), saying what to read instead.
 //! - **Gap**: a resourceVersion the API no longer has (410 Gone, or an
 //!   ERROR event of code 410) is a fresh list and a `Gap` event, as a
 //!   compaction is.
@@ -37,8 +41,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::contradiction::contradiction;
-use super::load::{open_terms, reset_batch, resumed_batch};
+use super::load::{contradicted, open_terms, Loading};
 use super::replay::{coalesced, Replay};
 use super::{report_waiting, send, state, Change, Closed, Kv, RenewReports, Resume, State};
 use crate::events::{
@@ -95,11 +98,33 @@ impl KubeConfig {
     }
 }
 
+/// Where the watcher says why it cannot read the API (`Some`: each
+/// failed try) and that it reads it again (`None`): serve's `/readyz`.
+pub type Problems = std::sync::Arc<dyn Fn(Option<&ApiError>) + Send + Sync>;
+
+/// Why the watcher stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Stopped {
+    /// The receiver of its updates is gone (serve is stopping).
+    #[error("the watcher's updates have no receiver")]
+    Closed,
+    /// An answer no retry can change ([`ApiError::is_permanent`]).
+    #[error(transparent)]
+    Api(ApiError),
+}
+
+impl From<Closed> for Stopped {
+    fn from(_: Closed) -> Self {
+        Stopped::Closed
+    }
+}
+
 /// Watches every Lease through the API.
 pub struct KubeWatcher {
     cfg: KubeConfig,
     sources: Sources,
     prefix: String,
+    problems: Option<Problems>,
 }
 
 impl KubeWatcher {
@@ -110,22 +135,34 @@ impl KubeWatcher {
             cfg,
             sources,
             prefix,
+            problems: None,
         })
     }
 
-    /// Runs until the receiver of `tx` is dropped.
-    pub async fn run(self, resume: Option<Resume>, tx: mpsc::Sender<Update>) -> Result<(), Closed> {
+    /// Tells `problems` why the API cannot be read, and when it can again.
+    pub fn with_problems(mut self, problems: Problems) -> Self {
+        self.problems = Some(problems);
+        self
+    }
+
+    fn said(&self, problem: Option<&ApiError>) {
+        if let Some(p) = &self.problems {
+            p(problem);
+        }
+    }
+
+    /// Runs until the receiver of `tx` is dropped, or the API answers what
+    /// no retry can change.
+    pub async fn run(
+        self,
+        resume: Option<Resume>,
+        tx: mpsc::Sender<Update>,
+    ) -> Result<(), Stopped> {
         let mut state = State::new(self.sources.clone(), self.cfg.max_elections);
         let stored = resume.as_ref().map(|r| (r.revision, r.live_at_ms));
         let applied = self.load(&mut state, resume, &tx, false).await?;
         let live_at_ms = now_ms();
-        let replay = Replay {
-            active: true,
-            since_ms: match stored {
-                Some((revision, since)) if revision == applied => since,
-                _ => Some(live_at_ms),
-            },
-        };
+        let replay = Replay::after_load(stored, applied, live_at_ms);
         let mut run = Run {
             w: &self,
             tx: &tx,
@@ -154,25 +191,17 @@ impl KubeWatcher {
         let mut at = None;
         loop {
             let path = match (&next, revision) {
-                (Some(c), _) => format!("{LEASES}?limit={PAGE}&continue={}", escape(c)),
+                (Some(c), _) => format!(
+                    "{LEASES}?limit={PAGE}&continue={}",
+                    crate::text::encode_component(c)
+                ),
                 (None, Some(r)) => {
                     format!("{LEASES}?limit={PAGE}&resourceVersion={r}&resourceVersionMatch=Exact")
                 }
                 (None, None) => format!("{LEASES}?limit={PAGE}"),
             };
-            let body = match http::get(&self.cfg.api, &path).await {
-                Err(ApiError::Gone { body, .. }) => {
-                    return Err(ApiError::Gone {
-                        at: revision.unwrap_or_default(),
-                        body,
-                    })
-                }
-                other => other?.whole().await?,
-            };
-            let page = self.keys().page(&body).map_err(|e| ApiError::Body {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
+            let body = http::get(&self.cfg.api, &path).await?.whole().await?;
+            let page = self.keys().page(&body).map_err(|e| e.answer_to(&path))?;
             at = at.or(Some(page.revision));
             kvs.extend(page.kvs);
             match page.next {
@@ -185,46 +214,36 @@ impl KubeWatcher {
     /// Loads the state: at the resume revision when the API still has it
     /// (`gone`: it does not, the watch said so), else from a fresh list
     /// with a gap first; a list behind the stored revision, or
-    /// contradicting its open terms, is a reset. The records are the etcd
-    /// watcher's (`load.rs`). Retries until the API answers.
+    /// contradicting its open terms, is a reset. The rules are the etcd
+    /// watcher's (`load::Loading`). Retries until the API answers, unless
+    /// its answer is one no retry changes.
     async fn load(
         &self,
         state: &mut State,
         resume: Option<Resume>,
         tx: &mpsc::Sender<Update>,
         gone: bool,
-    ) -> Result<i64, Closed> {
-        let mut backoff = Duration::from_millis(100);
-        let mut at_resume = resume.is_some() && !gone;
-        let mut reset = false;
+    ) -> Result<i64, Stopped> {
+        let mut loading = Loading::new(resume.as_ref(), gone, false);
         loop {
-            let asked = resume.as_ref().filter(|_| at_resume).map(|r| r.revision);
-            match self.list(asked).await {
+            match self.list(loading.asked()).await {
                 Ok((kvs, revision)) => {
-                    if let (Some(r), false) = (&resume, reset) {
-                        let behind = !at_resume && revision < r.revision;
-                        let why =
-                            contradiction(&self.sources, r, &kvs, revision, self.cfg.max_elections);
-                        if behind || why.is_some() {
-                            tracing::warn!(
-                                stored = r.revision,
-                                revision,
-                                why = why.as_deref().unwrap_or("its revision is behind"),
-                                "the Kubernetes API's Leases are another timeline: a reset"
-                            );
-                            reset = true;
-                            if at_resume {
-                                at_resume = false;
-                                continue;
-                            }
-                        }
+                    self.said(None);
+                    let max = self.cfg.max_elections;
+                    let why = loading.to_check().and_then(|r| {
+                        contradicted(&self.sources, r, loading.at_resume(), &kvs, revision, max)
+                    });
+                    if let Some(why) = &why {
+                        tracing::warn!(
+                            revision,
+                            %why,
+                            "the Kubernetes API's Leases are another timeline: a reset"
+                        );
                     }
-                    let at_ms = now_ms();
-                    let (events, statuses) = match (&resume, reset) {
-                        (Some(r), true) => reset_batch(state, r, &kvs, revision, 0, at_ms),
-                        _ => {
-                            resumed_batch(state, resume.as_ref(), at_resume, &kvs, revision, at_ms)
-                        }
+                    let Some((events, statuses)) =
+                        loading.loaded(state, &kvs, revision, 0, why.is_some())
+                    else {
+                        continue;
                     };
                     for s in statuses {
                         send(tx, Update::Watch(s)).await?;
@@ -234,15 +253,16 @@ impl KubeWatcher {
                     report_waiting(state, tx).await?;
                     return Ok(revision);
                 }
-                Err(ApiError::Gone { body, .. }) if at_resume => {
+                Err(ApiError::Gone { body, .. }) if loading.at_resume() => {
                     tracing::warn!(%body, "the resume resourceVersion is gone; listing afresh (a gap)");
-                    at_resume = false;
+                    loading.gone();
                 }
+                Err(e) if e.is_permanent() => return Err(Stopped::Api(e)),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot list Leases from the Kubernetes API; retrying");
+                    self.said(Some(&e));
                     send(tx, Update::Watch(WatchStatus::EtcdUp(false))).await?;
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    loading.pause().await;
                 }
             }
         }
@@ -273,20 +293,25 @@ enum Ended {
     Reopen(RestartReason),
     /// The revision is gone: list afresh (a gap).
     Gone,
+    /// An answer no retry changes: the watcher stops.
+    Stop(ApiError),
 }
 
 impl Run<'_> {
-    async fn watch(&mut self) -> Result<(), Closed> {
+    async fn watch(&mut self) -> Result<(), Stopped> {
         loop {
             let began = Instant::now();
             let ended = match self.open().await {
                 Ok((answer, opened_at)) => {
+                    self.w.said(None);
                     self.set_up(true).await?;
                     self.stream(answer, opened_at).await?
                 }
                 Err(ApiError::Gone { .. }) => Ended::Gone,
+                Err(e) if e.is_permanent() => Ended::Stop(e),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot watch Leases; retrying");
+                    self.w.said(Some(&e));
                     self.set_up(false).await?;
                     Ended::Reopen(RestartReason::StreamError)
                 }
@@ -300,6 +325,7 @@ impl Run<'_> {
                 self.backoff = Duration::from_millis(100);
             }
             match ended {
+                Ended::Stop(e) => return Err(Stopped::Api(e)),
                 Ended::Gone => {
                     self.relist().await?;
                     continue;
@@ -335,25 +361,13 @@ impl Run<'_> {
             .w
             .keys()
             .page(&now)
-            .map_err(|e| ApiError::Body {
-                path: probe,
-                reason: e.to_string(),
-            })?
+            .map_err(|e| e.answer_to(&probe))?
             .revision;
         let path = format!(
             "{LEASES}?watch=1&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={WATCH_SECONDS}",
             self.applied
         );
-        let answer = match http::get(api, &path).await {
-            Err(ApiError::Gone { body, .. }) => {
-                return Err(ApiError::Gone {
-                    at: self.applied,
-                    body,
-                })
-            }
-            other => other?,
-        };
-        Ok((answer, opened_at))
+        Ok((http::get(api, &path).await?, opened_at))
     }
 
     /// Reads one watch until it ends. Lines that arrived together (up to
@@ -412,6 +426,10 @@ impl Run<'_> {
                     return Ok(Ended::Reopen(RestartReason::Cancelled));
                 }
                 Err(e) => {
+                    let e = e.answer_to(LEASES);
+                    if e.is_permanent() {
+                        return Ok(Ended::Stop(e));
+                    }
                     tracing::warn!(error = %e, "an unreadable watch event; reopening");
                     return Ok(Ended::Reopen(RestartReason::StreamError));
                 }
@@ -487,7 +505,7 @@ impl Run<'_> {
     }
 
     /// The revision is gone: a fresh list, recorded as a gap.
-    async fn relist(&mut self) -> Result<(), Closed> {
+    async fn relist(&mut self) -> Result<(), Stopped> {
         tracing::warn!(applied = self.applied, "listing Leases afresh: a gap");
         self.send(Update::Watch(WatchStatus::Restarted(
             RestartReason::Compacted,
@@ -555,15 +573,28 @@ fn final_event(p: state::Pending) -> Event {
     event
 }
 
-/// A continue token as a query value.
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+/// One Lease, `namespace/name`, as etcd holds it under `prefix`
+/// (`/registry/`): its key, its value as the `kubernetes` layout reads it,
+/// its resourceVersion as the revision. `None`: there is no such Lease.
+pub async fn read_lease(
+    api: &ApiConfig,
+    prefix: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Kv>, ApiError> {
+    use crate::text::encode_component;
+    let path = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases/{}",
+        encode_component(namespace),
+        encode_component(name)
+    );
+    let body = match http::get(api, &path).await {
+        Err(e) if e.is_not_found() => return Ok(None),
+        other => other?.whole().await?,
+    };
+    let prefix = crate::layout::kubernetes::Kubernetes::prefix_of(prefix);
+    Keys { prefix: &prefix }
+        .lease(&body)
+        .map(Some)
+        .map_err(|e| e.answer_to(&path))
 }

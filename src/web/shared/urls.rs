@@ -3,17 +3,7 @@
 
 /// Percent-encodes everything but unreserved characters: an election name
 /// becomes one path segment (`team/db` → `team%2Fdb`) or a query value.
-pub fn encode_component(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub use crate::text::encode_component;
 
 /// The link to an election's timeline page.
 pub fn election_href(name: &str) -> String {

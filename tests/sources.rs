@@ -419,6 +419,7 @@ async fn interleaved_sources_match_etcds_log_across_a_crash() {
     let serve = serve.expect("serve");
     serve.ready().await;
     serve.caught_up(last).await;
+    let logs = serve.log_text();
     assert_eq!(serve.stop().await, Some(0));
 
     let expected = terms_in_etcds_log(&mut raw, last).await;
@@ -436,7 +437,19 @@ async fn interleaved_sources_match_etcds_log_across_a_crash() {
             .into_iter()
             .map(|t| (t.token, t.holder))
             .collect();
-        assert_eq!(&got, want, "{election} (seed {seed})");
+        if &got != want {
+            // What was recorded of it, and what the restarted serve said.
+            let events = reader.events(Some(election), &q).expect("events");
+            let events: Vec<String> = events
+                .iter()
+                .map(|e| format!("{} {:?}", e.revision, e.kind))
+                .collect();
+            let all = reader.events(Some(""), &q).expect("events");
+            panic!(
+                "{election} (seed {seed}): got {got:?}\nwant {want:?}\n{}\nfleet: {all:?}\n{logs}",
+                events.join("\n")
+            );
+        }
         compared += want.len();
     }
     let recorded: usize = reader

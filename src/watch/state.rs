@@ -635,17 +635,19 @@ impl Election {
 
     /// Whether a term history holds open is the one a snapshot shows under
     /// a later token, for a key whose rewrites change hands (`handed`): the
-    /// same holder and lease, its token a write of this key (at or after
-    /// its creation) at or before the snapshot's. The key keeps history's
-    /// token. A change of hands and back to the same holder and lease
-    /// while nobody watched is not seen (a gap says terms may be missing).
+    /// same lease, its token a write of this key (at or after its creation)
+    /// at or before the snapshot's. Not the same holder: a rewrite under
+    /// the same lease is the holder's own update of the same term
+    /// (`leader_value_changed`), and history's row keeps the value the term
+    /// started with. The key keeps history's token. A change of lease and
+    /// back while nobody watched is not seen (a gap says terms may be
+    /// missing).
     fn adopts_handed(&mut self, open: &OpenTerm, now: &Term) -> bool {
         let Some(c) = self.candidates.get(&now.key) else {
             return false;
         };
         let same = c.created.is_some_and(|created| created <= open.token)
             && open.token <= now.token
-            && open.holder == now.holder
             && open.lease_id == now.lease_id
             && open.layout == now.layout;
         if same {

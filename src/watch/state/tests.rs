@@ -848,8 +848,8 @@ fn a_key_layout_key_written_over_changed_hands() {
 
 /// After a restart, a snapshot shows only a `key`-layout key's latest
 /// write: history's open term is adopted where it can be that write's
-/// (same holder and lease, its token between the key's creation and that
-/// write); otherwise the snapshot's term starts flagged, with its latest
+/// (the same lease, its token between the key's creation and that write);
+/// otherwise the snapshot's term starts flagged, with its latest
 /// write's revision, never the key's creation.
 #[test]
 fn a_key_layout_term_read_in_a_snapshot_is_adopted_or_flagged() {
@@ -881,7 +881,14 @@ fn a_key_layout_term_read_in_a_snapshot_is_adopted_or_flagged() {
         ),
         "{p:?}"
     );
-    // Another holder while nobody watched: history's term ends `unknown`;
+    // The value rewritten under the same lease (the holder's own update,
+    // `leader_value_changed`: history's row keeps the holder it started
+    // with): the same term, adopted.
+    let mut s = State::new(sources(), 10);
+    let (ev, _) = s.load(12, &snap, &[open(8, "node-1", 0x9)], 0);
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(s.leader("/svc/leader").map(|t| t.token), Some(8));
+    // Another lease while nobody watched: history's term ends `unknown`;
     // the snapshot's starts flagged, with its latest write's revision (it
     // changed hands at some write up to it), never the key's creation.
     let mut s = State::new(sources(), 10);

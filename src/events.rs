@@ -123,6 +123,10 @@ pub struct TermRenewals {
     /// Renewals read in the term (writes of the same holder and
     /// acquisition after the first one tenure read).
     pub count: u64,
+    /// The term was first read in a snapshot (tenure started or reloaded
+    /// while it ran): renewals before were not counted, `count` is a floor.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
     /// The time between its last two renewals read: its cadence (client-go's
     /// `RetryPeriod` while all is well). `None`: fewer than two read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -427,12 +431,18 @@ pub struct LeaseNow {
     /// Renewals read in the term; the time between the last two (µs, by
     /// the holder's clock); how long one holds it.
     pub renewals: u64,
+    /// The term was first read in a snapshot: `renewals` counts since.
+    pub partial: bool,
     pub every_us: Option<i64>,
     pub duration_s: Option<i64>,
-    /// When its last write arrived (tenure's clock, unix ms).
+    /// When its last write arrived (tenure's clock, unix ms); when
+    /// `written_seen` is false, when it was read in a snapshot instead
+    /// (its write may be much older).
     pub written_at_ms: i64,
-    /// Held with no write for longer than its duration: renewals stopped
-    /// and nobody took over yet.
+    pub written_seen: bool,
+    /// Held with no write for longer than its duration, as a watch that
+    /// was there to see one knows: renewals stopped and nobody took over
+    /// yet.
     pub lapsed: bool,
 }
 

@@ -871,3 +871,77 @@ async fn a_key_written_over_by_another_client_changed_hands() {
     );
     serve.stop().await;
 }
+
+/// A Lease is called lapsed only by a watch that was there to see a write:
+/// while etcd is frozen (the watch silent, then reopening), a Lease renewed
+/// until then, whose 2 s have long run out, is not counted lapsed; once
+/// etcd answers again and shows that nothing was written, it is.
+#[tokio::test]
+async fn a_lease_is_called_lapsed_only_by_a_watch_that_could_see_a_write() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("history.db");
+    let args = ["--sources-only", "--source", "kubernetes:/registry/"];
+    let serve = Serve::start(&[etcd.endpoint()], &db, &args, &[]).await;
+    serve.ready().await;
+    // Its holder renews every 500 ms while etcd answers.
+    let renewing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let renewer = {
+        let (mut raw, renewing) = (etcd.client().await, renewing.clone());
+        tokio::spawn(async move {
+            let acquired = tenure::events::now_ms();
+            while renewing.load(std::sync::atomic::Ordering::SeqCst) {
+                let t = |ms: i64| {
+                    let at = std::time::UNIX_EPOCH
+                        + Duration::from_millis(u64::try_from(ms).expect("time"));
+                    humantime::format_rfc3339_micros(at).to_string()
+                };
+                let lease = serde_json::json!({
+                    "kind": "Lease",
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "metadata": {"name": "kcm", "namespace": "kube-system"},
+                    "spec": {"holderIdentity": "a", "leaseDurationSeconds": 2,
+                             "acquireTime": t(acquired), "renewTime": t(tenure::events::now_ms())}
+                });
+                raw.put("/registry/leases/kube-system/kcm", lease.to_string(), None)
+                    .await
+                    .expect("renew the Lease");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let series = r#"tenure_election_lease_lapsed{election="/registry/kube-system/kcm"}"#;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while serve.metric(series).await != Some(0.0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the Lease never read: {}",
+            serve.metrics().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Its holder stops with etcd: nothing is written while it is frozen.
+    renewing.store(false, std::sync::atomic::Ordering::SeqCst);
+    renewer.await.expect("renewer");
+    etcd.stop();
+    let mut seen = Vec::new();
+    for _ in 0..24 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        seen.push(serve.metric("tenure_leases_lapsed").await);
+    }
+    etcd.cont();
+    assert!(
+        seen.iter().all(|v| *v == Some(0.0)),
+        "called lapsed while the watch could not see: {seen:?}"
+    );
+    // etcd answers again: nothing was written, so it lapsed.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while serve.metric(series).await != Some(1.0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never lapsed once watched"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(serve.stop().await, Some(0));
+}

@@ -379,13 +379,14 @@ impl RenewReports {
         }
     }
 
-    /// The update due now, if any.
-    pub(crate) fn due(&mut self, state: &mut State) -> Option<Update> {
+    /// The update due now, if any, the watch last known complete at
+    /// `live_at_ms` (its last answer: events or progress).
+    pub(crate) fn due(&mut self, state: &mut State, live_at_ms: i64) -> Option<Update> {
         if self.last.elapsed() < std::time::Duration::from_secs(1) {
             return None;
         }
         self.last = std::time::Instant::now();
-        let (lapsed, changed) = state.renewing(crate::events::now_ms());
+        let (lapsed, changed) = state.renewing(live_at_ms);
         if lapsed == self.lapsed && changed.is_empty() {
             return None;
         }

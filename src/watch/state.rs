@@ -240,18 +240,19 @@ impl State {
     }
 
     /// Elections whose key's value defines their terms (Kubernetes
-    /// Leases) at `now_ms`: how many have lapsed (held, with no write of
-    /// their key arrived for longer than the duration the last one gave:
+    /// Leases), the watch known complete up to `live_at_ms`: how many have
+    /// lapsed (held, with no write of their key arrived for longer than the
+    /// duration the last one gave, while the watch was there to see one:
     /// renewals stopped, nobody took over yet), and each one whose last
     /// write or lapse changed since the last call. One pass over the
     /// elections.
-    pub fn renewing(&mut self, now_ms: i64) -> (usize, Vec<LeaseNow>) {
+    pub fn renewing(&mut self, live_at_ms: i64) -> (usize, Vec<LeaseNow>) {
         let mut lapsed = 0;
         let mut changed = Vec::new();
         for (name, e) in &mut self.elections {
             let Some(c) = e.claim.as_mut() else { continue };
-            lapsed += usize::from(c.lapsed(now_ms));
-            changed.extend(c.report(name, now_ms));
+            lapsed += usize::from(c.lapsed(live_at_ms));
+            changed.extend(c.report(name, live_at_ms));
         }
         (lapsed, changed)
     }
@@ -417,7 +418,7 @@ impl State {
             Role::Candidate { election, kind } => match self.track_owned(election, at_ms) {
                 Ok(e) => match reading {
                     Some(Reading::Claim(c)) => {
-                        e.hold(kv, Claimed::first(c, kv.mod_revision, at_ms))
+                        e.hold(kv, Claimed::read_in_snapshot(c, kv.mod_revision, at_ms))
                     }
                     _ => {
                         let c = if hands {

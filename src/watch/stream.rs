@@ -427,7 +427,7 @@ impl<'w> Stream<'w> {
 
     /// Leases' renewals, when due ([`RenewReports`](super::RenewReports)).
     async fn report_renewing(&mut self) -> Result<(), Closed> {
-        if let Some(u) = self.renew_reports.due(&mut self.state) {
+        if let Some(u) = self.renew_reports.due(&mut self.state, self.live_at_ms) {
             send(self.tx, u).await?;
         }
         Ok(())

@@ -1,7 +1,8 @@
 //! The watcher's live word on Kubernetes Leases ([`Update::Renewing`]):
 //! per election, its holder, its renewals and whether it lapsed, for the
-//! election page. Not persisted: a restarted serve knows a Lease again at
-//! its next write (within a second of it).
+//! election page. Not persisted: a restarted serve knows a Lease again
+//! from its snapshot (its holder and lease, not when it was last written)
+//! and, from its next write, all of it.
 //!
 //! Invariant: an entry speaks only for the term it was read in. A term's
 //! end removes the entry of that term's token, so a Lease deleted (no
@@ -69,9 +70,11 @@ mod tests {
             election: election.into(),
             held: Some((holder.into(), token)),
             renewals: 3,
+            partial: false,
             every_us: Some(2_000_000),
             duration_s: Some(15),
             written_at_ms: 1,
+            written_seen: true,
             lapsed: false,
         }
     }

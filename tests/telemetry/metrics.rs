@@ -19,6 +19,13 @@ fn scripted_updates_give_exact_values() {
 
     assert_eq!(x.value("tenure_election_has_leader", &db), 0.0);
     assert_eq!(x.value("tenure_election_has_leader", &web), 1.0);
+    // web's Lease: lapsed, renewed every 2 s; db has no Lease series.
+    assert_eq!(x.value("tenure_election_lease_lapsed", &web), 1.0);
+    assert_eq!(
+        x.value("tenure_election_lease_renew_interval_seconds", &web),
+        2.0
+    );
+    assert_eq!(x.value("tenure_leases_lapsed", &[]), 1.0);
     assert_eq!(x.value("tenure_election_leader_changes_total", &db), 2.0);
     assert_eq!(x.value("tenure_election_leader_changes_total", &web), 2.0);
     // leaderless: the last token stays
@@ -228,13 +235,14 @@ fn per_election_detail_adds_the_histogram_and_term_ends_per_election() {
     let x = Exposition::new(detailed.render_at(at));
     assert_per_election_detail(&x);
     // web, which never used the fence: 7 default series (12 but the 5 of
-    // the fence) + 18 (histogram) + 7 (term ends) + 1 (candidates waiting).
+    // the fence) + 2 (its Lease: lapsed, renew interval) + 18 (histogram)
+    // + 7 (term ends) + 1 (candidates waiting).
     let web: Vec<_> = x
         .samples
         .iter()
         .filter(|s| s.labels.get("election").map(String::as_str) == Some("web"))
         .collect();
-    assert_eq!(web.len(), 33, "{web:#?}");
+    assert_eq!(web.len(), 35, "{web:#?}");
     // Everything else is the default exposition, line for line.
     let is_detail = |l: &&str| {
         DETAIL_METRIC_NAMES.iter().any(|n| {

@@ -221,6 +221,21 @@ pub fn script(base: i64) -> (Vec<Update>, u64, i64) {
         Update::Forgotten {
             election: "tmp".into(),
         },
+        // web's holder renews as a Kubernetes Lease would, and lapsed.
+        Update::Renewing {
+            lapsed: 1,
+            changed: vec![tenure::events::LeaseNow {
+                election: "web".into(),
+                held: Some(("w2".into(), 8)),
+                renewals: 3,
+                partial: false,
+                every_us: Some(2_000_000),
+                duration_s: Some(15),
+                written_at_ms: base,
+                written_seen: true,
+                lapsed: true,
+            }],
+        },
     ];
     let events = updates
         .iter()

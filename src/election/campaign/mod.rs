@@ -364,7 +364,11 @@ impl Client {
                 Err(e) if e.is_retryable() => {
                     backoff.wait(&e, "granting a lease to campaign").await;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // etcd answered and refused: there is no lease to revoke.
+                    current_lease.store(0, std::sync::atomic::Ordering::SeqCst);
+                    return Err(e);
+                }
             }
         }
     }

@@ -489,6 +489,7 @@ impl Run<'_> {
 
     /// Everything up to `revision` was sent: persisted, and caught up.
     async fn on_bookmark(&mut self, revision: i64, opened_at: i64) -> Result<(), Closed> {
+        self.live_at_ms = now_ms();
         if revision >= opened_at {
             self.replay.active = false;
         }
@@ -552,7 +553,7 @@ impl Run<'_> {
 
     /// Leases' renewals, when due ([`RenewReports`](super::RenewReports)).
     async fn report_renewing(&mut self) -> Result<(), Closed> {
-        if let Some(u) = self.renew_reports.due(&mut self.state) {
+        if let Some(u) = self.renew_reports.due(&mut self.state, self.live_at_ms) {
             self.send(u).await?;
         }
         Ok(())

@@ -39,8 +39,12 @@ pub(super) struct Claimed {
     pub written: i64,
     /// When that write arrived (tenure's clock, unix ms): a holder whose
     /// writes stopped for longer than its duration has lapsed, by the rule
-    /// client-go's candidates apply on their own clocks.
+    /// client-go's candidates apply on their own clocks. For a value read
+    /// in a snapshot, when it was read (`seen_written` false).
     pub written_at_ms: i64,
+    /// Whether the last write was seen arriving (a watch), not read in a
+    /// snapshot, whose write may be much older than the read.
+    pub seen_written: bool,
     /// The writers' count of handovers, as the last value said.
     pub transitions: Option<i64>,
     /// The holder's renewals seen in this term.
@@ -59,6 +63,9 @@ pub struct Renewals {
     pub last_us: Option<i64>,
     /// The time between its last two renewals read: its cadence.
     pub every_us: Option<i64>,
+    /// The term was first read in a snapshot (a start, a reload): renewals
+    /// before it were not counted.
+    pub partial: bool,
 }
 
 /// What one new value did: the key's claim now, the end of the term before
@@ -84,16 +91,35 @@ impl Claimed {
             count: 0,
             last_us: hold.as_ref().and_then(|h| h.renewed_us),
             every_us: None,
+            partial: false,
         };
         Self {
             hold,
             since: revision,
             written: revision,
             written_at_ms: at_ms,
+            seen_written: true,
             transitions,
             renewals,
             reported: None,
         }
+    }
+
+    /// A value read in a snapshot at `at_ms`: when it was written, and how
+    /// often its holder renewed before, are not known.
+    pub fn read_in_snapshot(claim: Claim, revision: i64, at_ms: i64) -> Self {
+        let mut c = Self::first(claim, revision, at_ms);
+        c.seen_written = false;
+        c.renewals.partial = true;
+        c
+    }
+
+    /// A write arrived that cannot be read (encrypted, malformed): a write
+    /// all the same, so no lapse; what it says is not known.
+    pub fn written_unreadable(&mut self, revision: i64, at_ms: i64) {
+        self.written = revision;
+        self.written_at_ms = at_ms;
+        self.seen_written = true;
     }
 
     /// The value `claim`, written at `revision`, read over this one.
@@ -141,6 +167,7 @@ impl Claimed {
         };
         Some(TermRenewals {
             count: self.renewals.count,
+            partial: self.renewals.partial,
             every_us: self.renewals.every_us,
             last_us,
             duration_s: old.duration_s,
@@ -148,10 +175,11 @@ impl Claimed {
         })
     }
 
-    /// What a live update says of it at `now_ms`, when its last write or
-    /// whether it lapsed changed since the last one (then marked sent).
-    pub fn report(&mut self, election: &str, now_ms: i64) -> Option<LeaseNow> {
-        let lapsed = self.lapsed(now_ms);
+    /// What a live update says of it, the watch last known complete at
+    /// `live_at_ms`, when its last write or whether it lapsed changed since
+    /// the last one (then marked sent).
+    pub fn report(&mut self, election: &str, live_at_ms: i64) -> Option<LeaseNow> {
+        let lapsed = self.lapsed(live_at_ms);
         let key = (self.written, lapsed);
         if self.reported == Some(key) {
             return None;
@@ -161,24 +189,29 @@ impl Claimed {
             election: election.to_owned(),
             held: self.holder().map(|(h, t)| (h.to_owned(), t)),
             renewals: self.renewals.count,
+            partial: self.renewals.partial,
             every_us: self.renewals.every_us,
             duration_s: self.hold.as_ref().and_then(|h| h.duration_s),
             written_at_ms: self.written_at_ms,
+            written_seen: self.seen_written,
             lapsed,
         })
     }
 
-    /// Whether its holder's writes stopped for longer than its duration at
-    /// `now_ms` (nobody took over yet: a lapsed lease). No duration
-    /// written: never.
-    pub fn lapsed(&self, now_ms: i64) -> bool {
+    /// Whether its holder's writes stopped for longer than its duration
+    /// (nobody took over yet: a lapsed lease), judged by a watch known
+    /// complete up to `live_at_ms` (an answer, events or progress, at that
+    /// time): no write arrived between the last one and its duration's end
+    /// although the watch was there to see it. While the watch is down or
+    /// silent, nothing new is judged lapsed. No duration written: never.
+    pub fn lapsed(&self, live_at_ms: i64) -> bool {
         let Some(h) = &self.hold else {
             return false;
         };
         h.duration_s
             .and_then(|d| d.checked_mul(1000))
             .and_then(|d| self.written_at_ms.checked_add(d))
-            .is_some_and(|out| now_ms > out)
+            .is_some_and(|out| live_at_ms > out)
     }
 
     /// Its holder and token, while someone holds it.
@@ -194,7 +227,8 @@ impl Renewals {
             (Some(last), Some(now)) if now > last => Self {
                 count: self.count + 1,
                 last_us: Some(now),
-                every_us: Some(now - last),
+                every_us: now.checked_sub(last),
+                partial: self.partial,
             },
             _ => Self {
                 last_us: at.or(self.last_us),
@@ -260,6 +294,19 @@ mod tests {
         let again = beta.now.next(held("beta", 31 * S, 31 * S, 2), 240, 0);
         assert_eq!(again.now.holder(), Some(("beta", 240)));
         assert_eq!(again.ended.map(|h| h.token), Some(229));
+    }
+
+    #[test]
+    fn a_snapshot_read_is_no_write_and_an_unreadable_write_is_one() {
+        let mut c = Claimed::read_in_snapshot(held("a", 0, 0, 0), 5, 1000);
+        let n = c.report("e", 1000).expect("reported");
+        assert!(!n.written_seen && n.partial && !n.lapsed);
+        // Its renewals after the read count from it: the term's are a floor.
+        let next = c.next(held("a", 0, 2 * S, 0), 6, 3000);
+        assert!(next.now.renewals.partial && next.now.seen_written);
+        // An unreadable write at 10 s is a write: no lapse judged from 1 s.
+        c.written_unreadable(7, 10_000);
+        assert!(!c.lapsed(20_000) && c.lapsed(25_001));
     }
 
     #[test]

@@ -251,6 +251,9 @@ impl State {
     ) {
         if let Claim::Unreadable(why) = claim {
             statuses.push(unreadable(why));
+            if let Some(c) = self.elections.get_mut(&name).and_then(|e| e.claim.as_mut()) {
+                c.written_unreadable(kv.mod_revision, at_ms);
+            }
             return;
         }
         let e = match self.track(&name, at_ms) {

@@ -14,9 +14,9 @@ pub(super) struct RenewalLine {
     pub lapsed: Option<String>,
 }
 
-/// `l` as the page shows it at `now` (unix ms). Lapsed when the watcher
-/// said so or when, by the page's own clock (the watcher's: one process),
-/// no write came for longer than the lease since the last one.
+/// `l` as the page shows it at `now` (unix ms). Lapsed as the watcher
+/// judged it: by a watch that was there to see a write (while it is down,
+/// a silent Lease is not called lapsed).
 pub(super) fn renewal_line(l: &LeaseNow, now: i64) -> RenewalLine {
     let every = match l.every_us {
         Some(us) => format!("every {} by its clock", format_duration_ms(us / 1000)),
@@ -26,22 +26,28 @@ pub(super) fn renewal_line(l: &LeaseNow, now: i64) -> RenewalLine {
         || "lease duration not written".to_owned(),
         |d| format!("lease {d}s"),
     );
-    let silent_ms = now - l.written_at_ms;
-    let lapsed = l.lapsed
-        || l.duration_s
-            .is_some_and(|d| silent_ms > d.saturating_mul(1000));
+    let written = if l.written_seen {
+        format!("last write {}", ago(now, l.written_at_ms))
+    } else {
+        format!(
+            "no write seen since tenure read it {}",
+            ago(now, l.written_at_ms)
+        )
+    };
+    let counted = if l.partial {
+        format!("{} renewals read since tenure read it", l.renewals)
+    } else {
+        format!("{} renewals read this term", l.renewals)
+    };
     RenewalLine {
-        text: format!(
-            "{every} · last write {} · {lease} · {} renewals read this term",
-            ago(now, l.written_at_ms),
-            l.renewals
-        ),
-        lapsed: lapsed.then(|| {
+        text: format!("{every} · {written} · {lease} · {counted}"),
+        lapsed: l.lapsed.then(|| {
             format!(
-                "Lapsed: no write for {}, longer than its lease. Its holder stopped renewing and \
+                "Lapsed: no write for longer than its lease ({} since the last one tenure saw), \
+                 while tenure's watch was there to see one. Its holder stopped renewing and \
                  nobody has taken over yet. The holder may still believe it leads (a frozen or \
                  cut-off process does until it notices), which etcd cannot show.",
-                format_duration_ms(silent_ms)
+                format_duration_ms(now - l.written_at_ms)
             )
         }),
     }
@@ -49,26 +55,30 @@ pub(super) fn renewal_line(l: &LeaseNow, now: i64) -> RenewalLine {
 
 /// A Lease term's renewals and handover, for its end's row.
 pub(super) fn term_renewals_text(r: &TermRenewals) -> String {
+    let floor = if r.partial { "at least " } else { "" };
     let mut out = match r.every_us {
         Some(us) => format!(
-            "renewed {} times, every {} by its clock",
+            "renewed {floor}{} times, every {} by its clock",
             r.count,
             format_duration_ms(us / 1000)
         ),
-        None => format!("renewed {} times", r.count),
+        None => format!("renewed {floor}{} times", r.count),
     };
     if let Some(us) = r.handover_us {
         let lease_ms = r.duration_s.map(|d| d.saturating_mul(1000));
         let ms = us / 1000;
         let verdict = match lease_ms {
-            _ if ms < 0 => "before it: the writers' clocks disagree".to_owned(),
+            _ if ms < 0 => "the next acquisition is written before it: the writers' clocks \
+                            disagree"
+                .to_owned(),
             Some(l) if ms >= l => format!("past its {}s lease: it lapsed first", l / 1000),
             Some(l) => format!("within its {}s lease: taken over early", l / 1000),
             None => "lease duration not written".to_owned(),
         };
+        let sign = if ms < 0 { "-" } else { "" };
         out.push_str(&format!(
-            "; from its last renewal to the next acquisition {} ({verdict})",
-            format_duration_ms(ms)
+            "; from its last renewal to the next acquisition {sign}{} ({verdict})",
+            format_duration_ms(ms.saturating_abs())
         ));
     }
     out
@@ -82,6 +92,7 @@ mod tests {
     fn a_handover_says_whether_the_lease_had_run_out() {
         let r = |handover_us| TermRenewals {
             count: 7,
+            partial: false,
             every_us: Some(2_000_000),
             last_us: Some(0),
             duration_s: Some(15),
@@ -94,24 +105,61 @@ mod tests {
             early.contains("3.0s (within its 15s lease: taken over early"),
             "{early}"
         );
-        assert!(term_renewals_text(&r(Some(-1_000_000))).contains("clocks disagree"));
+        let skewed = term_renewals_text(&r(Some(-1_500_000)));
+        assert!(
+            skewed.contains("-1.5s") && skewed.contains("clocks disagree"),
+            "{skewed}"
+        );
+        // First read mid-term: the count is a floor.
+        let partial = TermRenewals {
+            partial: true,
+            ..r(None)
+        };
+        assert!(term_renewals_text(&partial).contains("renewed at least 7 times"));
         assert!(!term_renewals_text(&r(None)).contains("acquisition"));
     }
 
     #[test]
-    fn a_lease_silent_past_its_duration_reads_lapsed() {
+    fn lapsed_is_the_watchers_word_and_a_snapshot_read_is_no_write() {
         let l = LeaseNow {
             election: "kcm".into(),
             held: Some(("a".into(), 5)),
             renewals: 3,
+            partial: false,
             every_us: Some(2_000_000),
             duration_s: Some(15),
             written_at_ms: 1_000,
+            written_seen: true,
             lapsed: false,
         };
-        assert!(renewal_line(&l, 16_000).lapsed.is_none());
-        let line = renewal_line(&l, 16_001);
-        assert!(line.lapsed.is_some_and(|w| w.contains("15.0s")));
+        // Silent past its lease by the page's clock, but the watcher did not
+        // say lapsed (its watch may be down): not called lapsed.
+        let line = renewal_line(&l, 60_000);
+        assert!(line.lapsed.is_none());
         assert!(line.text.contains("every 2.0s by its clock") && line.text.contains("lease 15s"));
+        assert!(line.text.contains("last write 59.0s ago"), "{}", line.text);
+        let lapsed = LeaseNow {
+            lapsed: true,
+            ..l.clone()
+        };
+        assert!(renewal_line(&lapsed, 17_000)
+            .lapsed
+            .is_some_and(|w| w.contains("16.0s")));
+        // Read in a snapshot: when it was written is not known.
+        let read = LeaseNow {
+            written_seen: false,
+            partial: true,
+            renewals: 0,
+            ..l
+        };
+        let text = renewal_line(&read, 3_000).text;
+        assert!(
+            text.contains("no write seen since tenure read it 2.0s ago"),
+            "{text}"
+        );
+        assert!(
+            text.contains("0 renewals read since tenure read it"),
+            "{text}"
+        );
     }
 }

@@ -75,6 +75,10 @@ async fn lease_terms_are_recorded_as_kube_apiserver_wrote_them() {
     cs.push(Candidate::start(&api, "default", "demo", "d"));
 
     // 2. kill -9 of the leader: another takes it once the Lease ran out.
+    // Once it says it leads (its own word is checked below).
+    kube::by_id(&mut cs, &l2)
+        .said_by_now("started-leading")
+        .await;
     kube::by_id(&mut cs, &l2).signal(Signal::SIGKILL);
     causes.push("expired");
     let w = log
@@ -134,6 +138,15 @@ async fn lease_terms_are_recorded_as_kube_apiserver_wrote_them() {
     // that comes takes it once it ran out: expired.
     let e = Candidate::start(&api, "default", "demo", "e");
     log.wait_for("e holding", long, |w| w.holder == "e").await;
+    e.said_by_now("started-leading").await;
+    // Renewed twice at least (its cadence is read off the page below).
+    log.wait_for("e renewing", long, |w| {
+        w.holder == "e"
+            && w.renew_us
+                .zip(w.acquire_us)
+                .is_some_and(|(r, a)| r - a >= 900_000)
+    })
+    .await;
     e.signal(Signal::SIGSTOP);
     causes.push("expired");
     kube::lapsed(&serve, 1.0).await;

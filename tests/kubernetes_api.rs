@@ -399,6 +399,10 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
         .holder;
 
     // kill -9 of the leader: the last one takes it once it ran out.
+    // Once it says it leads (its own word is checked below).
+    kube::by_id(&mut cs, &l2)
+        .said_by_now("started-leading")
+        .await;
     kube::by_id(&mut cs, &l2).signal(Signal::SIGKILL);
     let l3 = log
         .wait_for("a third holder", long, |w| {
@@ -455,6 +459,7 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
         w.holder == "e" && w.revision > e_held.revision
     })
     .await;
+    e.said_by_now("started-leading").await;
     e.signal(Signal::SIGSTOP);
     // A renewal sent just before it stopped lands first.
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -289,6 +289,16 @@ impl Candidate {
             .collect()
     }
 
+    /// Waits (10 s at most) until it printed `what`: a holder killed the
+    /// moment its acquiring write is seen may not have said it leads yet.
+    pub async fn said_by_now(&self, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.times(what).is_empty() {
+            assert!(Instant::now() < deadline, "the candidate never said {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn signal(&self, signal: Signal) {
         let pid = self.child.id().expect("running");
         kill(Pid::from_raw(pid as i32), signal).expect("kill");

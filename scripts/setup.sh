@@ -86,7 +86,7 @@ fetch_etcd() { # suite version
   for deb in "$apt_dir"/debs/*.deb; do dpkg -x "$deb" "$dir/root"; done
   for b in etcd etcdctl etcdutl; do ln -sf "$dir/root/usr/bin/$b" "$dir/bin/$b"; done
   rm -rf "$apt_dir"
-  "$dir/bin/etcd" --version | head -1 >&2
+  "$dir/bin/etcd" --version | sed -n 1p >&2
 }
 if [ "${1:-}" = "--test" ]; then
   fetch_etcd trixie 3.5.16
@@ -118,7 +118,7 @@ build_etcd() { # line
     (cd "$mod" && GOFLAGS=-buildvcs=false go build -mod=readonly -trimpath -o "$dir/bin/${b#*:}.tmp" "go.etcd.io/etcd/${b%%:*}/v3") >&2
     mv "$dir/bin/${b#*:}.tmp" "$dir/bin/${b#*:}"
   done
-  "$dir/bin/etcd" --version | head -1 >&2
+  "$dir/bin/etcd" --version | sed -n 1p >&2
 }
 
 # The Go interop tests' etcdactor (tests/go/etcdactor): one modfile per client line; its

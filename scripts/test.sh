@@ -25,7 +25,7 @@ etcd_suites=(election watch serve interop causes faults belief holder queue go_i
 on_etcd() { # dir
   local args=() t
   for t in "${etcd_suites[@]}"; do args+=(--test "$t"); done
-  echo "== the etcd suites on $("$1/bin/etcd" --version | head -1)"
+  echo "== the etcd suites on $("$1/bin/etcd" --version | sed -n 1p)"
   PATH="$1/bin:$PATH" TENURE_TEST_ETCD_BIN="$1/bin/etcd" \
     cargo test --locked --no-fail-fast "${args[@]}" 2>&1 | tee -a "$log" || status=$?
 }

@@ -96,7 +96,7 @@ fi
 # Go: the machine's own (1.26, with Go's module proxy); nothing here installs a second one.
 # Every Go program is built in module mode from a committed go.mod and go.sum.
 need_go() {
-  if ! command -v go >/dev/null 2>&1 || ! go version | grep -qE 'go1\.(2[2-9]|[3-9][0-9])'; then
+  if ! command -v go >/dev/null 2>&1 || ! go version | grep -E 'go1\.(2[2-9]|[3-9][0-9])' >/dev/null; then
     echo "setup: the tests need Go 1.22 or newer on PATH (this machine's is /usr/local/go/bin/go); found: $(go version 2>/dev/null || echo none)" >&2
     return 1
   fi

@@ -60,19 +60,8 @@ async fn settled(serve: &Serve, want: &[Recorded]) -> Vec<Recorded> {
 
 /// The gaps serve recorded: (from, to) revisions.
 async fn gaps(serve: &Serve) -> Vec<(i64, i64)> {
-    let url = serve.url(&format!(
-        "/api/v1/elections/{}/events?limit=1000",
-        NAME.replace('/', "%2F")
-    ));
-    let v: Value = reqwest::get(url)
+    kube::events(serve, NAME)
         .await
-        .expect("events")
-        .json()
-        .await
-        .expect("json");
-    v["events"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{v}"))
         .iter()
         .filter(|e| e["type"] == "gap")
         .map(|e| {

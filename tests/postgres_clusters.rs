@@ -897,7 +897,16 @@ async fn a_replica_left_without_cluster_after_the_rename_writes_nothing() {
         .expect("connect");
     let l = support::fixtures::lead(&c, "during", "meanwhile", 30).await;
     l.resign().await.expect("resign");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The unnamed replica tried to record it, and was refused.
+    eventually(
+        Duration::from_secs(30),
+        "one's commit refused",
+        async || {
+            let refused = one.metric("tenure_history_commits_refused_total").await?;
+            (refused >= 1.0).then_some(())
+        },
+    )
+    .await;
     let unnamed = "SELECT COUNT(*) FROM terms WHERE election NOT LIKE 'a/%'";
     assert_eq!(pg.psql(db, unnamed), "0", "an unnamed row after the rename");
     assert!(

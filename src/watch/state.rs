@@ -251,8 +251,9 @@ impl State {
         let mut changed = Vec::new();
         for (name, e) in &mut self.elections {
             let Some(c) = e.claim.as_mut() else { continue };
-            lapsed += usize::from(c.lapsed(live_at_ms));
-            changed.extend(c.report(name, live_at_ms));
+            let now = c.lapsed(live_at_ms);
+            lapsed += usize::from(now);
+            changed.extend(c.report(name, now));
         }
         (lapsed, changed)
     }

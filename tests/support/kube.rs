@@ -815,22 +815,30 @@ pub fn handovers(writes: &[Write]) -> Vec<(String, i64)> {
     out
 }
 
-/// What tenure recorded of them: each `term_ended` event of `name` that
-/// carries a handover, in order.
-pub async fn recorded_handovers(serve: &super::Serve, name: &str) -> Vec<(String, i64)> {
+/// Every event serve recorded of election `name` (the API, in recording
+/// order; at most 1,000).
+pub async fn events(serve: &super::Serve, name: &str) -> Vec<serde_json::Value> {
     let url = serve.url(&format!(
         "/api/v1/elections/{}/events?limit=1000",
         name.replace('/', "%2F")
     ));
-    let v: serde_json::Value = reqwest::get(url)
+    let mut v: serde_json::Value = reqwest::get(url)
         .await
         .expect("events")
         .json()
         .await
         .expect("json");
-    v["events"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{v}"))
+    match v["events"].take() {
+        serde_json::Value::Array(events) => events,
+        other => panic!("no events in {other}"),
+    }
+}
+
+/// What tenure recorded of them: each `term_ended` event of `name` that
+/// carries a handover, in order.
+pub async fn recorded_handovers(serve: &super::Serve, name: &str) -> Vec<(String, i64)> {
+    events(serve, name)
+        .await
         .iter()
         .filter(|e| e["type"] == "term_ended")
         .filter_map(|e| {

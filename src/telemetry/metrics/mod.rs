@@ -388,9 +388,11 @@ impl Metrics {
             },
             Update::Renewing { lapsed, changed } => {
                 self.p.leases_lapsed.set(*lapsed as i64);
+                // Series only for elections whose terms made them: a
+                // report never creates one.
                 let mut elections = self.lock();
                 for l in changed {
-                    if let Some(e) = self.election(&mut elections, &l.election) {
+                    if let Some(e) = elections.get_mut(&*election_label(&l.election)) {
                         e.renewing = l
                             .held
                             .as_ref()

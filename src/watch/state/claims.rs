@@ -137,7 +137,7 @@ impl Claimed {
                 cause: old.ended_by(&claim),
             })
         });
-        let renewals = ended.and(self.term_renewals(&claim));
+        let renewals = ended.and(self.term_renewals(Some(&claim)));
         let mut now = Self::first(claim, revision, at_ms);
         if ended.is_none() && now.hold.is_some() && self.hold.is_some() {
             now.since = self.since;
@@ -154,16 +154,16 @@ impl Claimed {
     /// Its holder's renewals in the term, and how it handed over when
     /// `next` (if any: `None` for a deletion) was written over it: from its
     /// last renewal to the next holder's acquisition, by the times written.
-    pub fn term_renewals(&self, next: &Claim) -> Option<TermRenewals> {
+    pub fn term_renewals(&self, next: Option<&Claim>) -> Option<TermRenewals> {
         let old = self.hold.as_ref()?;
         let last_us = old.renewed_us.or(old.acquired_us);
         let handover_us = match next {
-            Claim::Held(n) => n
+            Some(Claim::Held(n)) => n
                 .acquired_us
                 .or(n.renewed_us)
                 .zip(last_us)
                 .and_then(|(next, last)| next.checked_sub(last)),
-            Claim::Free { .. } | Claim::Unreadable(_) => None,
+            _ => None,
         };
         Some(TermRenewals {
             count: self.renewals.count,
@@ -175,11 +175,10 @@ impl Claimed {
         })
     }
 
-    /// What a live update says of it, the watch last known complete at
-    /// `live_at_ms`, when its last write or whether it lapsed changed since
-    /// the last one (then marked sent).
-    pub fn report(&mut self, election: &str, live_at_ms: i64) -> Option<LeaseNow> {
-        let lapsed = self.lapsed(live_at_ms);
+    /// What a live update says of it (`lapsed`: [`Claimed::lapsed`] now),
+    /// when its last write or whether it lapsed changed since the last one
+    /// (then marked sent).
+    pub fn report(&mut self, election: &str, lapsed: bool) -> Option<LeaseNow> {
         let key = (self.written, lapsed);
         if self.reported == Some(key) {
             return None;
@@ -299,7 +298,8 @@ mod tests {
     #[test]
     fn a_snapshot_read_is_no_write_and_an_unreadable_write_is_one() {
         let mut c = Claimed::read_in_snapshot(held("a", 0, 0, 0), 5, 1000);
-        let n = c.report("e", 1000).expect("reported");
+        let lapsed = c.lapsed(1000);
+        let n = c.report("e", lapsed).expect("reported");
         assert!(!n.written_seen && n.partial && !n.lapsed);
         // Its renewals after the read count from it: the term's are a floor.
         let next = c.next(held("a", 0, 2 * S, 0), 6, 3000);
@@ -329,11 +329,13 @@ mod tests {
         assert_eq!(same.renewals, None);
         // Reported once per write, and again when it lapses.
         let mut now = same.now;
+        let lapsed = now.lapsed(1);
         assert!(now
-            .report("e", 1)
+            .report("e", lapsed)
             .is_some_and(|n| !n.lapsed && n.renewals == 1));
-        assert_eq!(now.report("e", 2), None);
-        assert!(now.report("e", 16_000).is_some_and(|n| n.lapsed));
+        assert_eq!(now.report("e", now.lapsed(2)), None);
+        let lapsed = now.lapsed(16_000);
+        assert!(now.report("e", lapsed).is_some_and(|n| n.lapsed));
         // A count that jumped: two terms passed unseen.
         let jumped = c.next(held("gamma", 90 * S, 90 * S, 3), 50, 0);
         assert_eq!(jumped.unseen, Some((10, 50)));

@@ -320,10 +320,10 @@ impl State {
             }
             Change::Delete { key, .. } => {
                 // A Lease deleted: its term's renewals, nobody acquiring it.
-                let gone = e.claim.take().and_then(|c| {
-                    let free = Claim::Free { transitions: None };
-                    c.term_renewals(&free).map(|r| (c.since, r))
-                });
+                let gone = e
+                    .claim
+                    .take()
+                    .and_then(|c| c.term_renewals(None).map(|r| (c.since, r)));
                 if let Some(r) = gone {
                     said.renewals.insert(name.clone(), r);
                 }

@@ -220,6 +220,16 @@ async fn lease_terms_are_recorded_as_kube_apiserver_wrote_them() {
     );
     let who: Vec<&str> = handovers.iter().map(|(h, _)| h.as_str()).collect();
     assert_eq!(who, [&*l2, &*l3, intruder, "e"]);
+    // Only l3's term ran through serve's restart: its renewal count is a
+    // floor (counted from the restarted serve's read); every other term's
+    // is whole.
+    let partial: Vec<String> = kube::events(&serve, NAME)
+        .await
+        .iter()
+        .filter(|e| e["type"] == "term_ended" && e["renewals"]["partial"] == true)
+        .map(|e| e["holder"].as_str().expect("holder").to_owned())
+        .collect();
+    assert_eq!(partial, std::slice::from_ref(&l3), "{}", log.timeline());
     let holders: Vec<&str> = truth.iter().map(|t| t.holder.as_str()).collect();
     assert_eq!(holders, [&*l1, &*l2, &*l3, intruder, &*l4, &*l4, "e", "f"]);
 

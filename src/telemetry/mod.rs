@@ -13,8 +13,9 @@ pub use metrics::{
     TERM_DURATION_BUCKETS,
 };
 pub use traces::{
-    layer_from_config, layer_from_env, layer_with_exporter, record, record_event, TracesConfig,
-    TracesGuard, TracesLayer, DEFAULT_SERVICE_NAME, MAX_HOLDER_ATTRIBUTE_BYTES, TRACER_NAME,
+    layer_from_config, layer_from_env, layer_with_exporter, record, record_batch, record_event,
+    TracesConfig, TracesGuard, TracesLayer, DEFAULT_SERVICE_NAME, MAX_HOLDER_ATTRIBUTE_BYTES,
+    TRACER_NAME,
 };
 
 /// What can go wrong setting telemetry up.

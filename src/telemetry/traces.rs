@@ -56,7 +56,7 @@ use tracing_subscriber::filter::{Filtered, LevelFilter, Targets};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer as _;
 
-use crate::events::{Event, EventKind, Update};
+use crate::events::{Batch, Event, EventKind, Update};
 
 use super::TelemetryError;
 
@@ -243,9 +243,14 @@ fn holder(s: &str) -> &str {
 /// Cheap when no subscriber wants `DEBUG` spans of this module.
 pub fn record(update: &Update) {
     if let Update::Batch(batch) = update {
-        for event in &batch.events {
-            record_event(event);
-        }
+        record_batch(batch);
+    }
+}
+
+/// [`record`] of one batch.
+pub fn record_batch(batch: &Batch) {
+    for event in &batch.events {
+        record_event(event);
     }
 }
 

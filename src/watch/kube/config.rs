@@ -9,7 +9,9 @@
 //!   refused (a Lease history read from an unverified server proves
 //!   nothing);
 //! - the user's `token`, `tokenFile` (read again for every request: a
-//!   projected token rotates), `client-certificate(-data)` with
+//!   projected token rotates; with both, the file's token wins and
+//!   `token` serves only while the file was never read, as client-go
+//!   does), `client-certificate(-data)` with
 //!   `client-key(-data)`; `exec` and `auth-provider` plugins, and basic
 //!   auth, are refused: give a token or a certificate instead.
 //!
@@ -22,6 +24,8 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde::Deserialize;
+
+use crate::task::Locked;
 
 /// The service account's files in a pod.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -80,7 +84,24 @@ pub enum Credential {
     None,
     Token(String),
     /// Read for each request (a projected service-account token rotates).
-    TokenFile(PathBuf),
+    /// As client-go reads a kubeconfig user with both `token` and
+    /// `tokenFile`: the file's token wins; when the file cannot be read or
+    /// is empty, its last token read stands, else `token`.
+    TokenFile {
+        path: PathBuf,
+        token: Option<String>,
+        last: Arc<std::sync::Mutex<Option<String>>>,
+    },
+}
+
+impl Credential {
+    fn token_file(path: PathBuf, token: Option<String>) -> Self {
+        Self::TokenFile {
+            path,
+            token,
+            last: Arc::default(),
+        }
+    }
 }
 
 /// One API server: where, its TLS, and the credential.
@@ -157,10 +178,11 @@ impl ApiConfig {
             user.client_key_data.as_deref(),
             dir,
         )?;
-        let credential = match (&user.token, &user.token_file) {
-            (Some(t), _) if !t.is_empty() => Credential::Token(t.clone()),
-            (_, Some(f)) => Credential::TokenFile(dir.join(f)),
-            _ => Credential::None,
+        let token = user.token.clone().filter(|t| !t.is_empty());
+        let credential = match (token, &user.token_file) {
+            (token, Some(f)) => Credential::token_file(dir.join(f), token),
+            (Some(t), None) => Credential::Token(t),
+            (None, None) => Credential::None,
         };
         let identity = match (cert, key) {
             (Some(c), Some(k)) => Some((c, k)),
@@ -213,7 +235,13 @@ impl ApiConfig {
         };
         let server = Server::parse(&shown)?;
         let name = server.host.clone();
-        Self::new(server, &name, Some(&ca), None, Credential::TokenFile(token))
+        Self::new(
+            server,
+            &name,
+            Some(&ca),
+            None,
+            Credential::token_file(token, None),
+        )
     }
 
     fn new(
@@ -243,12 +271,29 @@ impl ApiConfig {
         match &self.credential {
             Credential::None => Ok(None),
             Credential::Token(t) => Ok(Some(format!("Bearer {t}"))),
-            Credential::TokenFile(p) => {
-                let t = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
-                    path: p.display().to_string(),
-                    source,
-                })?;
-                Ok(Some(format!("Bearer {}", t.trim())))
+            Credential::TokenFile { path, token, last } => {
+                let read = std::fs::read_to_string(path).and_then(|t| match t.trim() {
+                    "" => Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "the token file is empty: write the token into it",
+                    )),
+                    t => Ok(t.to_owned()),
+                });
+                let mut last = last.locked();
+                let t = match (read, last.clone(), token.clone()) {
+                    (Ok(t), _, _) => {
+                        *last = Some(t.clone());
+                        t
+                    }
+                    (Err(_), Some(t), _) | (Err(_), None, Some(t)) => t,
+                    (Err(source), None, None) => {
+                        return Err(ConfigError::Read {
+                            path: path.display().to_string(),
+                            source,
+                        })
+                    }
+                };
+                Ok(Some(format!("Bearer {t}")))
             }
         }
     }
@@ -485,6 +530,16 @@ impl Kubeconfig {
 mod tests {
     use super::*;
 
+    /// A kubeconfig in YAML: one context, its cluster (with
+    /// `cluster_extra`'s lines) and its user (`user`'s lines).
+    fn base(user: &str, cluster_extra: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  \
+             context: {{cluster: k, user: u}}\nclusters:\n- name: k\n  cluster:\n    \
+             server: https://127.0.0.1:6443\n{cluster_extra}users:\n- name: u\n  user:\n{user}"
+        )
+    }
+
     fn write(dir: &Path, text: &str) -> PathBuf {
         let p = dir.join("kubeconfig");
         std::fs::write(&p, text).unwrap();
@@ -523,13 +578,6 @@ UvYl8q8hH042urezgLgZKhYFFbNF30IWS93McOPF\n\
     #[test]
     fn plugins_and_skipped_verification_are_refused_with_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
-        let base = |user: &str, cluster_extra: &str| {
-            format!(
-                "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  \
-                 context: {{cluster: k, user: u}}\nclusters:\n- name: k\n  cluster:\n    \
-                 server: https://127.0.0.1:6443\n{cluster_extra}users:\n- name: u\n  user:\n{user}"
-            )
-        };
         let exec = base("    exec:\n      command: aws\n", "");
         let e = ApiConfig::from_kubeconfig(&write(dir.path(), &exec)).unwrap_err();
         assert!(e.to_string().contains("exec plugin"), "{e}");
@@ -563,6 +611,44 @@ UvYl8q8hH042urezgLgZKhYFFbNF30IWS93McOPF\n\
         std::fs::write(dir.path().join("ca.crt"), "not a certificate").unwrap();
         let e = ApiConfig::from_kubeconfig(&write(dir.path(), text)).unwrap_err();
         assert!(e.to_string().contains("certificate-authority"), "{e}");
+    }
+
+    #[test]
+    fn with_both_token_and_token_file_the_file_wins_as_client_go_reads_them() {
+        // client-go (tools/clientcmd/api/types.go): "If both Token and
+        // TokenFile are present, the TokenFile will be periodically read
+        // and the last successfully read value takes precedence over Token."
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.crt"), CA).unwrap();
+        let user = "    token: inline\n    tokenFile: t\n";
+        let ca = format!(
+            "    certificate-authority: {}\n",
+            dir.path().join("ca.crt").display()
+        );
+        let kubeconfig = write(dir.path(), &base(user, &ca));
+        // The file not there yet: the inline token serves.
+        let cfg = ApiConfig::from_kubeconfig(&kubeconfig).unwrap();
+        assert_eq!(cfg.bearer().unwrap().as_deref(), Some("Bearer inline"));
+        std::fs::write(dir.path().join("t"), "from-file\n").unwrap();
+        assert_eq!(cfg.bearer().unwrap().as_deref(), Some("Bearer from-file"));
+        // Gone or emptied: the last token read stands, not the inline one.
+        std::fs::write(dir.path().join("t"), "  \n").unwrap();
+        assert_eq!(cfg.bearer().unwrap().as_deref(), Some("Bearer from-file"));
+        std::fs::remove_file(dir.path().join("t")).unwrap();
+        assert_eq!(cfg.bearer().unwrap().as_deref(), Some("Bearer from-file"));
+        // Without an inline token, a file never read is an error naming it.
+        let only_file = write(dir.path(), &base("    tokenFile: t\n", &ca));
+        let e = ApiConfig::from_kubeconfig(&only_file)
+            .unwrap()
+            .bearer()
+            .unwrap_err();
+        assert!(e.to_string().contains("/t"), "{e}");
+        std::fs::write(dir.path().join("t"), "\n").unwrap();
+        let e = ApiConfig::from_kubeconfig(&only_file)
+            .unwrap()
+            .bearer()
+            .unwrap_err();
+        assert!(format!("{e:?}").contains("empty"), "{e:?}");
     }
 
     #[test]

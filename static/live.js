@@ -105,7 +105,8 @@
   source.onopen = function () { setStatus("on", "live", "updates arrive as they happen"); };
   source.onerror = function () { setStatus("down", "reconnecting…", "the live feed dropped; retrying"); };
   // Open terms and "now" move even when nothing happens (a page may ask for
-  // another period with data-refresh, in ms).
+  // another period with data-refresh, in ms: a Kubernetes Lease's page asks
+  // for 2 s, since its renewals and a lapse come with no event).
   var every = Number(body.getAttribute("data-refresh")) || 30000;
   setInterval(function () { if (!document.hidden && mode === "swap") schedule(); }, every);
 })();

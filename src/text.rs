@@ -27,10 +27,12 @@ pub fn cut_marked(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
 }
 
 /// `s` cut to at most `max_chars` characters, the last one `…` when cut
-/// (a label on a page, whose room is counted in characters).
+/// (a label on a page, whose room is counted in characters); no room is
+/// an empty string.
 pub fn cut_chars(s: &str, max_chars: usize) -> String {
     match s.char_indices().nth(max_chars) {
         None => s.to_owned(),
+        Some(_) if max_chars == 0 => String::new(),
         Some(_) => {
             let end = s
                 .char_indices()
@@ -141,7 +143,8 @@ mod tests {
         assert_eq!(cut_chars("abc", 3), "abc");
         assert_eq!(cut_chars("abcd", 3), "ab…");
         assert_eq!(cut_chars("äöüß", 2), "ä…");
-        assert_eq!(cut_chars("ab", 0), "…");
+        assert_eq!(cut_chars("ab", 0), "");
+        assert_eq!(cut_chars("", 0), "");
     }
 
     #[test]

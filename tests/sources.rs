@@ -990,6 +990,18 @@ async fn a_lease_less_key_before_the_candidates_blocks_the_election() {
         );
         assert_eq!(terms(&serve, name).await, vec![], "{name}");
     }
+    // `tenure leader`, read live, says so too, naming the key, not its value.
+    let out = tenure(&etcd)
+        .args(["leader", "/app/one", "--source", "concurrency:/app/"])
+        .output()
+        .await
+        .expect("run");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}{err}", text(&out.stdout));
+    assert!(
+        err.contains("/app/one/cfg") && !err.contains("secret"),
+        "{err}"
+    );
     for (elect, key, cfg) in [
         (&mut one, &one_key, "/app/one/cfg"),
         (&mut two, &two_key, "/app/two/cfg"),

@@ -178,10 +178,7 @@ impl State {
                 self.member_says(&election, member, reading == Some(Reading::Primary(true)));
                 said.members.push(election);
             }
-            (Role::Invalid, _) => {
-                statuses.push(WatchStatus::IgnoredKey);
-                self.blocker_read(change, lease, said, statuses);
-            }
+            (Role::Invalid, _) => self.invalid_read(change, lease, said, statuses),
             // Not an election's, or deleted hints, fence keys and refusal
             // records: nothing happened.
             (Role::Ignored, _) | (_, Change::Delete { .. }) => {}
@@ -286,16 +283,18 @@ impl State {
         said.touch(name);
     }
 
-    /// A key without a lease where candidates hold leases (`blockers.rs`):
-    /// put, it blocks the candidates created after it; deleted, the lowest
-    /// of them may lead from this revision (when etcd's `Campaign` returns).
-    fn blocker_read(
+    /// A key that is nothing to its layout, counted as an ignored key. One
+    /// without a lease where candidates hold leases (`blockers.rs`): put,
+    /// it blocks the candidates created after it; deleted, the lowest of
+    /// them may lead from this revision (when etcd's `Campaign` returns).
+    fn invalid_read(
         &mut self,
         change: &Change,
         lease: i64,
         said: &mut Said,
         statuses: &mut Vec<WatchStatus>,
     ) {
+        statuses.push(WatchStatus::IgnoredKey);
         let (key, created) = match change {
             Change::Put(kv) => (&kv.key, Some(kv.create_revision)),
             Change::Delete { key, .. } => (key, None),

@@ -2,10 +2,11 @@
 //! layout of the `--source` (or `TENURE_SOURCES`, as for serve) whose
 //! prefix holds it. Its candidates are the keys that layout names for the
 //! election, in the order they lead (`layout::lead_order`, as the watcher
-//! has it), each holder cut as the watcher cuts it.
+//! has it), each holder cut as the watcher cuts it; nobody, where a key
+//! without a lease blocks them (as the watcher has it too).
 
 use anyhow::Context;
-use etcd_client::GetOptions;
+use etcd_client::{GetOptions, KeyValue};
 use serde::Serialize;
 
 use super::EXIT_ERROR;
@@ -75,6 +76,13 @@ pub(super) async fn leader(
         eprintln!("tenure: nobody leads {path} (read as {source})");
         return Ok(EXIT_ERROR);
     };
+    if let Some((key, rev)) = blocker(resp.kvs(), source, path).filter(|(_, r)| *r < leader.token) {
+        eprintln!(
+            "tenure: nobody leads {path}: {key} (a key without a lease, CreateRevision {rev}) \
+             blocks it; etcd's Campaign waits until it is deleted"
+        );
+        return Ok(EXIT_ERROR);
+    }
     let layout = source.layout().name();
     if json {
         let led = Led {
@@ -94,4 +102,27 @@ pub(super) async fn leader(
         println!("  {}. {} waits (token {})", i + 1, w.holder, w.token);
     }
     Ok(0)
+}
+
+/// The key without a lease with the lowest CreateRevision among `path`'s,
+/// where the layout's candidates hold leases: etcd's `Campaign` waits for
+/// it, so no candidate created after it leads (as the watcher has it,
+/// `watch/state/blockers.rs`). Its key and CreateRevision, never its value.
+fn blocker(kvs: &[KeyValue], source: &Source, path: &str) -> Option<(String, i64)> {
+    if !source.layout().candidates_hold_leases() {
+        return None;
+    }
+    kvs.iter()
+        .filter(|kv| {
+            kv.lease() == 0
+                && matches!(source.layout().classify(kv.key(), 0),
+                    Role::Candidate { election, .. } if election == path)
+        })
+        .min_by_key(|kv| kv.create_revision())
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(kv.key()).into_owned(),
+                kv.create_revision(),
+            )
+        })
 }

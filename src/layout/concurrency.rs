@@ -9,7 +9,11 @@
 //! its session's lease ([`Layout::candidates_hold_leases`]). A key without
 //! one under the prefix (a config key beside the elections) is no
 //! candidate: counted as an ignored key, its value never read as a holder
-//! (nor shown as a label), and so is its deletion.
+//! (nor shown as a label), and so is its deletion. Yet `Campaign` waits
+//! for every key of its election created before its own, leased or not:
+//! such a key with the lowest CreateRevision of its election blocks it
+//! (nobody leads until it is deleted; the state keeps its CreateRevision,
+//! never its value).
 //!
 //! No hint: `concurrency` writes nothing about how a term ended, so the
 //! end cause is what the state machine can tell (a lease-less key deleted,

@@ -67,7 +67,9 @@ pub trait Layout: Send + Sync + std::fmt::Debug {
     /// Whether every candidate of this layout is put under a lease (etcd's
     /// `concurrency` package): a [`Role::Candidate`] key put without one is
     /// none, counted as an ignored key, and so is the deletion of a key
-    /// the state did not hold. (Default: no; a lease-less key leads too.)
+    /// the state did not hold; with the lowest CreateRevision of its
+    /// election it blocks it (nobody leads), as etcd's `Campaign` waits
+    /// for it. (Default: no; a lease-less key leads too.)
     fn candidates_hold_leases(&self) -> bool {
         false
     }

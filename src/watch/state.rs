@@ -15,6 +15,9 @@ mod revision;
 mod candidates;
 use candidates::Candidates;
 
+mod blockers;
+use blockers::Blockers;
+
 mod claims;
 use claims::Claimed;
 
@@ -135,6 +138,9 @@ pub struct State {
     /// and those already reported as a second primary.
     primaries: HashMap<String, std::collections::BTreeSet<String>>,
     reported_primaries: HashMap<String, std::collections::BTreeSet<String>>,
+    /// Lease-less keys where candidates hold leases: the lowest blocks
+    /// every candidate after it (`blockers.rs`).
+    blockers: Blockers,
 }
 
 impl State {
@@ -149,6 +155,7 @@ impl State {
             standing: HashMap::new(),
             primaries: HashMap::new(),
             reported_primaries: HashMap::new(),
+            blockers: Blockers::default(),
         }
     }
 
@@ -322,6 +329,20 @@ impl State {
         (source, leased(source, role, lease), hands)
     }
 
+    /// The election a key put without a lease would be a candidate of,
+    /// where its layout's candidates hold leases (`blockers.rs`); `None`
+    /// for any other key.
+    fn lease_less(&self, key: &[u8], lease: i64) -> Option<String> {
+        match self.sources.classify(key, lease) {
+            (Some(s), Role::Candidate { election, .. })
+                if lease == 0 && s.layout().candidates_hold_leases() =>
+            {
+                Some(election)
+            }
+            _ => None,
+        }
+    }
+
     fn track(&mut self, name: &str, at_ms: i64) -> Result<&mut Election, WatchStatus> {
         if self.elections.contains_key(name) {
             return self.elections.get_mut(name).ok_or(WatchStatus::IgnoredKey);
@@ -368,6 +389,7 @@ impl State {
         self.elections.clear();
         self.standing.clear();
         self.primaries.clear();
+        self.blockers.clear();
         // Room for them all at once: growing by doubling would move every
         // election, and hold both tables, several times.
         self.elections.reserve(kvs.len().min(self.max_elections));
@@ -439,7 +461,16 @@ impl State {
             Role::Member { election, member } => {
                 self.member_says(&election, member, reading == Some(Reading::Primary(true)));
             }
-            Role::Invalid => statuses.push(WatchStatus::IgnoredKey),
+            Role::Invalid => {
+                statuses.push(WatchStatus::IgnoredKey);
+                if let Some(election) = self.lease_less(&kv.key, kv.lease) {
+                    let max = self.max_elections;
+                    let put = self
+                        .blockers
+                        .put(&election, &kv.key, kv.create_revision, max);
+                    statuses.extend(put.err());
+                }
+            }
             _ => {}
         }
     }
@@ -457,7 +488,7 @@ impl State {
         let mut elections: Vec<(&String, &mut Election)> = self.elections.iter_mut().collect();
         elections.sort_unstable_by(|a, b| a.0.cmp(b.0));
         for (name, e) in elections {
-            let now = pick(&e.candidates, revision, at_ms);
+            let now = pick(&e.candidates, self.blockers.lowest(name), revision, at_ms);
             let known = open.get(name.as_str());
             match (known, now) {
                 (Some(k), Some(mut t))
@@ -747,9 +778,15 @@ fn handed(kv: &Kv, layout: KeyLayout, before: Option<&Candidate>) -> Candidate {
 }
 
 /// The leader among an election's keys (`layout::leader_of`: the lowest
-/// token).
-fn pick(candidates: &Candidates, revision: i64, at_ms: i64) -> Option<Term> {
-    crate::layout::leader_of(candidates.iter(), |(_, c)| c.token).map(|(key, c)| Term {
+/// token), unless a lease-less key created before it blocks it (`blocked`:
+/// the lowest CreateRevision of those, `blockers.rs`): then nobody leads,
+/// as etcd's own `Campaign` of every candidate waits for that key.
+fn pick(candidates: &Candidates, blocked: Option<i64>, revision: i64, at_ms: i64) -> Option<Term> {
+    let (key, c) = crate::layout::leader_of(candidates.iter(), |(_, c)| c.token)?;
+    if blocked.is_some_and(|b| b < c.token) {
+        return None;
+    }
+    Some(Term {
         token: c.token,
         holder: c.value.clone(),
         lease_id: c.lease,

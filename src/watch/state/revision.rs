@@ -178,7 +178,7 @@ impl State {
                 self.member_says(&election, member, reading == Some(Reading::Primary(true)));
                 said.members.push(election);
             }
-            (Role::Invalid, _) => statuses.push(WatchStatus::IgnoredKey),
+            (Role::Invalid, _) => self.invalid_read(change, lease, said, statuses),
             // Not an election's, or deleted hints, fence keys and refusal
             // records: nothing happened.
             (Role::Ignored, _) | (_, Change::Delete { .. }) => {}
@@ -283,6 +283,41 @@ impl State {
         said.touch(name);
     }
 
+    /// A key that is nothing to its layout, counted as an ignored key. One
+    /// without a lease where candidates hold leases (`blockers.rs`): put,
+    /// it blocks the candidates created after it; deleted, the lowest of
+    /// them may lead from this revision (when etcd's `Campaign` returns).
+    fn invalid_read(
+        &mut self,
+        change: &Change,
+        lease: i64,
+        said: &mut Said,
+        statuses: &mut Vec<WatchStatus>,
+    ) {
+        statuses.push(WatchStatus::IgnoredKey);
+        let (key, created) = match change {
+            Change::Put(kv) => (&kv.key, Some(kv.create_revision)),
+            Change::Delete { key, .. } => (key, None),
+        };
+        let Some(election) = self.lease_less(key, lease) else {
+            return;
+        };
+        let changed = match created {
+            Some(rev) => match self.blockers.put(&election, key, rev, self.max_elections) {
+                Ok(()) => true,
+                Err(s) => {
+                    statuses.push(s);
+                    false
+                }
+            },
+            None => self.blockers.remove(&election, key),
+        };
+        // A lease-less key alone makes no election.
+        if changed && self.elections.contains_key(&election) {
+            said.touch(election);
+        }
+    }
+
     /// A candidate of election `name` came, changed or went.
     fn candidate_changed(
         &mut self,
@@ -298,6 +333,14 @@ impl State {
             // lease unknown and the key read as another election's): the
             // deletion changes nothing here, and must not start tracking.
             return;
+        }
+        if !self.blockers.is_empty() {
+            // Put again under a lease, or deleted: no longer lease-less.
+            let key = match change {
+                Change::Put(kv) => &kv.key,
+                Change::Delete { key, .. } => key,
+            };
+            self.blockers.remove(&name, key);
         }
         let e = match self.track(&name, at_ms) {
             Ok(e) => e,
@@ -344,10 +387,11 @@ impl State {
     fn pick_again(&mut self, name: &str, said: &Said, revision: i64, at_ms: i64) -> Vec<Pending> {
         // A standing request naming the holder whose term ends here.
         let standing = self.standing.get(name).cloned();
+        let blocked = self.blockers.lowest(name);
         let Some(e) = self.elections.get_mut(name) else {
             return Vec::new();
         };
-        let now = pick(&e.candidates, revision, at_ms);
+        let now = pick(&e.candidates, blocked, revision, at_ms);
         let before = e.leader.take();
         let mut out = Vec::new();
         match (before, now) {

@@ -395,7 +395,9 @@ pub(super) fn resumed_batch(
     at_ms: i64,
 ) -> (Vec<Event>, Vec<WatchStatus>) {
     let open = resume.map(|r| r.open_terms.as_slice()).unwrap_or(&[]);
-    let (mut events, statuses) = state.load(revision, kvs, open, at_ms);
+    // Read past the stored revision: what came between is not known.
+    let seen_to = resume.filter(|_| !at_resume).map(|r| r.revision);
+    let (mut events, statuses) = state.load_after(revision, kvs, open, seen_to, at_ms);
     if at_resume {
         // Collisions present at the stored revision were recorded when
         // they arose.

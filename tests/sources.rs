@@ -981,16 +981,25 @@ async fn put_at(raw: &mut EtcdClient, key: &str, value: &str, lease: i64) -> i64
         .revision()
 }
 
+/// Where etcd compacts its log while serve is down: not at all, up to the
+/// present after the writes, or before them (past what serve saw).
+#[derive(PartialEq)]
+enum Compact {
+    No,
+    AfterWrites,
+    BeforeWrites,
+}
+
 /// serve with `--source key:/svc/` sees holder A put `/svc/x` under its
 /// lease, and stops; while it is down, `writes` (value, lease) are put at
-/// `/svc/x`; then, if `compact`, etcd compacts its log up to the present.
-/// Returns serve restarted and caught up, the first put's revision and the
-/// revisions etcd answered for `writes`.
+/// `/svc/x`, etcd compacting its log as `compact` says. Returns serve
+/// restarted and caught up, the first put's revision and the revisions
+/// etcd answered for `writes`.
 async fn key_written_while_down(
     etcd: &Etcd,
     db: &std::path::Path,
     writes: &[(&str, Option<usize>)],
-    compact: bool,
+    compact: Compact,
 ) -> (Serve, i64, Vec<i64>) {
     let mut raw = etcd.client().await;
     let args = ["--source", "key:/svc/"];
@@ -1007,13 +1016,23 @@ async fn key_written_while_down(
         vec![(first, "A".to_owned(), None)]
     );
     serve.stop().await;
+    if compact == Compact::BeforeWrites {
+        // A write of another key, then the log compacted up to it.
+        let at = put_at(&mut raw, "/svc/y", "other", 0).await;
+        raw.compact(
+            at,
+            Some(etcd_client::CompactionOptions::new().with_physical()),
+        )
+        .await
+        .expect("compact");
+    }
     let mut revs = Vec::new();
     for (value, lease) in writes {
         let lease = lease.map_or(0, |i| leases[i]);
         revs.push(put_at(&mut raw, "/svc/x", value, lease).await);
     }
     let now = now_revision(&mut raw).await;
-    if compact {
+    if compact == Compact::AfterWrites {
         raw.compact(
             now,
             Some(etcd_client::CompactionOptions::new().with_physical()),
@@ -1037,7 +1056,7 @@ async fn a_key_that_changed_hands_and_back_while_serve_was_down_is_three_terms()
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("history.db");
     let writes = [("B", Some(1)), ("A", Some(0))];
-    let (serve, first, revs) = key_written_while_down(&etcd, &db, &writes, false).await;
+    let (serve, first, revs) = key_written_while_down(&etcd, &db, &writes, Compact::No).await;
     let taken = Some("taken_over".to_owned());
     assert_eq!(
         terms(&serve, "/svc/x").await,
@@ -1061,7 +1080,8 @@ async fn a_key_written_while_serve_was_down_and_compacted_is_no_unbroken_term() 
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("history.db");
     let writes = [("B", None), ("A", Some(0))];
-    let (serve, first, revs) = key_written_while_down(&etcd, &db, &writes, true).await;
+    let (serve, first, revs) =
+        key_written_while_down(&etcd, &db, &writes, Compact::AfterWrites).await;
     let got = terms(&serve, "/svc/x").await;
     assert_eq!(got.len(), 2, "{got:?}");
     assert_eq!(got[0], (first, "A".to_owned(), Some("unknown".to_owned())));
@@ -1086,7 +1106,7 @@ async fn own_updates_while_serve_was_down_are_one_term() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("history.db");
     let writes = [("A2", Some(0)), ("A3", Some(0))];
-    let (serve, first, _) = key_written_while_down(&etcd, &db, &writes, false).await;
+    let (serve, first, _) = key_written_while_down(&etcd, &db, &writes, Compact::No).await;
     assert_eq!(
         terms(&serve, "/svc/x").await,
         vec![(first, "A".to_owned(), None)]
@@ -1095,6 +1115,58 @@ async fn own_updates_while_serve_was_down_are_one_term() {
     assert!(
         events.iter().all(|(_, kind, ..)| kind != "gap"),
         "a gap without one: {events:?}"
+    );
+    serve.stop().await;
+}
+
+/// etcd compacted its log past what serve saw, before the writes while it
+/// was down: the log still kept shows every write of `/svc/x` since. Only
+/// the holder's own updates: one term, no gap of the election (etcd's
+/// compaction is still a gap of every election). Taken and put back: not
+/// one term (it ends `unknown`, a gap of the election covers the writes).
+#[tokio::test]
+async fn writes_after_a_compaction_while_serve_was_down_are_read_from_the_log() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("history.db");
+    let writes = [("A2", Some(0)), ("A3", Some(0))];
+    let (serve, first, _) =
+        key_written_while_down(&etcd, &db, &writes, Compact::BeforeWrites).await;
+    assert_eq!(
+        terms(&serve, "/svc/x").await,
+        vec![(first, "A".to_owned(), None)]
+    );
+    let events = events_of(&serve, "/svc/x").await;
+    assert!(
+        events
+            .iter()
+            .any(|(name, kind, ..)| name.is_empty() && kind == "gap"),
+        "no gap of every election: {events:?}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|(name, kind, ..)| name == "/svc/x" && kind == "gap"),
+        "a gap of the election: {events:?}"
+    );
+    serve.stop().await;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("history.db");
+    let etcd = Etcd::start().await;
+    let writes = [("B", Some(1)), ("A", Some(0))];
+    let (serve, first, revs) =
+        key_written_while_down(&etcd, &db, &writes, Compact::BeforeWrites).await;
+    let got = terms(&serve, "/svc/x").await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0], (first, "A".to_owned(), Some("unknown".to_owned())));
+    assert!(got[1].0 >= revs[1], "{got:?} started before {revs:?}");
+    let events = events_of(&serve, "/svc/x").await;
+    assert!(
+        events
+            .iter()
+            .any(|(name, kind, _, to)| name == "/svc/x" && kind == "gap" && *to == Some(revs[1])),
+        "no gap of the election: {events:?}"
     );
     serve.stop().await;
 }

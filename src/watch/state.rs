@@ -114,6 +114,15 @@ impl Pending {
 }
 
 /// All elections under the prefix, as of the last applied revision.
+/// What history saw of a snapshot read past the revision it saw last
+/// (`to`): the keys whose rewrites change hands that etcd's log shows
+/// written since only under the lease the snapshot shows (`kept`).
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    pub to: i64,
+    pub kept: std::collections::HashSet<Vec<u8>>,
+}
+
 pub struct State {
     /// Where elections are read from, and how (`crate::layout`).
     sources: Sources,
@@ -360,16 +369,17 @@ impl State {
         self.load_after(revision, kvs, open, None, at_ms)
     }
 
-    /// [`State::load`] of a snapshot read past `seen_to` (`None`: at the
-    /// revision history saw last), what came between not known (a gap):
-    /// a term of a key whose rewrites change hands, written after
-    /// `seen_to`, is not adopted ([`Election::adopts_handed`]).
+    /// [`State::load`] of a snapshot read past what history saw (`None`:
+    /// at the revision history saw last), what came between not known (a
+    /// gap): a term of a key whose rewrites change hands, written after
+    /// it and not known to have kept its lease, is not adopted
+    /// ([`Election::adopts_handed`]).
     pub fn load_after(
         &mut self,
         revision: i64,
         kvs: &[Kv],
         open: &[OpenTerm],
-        seen_to: Option<i64>,
+        seen_to: Option<&Seen>,
         at_ms: i64,
     ) -> (Vec<Event>, Vec<WatchStatus>) {
         // What was reported before stays known, so a count that dropped
@@ -468,7 +478,7 @@ impl State {
         &mut self,
         revision: i64,
         open: &[OpenTerm],
-        seen_to: Option<i64>,
+        seen_to: Option<&Seen>,
         at_ms: i64,
     ) -> Vec<Event> {
         let open: HashMap<&str, &OpenTerm> =
@@ -493,9 +503,9 @@ impl State {
                     if let (Some(k), Some(t), Some(seen)) = (k, &now, seen_to) {
                         // The same lease, written while nobody watched:
                         // it may have changed hands and back.
-                        if t.token > seen && e.same_handed(k, t) {
+                        if t.token > seen.to && e.same_handed(k, t) {
                             let gap = EventKind::Gap {
-                                from_revision: seen + 1,
+                                from_revision: seen.to + 1,
                                 to_revision: t.token,
                             };
                             events.push(event(revision, at_ms, name, gap));
@@ -681,12 +691,15 @@ impl Election {
     /// and back to the term's between two writes is not in it. Read at the
     /// revision history saw last, the watch that follows replays every
     /// write since, each change of hands with it. Read past it (the log
-    /// between compacted), a key written since may have changed hands and
-    /// back: not known, so the term is not adopted (it ends `unknown`, the
-    /// snapshot's starts) and a `Gap` of the election says terms may be
+    /// between compacted), a key written since is adopted only where what
+    /// etcd still keeps of its log shows every write since under the
+    /// term's lease ([`Seen::kept`]); otherwise it may have changed hands
+    /// and back: not known, so the term is not adopted (it ends `unknown`,
+    /// the snapshot's starts) and a `Gap` of the election says terms may be
     /// missing up to that write.
-    fn adopts_handed(&mut self, open: &OpenTerm, now: &Term, seen_to: Option<i64>) -> bool {
-        let same = self.same_handed(open, now) && seen_to.is_none_or(|s| now.token <= s);
+    fn adopts_handed(&mut self, open: &OpenTerm, now: &Term, seen_to: Option<&Seen>) -> bool {
+        let same = self.same_handed(open, now)
+            && seen_to.is_none_or(|s| now.token <= s.to || s.kept.contains(&now.key));
         if same {
             if let Some(c) = self.candidates.remove(&now.key) {
                 self.candidates.insert(

@@ -947,7 +947,11 @@ fn a_key_layout_term_written_past_what_history_saw_is_not_adopted() {
     };
     let snap = [kv_at("/svc/leader", "node-1", 5, 12, 0x9)];
     let mut s = State::new(sources(), 10);
-    let (ev, _) = s.load_after(20, &snap, std::slice::from_ref(&open), Some(10), 0);
+    let seen = |to: i64| super::Seen {
+        to,
+        kept: Default::default(),
+    };
+    let (ev, _) = s.load_after(20, &snap, std::slice::from_ref(&open), Some(&seen(10)), 0);
     assert_eq!(
         ev.iter().map(|e| e.kind.name()).collect::<Vec<_>>(),
         ["gap", "term_ended", "term_started"]
@@ -977,7 +981,14 @@ fn a_key_layout_term_written_past_what_history_saw_is_not_adopted() {
     assert_eq!(s.leader("/svc/leader").map(|t| t.token), Some(12));
     // Not written since what history saw: the same term.
     let mut s = State::new(sources(), 10);
-    let (ev, _) = s.load_after(20, &snap, std::slice::from_ref(&open), Some(12), 0);
+    let (ev, _) = s.load_after(20, &snap, std::slice::from_ref(&open), Some(&seen(12)), 0);
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(s.leader("/svc/leader").map(|t| t.token), Some(8));
+    // Written since, and etcd's log shows every write under its lease.
+    let mut s = State::new(sources(), 10);
+    let mut kept = seen(10);
+    kept.kept.insert(b"/svc/leader".to_vec());
+    let (ev, _) = s.load_after(20, &snap, std::slice::from_ref(&open), Some(&kept), 0);
     assert!(ev.is_empty(), "{ev:?}");
     assert_eq!(s.leader("/svc/leader").map(|t| t.token), Some(8));
 }

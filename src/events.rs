@@ -226,7 +226,10 @@ pub enum EventKind {
     /// watcher saw them: transitions in between are not known one by one.
     /// With an election named: that election's lease (a key whose value
     /// defines its terms) counts more handovers between the writes of those
-    /// two revisions than tenure saw; the terms between are not known.
+    /// two revisions than tenure saw, or its `key`-layout key was written
+    /// up to `to_revision` under its term's lease while those revisions
+    /// were compacted (it may have changed hands and back); the terms
+    /// between are not known.
     Gap {
         from_revision: i64,
         to_revision: i64,

@@ -1,12 +1,14 @@
 //! Loading the state: at the resume revision, from a fresh snapshot after
 //! a gap, or as a reset when etcd is another timeline.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use etcd_client::{GetOptions, KeyValue};
 use tokio::sync::mpsc;
 
 use super::contradiction::{contradiction, witness_missing};
+use super::state::Seen;
 use super::{report_waiting, send, Closed, Kv, OpenTerm, Resume, State, Watcher};
 use super::{MAX_MESSAGE_BYTES, SNAPSHOT_PAGE_KEYS};
 use crate::election::Error;
@@ -71,6 +73,9 @@ impl Watcher {
                         }
                         None => false,
                     };
+                    if let (Some(seen), false) = (loading.seen_before(), another) {
+                        loading.kept(self.kept_leases(seen, &kvs).await);
+                    }
                     let Some((batch, statuses)) =
                         loading.loaded(state, &kvs, revision, cluster, another)
                     else {
@@ -242,6 +247,9 @@ pub(super) struct Loading<'r> {
     at_resume: bool,
     reset: bool,
     backoff: Duration,
+    /// Keys written past the resume revision that kept their leases
+    /// ([`Watcher::kept_leases`]).
+    kept: HashSet<Vec<u8>>,
 }
 
 impl<'r> Loading<'r> {
@@ -254,7 +262,22 @@ impl<'r> Loading<'r> {
             at_resume: resume.is_some() && !from_present && !reset,
             reset,
             backoff: Duration::from_millis(100),
+            kept: HashSet::new(),
         }
+    }
+
+    /// The revision history saw last, where the read is past it on the
+    /// same timeline (as far as known): what came between is not seen.
+    pub(super) fn seen_before(&self) -> Option<i64> {
+        self.resume
+            .filter(|_| !self.at_resume && !self.reset)
+            .map(|r| r.revision)
+    }
+
+    /// The keys written past the resume revision that etcd's log shows
+    /// kept their leases.
+    pub(super) fn kept(&mut self, kept: HashSet<Vec<u8>>) {
+        self.kept = kept;
     }
 
     /// The revision to read at (`None`: the present).
@@ -300,7 +323,18 @@ impl<'r> Loading<'r> {
         let at_ms = now_ms();
         Some(match (self.resume, self.reset) {
             (Some(r), true) => reset_batch(state, r, kvs, revision, cluster, at_ms),
-            _ => resumed_batch(state, self.resume, self.at_resume, kvs, revision, at_ms),
+            _ => {
+                let kept = std::mem::take(&mut self.kept);
+                resumed_batch(
+                    state,
+                    self.resume,
+                    self.at_resume,
+                    kvs,
+                    revision,
+                    kept,
+                    at_ms,
+                )
+            }
         })
     }
 
@@ -392,10 +426,17 @@ pub(super) fn resumed_batch(
     at_resume: bool,
     kvs: &[Kv],
     revision: i64,
+    kept: HashSet<Vec<u8>>,
     at_ms: i64,
 ) -> (Vec<Event>, Vec<WatchStatus>) {
     let open = resume.map(|r| r.open_terms.as_slice()).unwrap_or(&[]);
-    let (mut events, statuses) = state.load(revision, kvs, open, at_ms);
+    // Read past the stored revision: what came between is not known, but
+    // for the keys etcd's log shows kept their leases (`kept`).
+    let seen = resume.filter(|_| !at_resume).map(|r| Seen {
+        to: r.revision,
+        kept,
+    });
+    let (mut events, statuses) = state.load_after(revision, kvs, open, seen.as_ref(), at_ms);
     if at_resume {
         // Collisions present at the stored revision were recorded when
         // they arose.

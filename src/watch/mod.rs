@@ -16,7 +16,8 @@
 //! By job: this file holds the watcher and its statuses; `stream` the watch
 //! loop (its states, one step per answer); `load` the snapshot, resume and
 //! reset, `contradiction` whether etcd's state contradicts the history
-//! (a restore under the same cluster id), `apply` a batch of watch events, `causes` the end-cause lookup,
+//! (a restore under the same cluster id), `kept` whether keys written past
+//! the stored revision kept their leases, `apply` a batch of watch events, `causes` the end-cause lookup,
 //! `leases` the lease sampler, `replay` what a new stream replays; `kube`
 //! the same state machine fed by the Kubernetes API's Leases instead.
 
@@ -28,6 +29,7 @@ pub mod state;
 mod apply;
 mod causes;
 mod contradiction;
+mod kept;
 mod leases;
 mod load;
 mod merge;

@@ -117,6 +117,15 @@ impl Pending {
 }
 
 /// All elections under the prefix, as of the last applied revision.
+/// What history saw of a snapshot read past the revision it saw last
+/// (`to`): the keys whose rewrites change hands that etcd's log shows
+/// written since only under the lease the snapshot shows (`kept`).
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    pub to: i64,
+    pub kept: std::collections::HashSet<Vec<u8>>,
+}
+
 pub struct State {
     /// Where elections are read from, and how (`crate::layout`).
     sources: Sources,
@@ -378,6 +387,22 @@ impl State {
         open: &[OpenTerm],
         at_ms: i64,
     ) -> (Vec<Event>, Vec<WatchStatus>) {
+        self.load_after(revision, kvs, open, None, at_ms)
+    }
+
+    /// [`State::load`] of a snapshot read past what history saw (`None`:
+    /// at the revision history saw last), what came between not known (a
+    /// gap): a term of a key whose rewrites change hands, written after
+    /// it and not known to have kept its lease, is not adopted
+    /// ([`Election::adopts_handed`]).
+    pub fn load_after(
+        &mut self,
+        revision: i64,
+        kvs: &[Kv],
+        open: &[OpenTerm],
+        seen_to: Option<&Seen>,
+        at_ms: i64,
+    ) -> (Vec<Event>, Vec<WatchStatus>) {
         // What was reported before stays known, so a count that dropped
         // to 0 during a gap is reported too.
         let reported: HashMap<String, usize> = self
@@ -410,7 +435,7 @@ impl State {
                 e.waiting_reported = count;
             }
         }
-        let mut events = self.reconcile(revision, open, at_ms);
+        let mut events = self.reconcile(revision, open, seen_to, at_ms);
         // Dirty, now the leaders are known: only the elections whose
         // waiting count differs from the one last reported (all that
         // `waiting_changes` would hand out), not every election
@@ -480,7 +505,13 @@ impl State {
     /// whose value defines its terms, the same holder: [`Election::adopts`]),
     /// anything else ends the open term (`unknown`) and starts the
     /// snapshot's.
-    fn reconcile(&mut self, revision: i64, open: &[OpenTerm], at_ms: i64) -> Vec<Event> {
+    fn reconcile(
+        &mut self,
+        revision: i64,
+        open: &[OpenTerm],
+        seen_to: Option<&Seen>,
+        at_ms: i64,
+    ) -> Vec<Event> {
         let open: HashMap<&str, &OpenTerm> =
             open.iter().map(|t| (t.election.as_str(), t)).collect();
         let mut events = Vec::new();
@@ -492,7 +523,7 @@ impl State {
             let known = open.get(name.as_str());
             match (known, now) {
                 (Some(k), Some(mut t))
-                    if k.token == t.token || e.adopts(k, &t) || e.adopts_handed(k, &t) =>
+                    if k.token == t.token || e.adopts(k, &t) || e.adopts_handed(k, &t, seen_to) =>
                 {
                     t.token = k.token;
                     t.started_revision = k.started_revision;
@@ -500,6 +531,17 @@ impl State {
                     e.leader = Some(t);
                 }
                 (k, now) => {
+                    if let (Some(k), Some(t), Some(seen)) = (k, &now, seen_to) {
+                        // The same lease, written while nobody watched:
+                        // it may have changed hands and back.
+                        if t.token > seen.to && e.same_handed(k, t) {
+                            let gap = EventKind::Gap {
+                                from_revision: seen.to + 1,
+                                to_revision: t.token,
+                            };
+                            events.push(event(revision, at_ms, name, gap));
+                        }
+                    }
                     if let Some(k) = k {
                         events.push(ended(revision, at_ms, name, k, EndCause::Unknown, None));
                     }
@@ -669,20 +711,26 @@ impl Election {
     /// Whether a term history holds open is the one a snapshot shows under
     /// a later token, for a key whose rewrites change hands (`handed`): the
     /// same lease, its token a write of this key (at or after its creation)
-    /// at or before the snapshot's. Not the same holder: a rewrite under
-    /// the same lease is the holder's own update of the same term
-    /// (`leader_value_changed`), and history's row keeps the value the term
-    /// started with. The key keeps history's token. A change of lease and
-    /// back while nobody watched is not seen (a gap says terms may be
-    /// missing).
-    fn adopts_handed(&mut self, open: &OpenTerm, now: &Term) -> bool {
-        let Some(c) = self.candidates.get(&now.key) else {
-            return false;
-        };
-        let same = c.created.is_some_and(|created| created <= open.token)
-            && open.token <= now.token
-            && open.lease_id == now.lease_id
-            && open.layout == now.layout;
+    /// at or before the snapshot's ([`Election::same_handed`]), and not
+    /// written after `seen_to` (the revision history saw last, where the
+    /// snapshot was read past it after a gap). Not the same holder: a
+    /// rewrite under the same lease is the holder's own update of the same
+    /// term (`leader_value_changed`), and history's row keeps the value the
+    /// term started with. The key keeps history's token.
+    ///
+    /// A snapshot shows only a key's latest write: another lease (or none)
+    /// and back to the term's between two writes is not in it. Read at the
+    /// revision history saw last, the watch that follows replays every
+    /// write since, each change of hands with it. Read past it (the log
+    /// between compacted), a key written since is adopted only where what
+    /// etcd still keeps of its log shows every write since under the
+    /// term's lease ([`Seen::kept`]); otherwise it may have changed hands
+    /// and back: not known, so the term is not adopted (it ends `unknown`,
+    /// the snapshot's starts) and a `Gap` of the election says terms may be
+    /// missing up to that write.
+    fn adopts_handed(&mut self, open: &OpenTerm, now: &Term, seen_to: Option<&Seen>) -> bool {
+        let same = self.same_handed(open, now)
+            && seen_to.is_none_or(|s| now.token <= s.to || s.kept.contains(&now.key));
         if same {
             if let Some(c) = self.candidates.remove(&now.key) {
                 self.candidates.insert(
@@ -695,6 +743,19 @@ impl Election {
             }
         }
         same
+    }
+
+    /// Whether a snapshot's term `now` of a key whose rewrites change hands
+    /// holds the lease of the term history holds open, from a write at or
+    /// after its key's creation up to the snapshot's token: the same term
+    /// unless the key changed hands and back in between.
+    fn same_handed(&self, open: &OpenTerm, now: &Term) -> bool {
+        self.candidates.get(&now.key).is_some_and(|c| {
+            c.created.is_some_and(|created| created <= open.token)
+                && open.token <= now.token
+                && open.lease_id == now.lease_id
+                && open.layout == now.layout
+        })
     }
 
     /// Whether a term history holds open is the one a snapshot shows under

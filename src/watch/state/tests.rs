@@ -1005,3 +1005,68 @@ fn a_lease_less_key_lowest_blocks_every_candidate_until_it_goes() {
     assert_eq!(s.leader("/app/job").map(|t| t.token), Some(4));
     assert!(!format!("{events:?}{p:?}").contains("postgres"));
 }
+
+/// A snapshot read past the revision history saw last (the log between
+/// compacted): a `key`-layout key written since under the term's lease may
+/// have changed hands and back, so its term is not adopted: a gap of the
+/// election up to that write, history's term ends `unknown`, the
+/// snapshot's starts. A key not written since is adopted as ever.
+#[test]
+fn a_key_layout_term_written_past_what_history_saw_is_not_adopted() {
+    let sources = || Sources::new(vec![crate::layout::Source::parse("key:/svc/").expect("key")]);
+    let open = OpenTerm {
+        election: "/svc/leader".into(),
+        token: 8,
+        holder: "node-1".into(),
+        lease_id: 0x9,
+        layout: KeyLayout::Single,
+        started_revision: 8,
+        started_at_ms: 42,
+    };
+    let snap = [kv_at("/svc/leader", "node-1", 5, 12, 0x9)];
+    let mut s = State::new(sources(), 10);
+    let seen = |to: i64| super::Seen {
+        to,
+        kept: Default::default(),
+    };
+    let (ev, _) = s.load_after(20, &snap, std::slice::from_ref(&open), Some(&seen(10)), 0);
+    assert_eq!(
+        ev.iter().map(|e| e.kind.name()).collect::<Vec<_>>(),
+        ["gap", "term_ended", "term_started"]
+    );
+    assert_eq!(ev[0].election, "/svc/leader");
+    assert!(
+        matches!(
+            ev[0].kind,
+            EventKind::Gap {
+                from_revision: 11,
+                to_revision: 12
+            }
+        ),
+        "{ev:?}"
+    );
+    assert!(
+        matches!(
+            ev[1].kind,
+            EventKind::TermEnded {
+                token: 8,
+                cause: EndCause::Unknown,
+                ..
+            }
+        ),
+        "{ev:?}"
+    );
+    assert_eq!(s.leader("/svc/leader").map(|t| t.token), Some(12));
+    // Not written since what history saw: the same term.
+    let mut s = State::new(sources(), 10);
+    let (ev, _) = s.load_after(20, &snap, std::slice::from_ref(&open), Some(&seen(12)), 0);
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(s.leader("/svc/leader").map(|t| t.token), Some(8));
+    // Written since, and etcd's log shows every write under its lease.
+    let mut s = State::new(sources(), 10);
+    let mut kept = seen(10);
+    kept.kept.insert(b"/svc/leader".to_vec());
+    let (ev, _) = s.load_after(20, &snap, std::slice::from_ref(&open), Some(&kept), 0);
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(s.leader("/svc/leader").map(|t| t.token), Some(8));
+}

@@ -8,7 +8,10 @@
 //!   transaction; the writer SIGKILLed, or SIGSTOPped past its TTL and then
 //!   resumed, during ingest: a standby takes over, the history equals what
 //!   etcd did (each transition once), and the stale writer's commit is
-//!   refused (its log line and its counter).
+//!   refused (its log line and its counter);
+//! - a replica whose etcd user may not write `tenure/history-writer`: its
+//!   `/readyz` names etcd's refusal and the grant, and answers 503 (it can
+//!   never take over) until the grant is given; then it writes.
 // Tests, benches and their harness assert with unwrap/expect, spawn bare tasks
 // and read the wall clock: the lints of Cargo.toml and clippy.toml hold src/.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
@@ -950,4 +953,78 @@ async fn the_multi_row_writer_stores_what_the_sqlite_writer_stores() {
     assert_eq!(watched, (Some(later), Some(later)));
     let _ = shared.close().await;
     let _ = lite.close().await;
+}
+
+/// etcd refuses the writer campaign of a replica whose user may only read:
+/// its `/readyz` answers 503, says so with the grant to give (and that it
+/// cannot take over), and once the grant named there is given, it writes
+/// and is ready. The independent record: etcd (as root) holds no writer
+/// key while refused, and the fence row of PostgreSQL names it afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_etcd_user_cannot_write_the_writer_election_says_so_in_readyz() {
+    use support::secure::{enable_auth, etcdctl};
+    let etcd = Etcd::start().await;
+    let ep = etcd.endpoint();
+    enable_auth(&ep, &[], &[("reader", "reader-pw", "tenure-ro", "read")]);
+    let root = ["--user".to_owned(), "root:root-pw".to_owned()];
+    let pg = Postgres::start();
+    let url = pg.create_database("refused");
+    let serve = Serve::start(
+        std::slice::from_ref(&ep),
+        Path::new(&url),
+        &["--user", "reader:reader-pw"],
+        &[],
+    )
+    .await;
+    let key = "election/tenure/history-writer";
+    let (status, text) = eventually(Duration::from_secs(20), "the refusal", async || {
+        let r = reqwest::get(serve.url("/readyz")).await.ok()?;
+        let status = r.status().as_u16();
+        let text = r.text().await.ok()?;
+        // Once its watcher is live too (else that is what it says first).
+        let refused = text.starts_with("not ready: etcd refuses this replica's campaign");
+        (refused && text.contains("this replica: cannot take over writing"))
+            .then_some((status, text))
+    })
+    .await;
+    println!("[figure] /readyz of a replica refused by etcd ({status}):\n{text}");
+    assert_eq!(status, 503, "{text}");
+    for said in ["permission denied", "\"reader\"", "grant-permission", key] {
+        assert!(text.contains(said), "{said}: {text}");
+    }
+    assert!(!text.contains("standing by"), "{text}");
+    assert!(
+        text.contains("history writer: none has written yet"),
+        "{text}"
+    );
+    // etcd's own word: no candidate of the writer election exists.
+    let held = etcdctl(&ep, &root, &["get", "--prefix", key, "--keys-only"]);
+    assert!(held.stdout.is_empty(), "{:?}", held);
+    // The grants it names, given as root: the replica then writes.
+    for k in [key, "election/~end/tenure/history-writer"] {
+        etcdctl(
+            &ep,
+            &root,
+            &[
+                "role",
+                "grant-permission",
+                "tenure-ro",
+                "--prefix=true",
+                "readwrite",
+                k,
+            ],
+        );
+    }
+    eventually(Duration::from_secs(20), "the writer, ready", async || {
+        let r = reqwest::get(serve.url("/readyz")).await.ok()?;
+        let ok = r.status().is_success();
+        let text = r.text().await.ok()?;
+        (ok && text.contains("this replica: writing (term token ")).then_some(())
+    })
+    .await;
+    let fence = pg.psql(
+        "refused",
+        "SELECT holder FROM history_writer WHERE token > 0",
+    );
+    assert!(fence.contains(&format!("http {}", serve.addr)), "{fence}");
 }

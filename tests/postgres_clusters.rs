@@ -42,6 +42,11 @@ const WRITER_TTL: Duration = Duration::from_secs(2);
 const TAKEOVER_SLACK: Duration = Duration::from_secs(6);
 
 async fn replica(a: &str, b: &str, url: &str) -> Serve {
+    replica_ttl(a, b, url, "2s").await
+}
+
+/// [`replica`] with a writer TTL of `ttl` (`10s`).
+async fn replica_ttl(a: &str, b: &str, url: &str, ttl: &str) -> Serve {
     let (a, b) = (format!("a={a}"), b.to_owned());
     let b_flag = format!("b={b}");
     Serve::start(
@@ -53,7 +58,7 @@ async fn replica(a: &str, b: &str, url: &str) -> Serve {
             "--cluster",
             &b_flag,
             "--writer-ttl",
-            "2s",
+            ttl,
             "--cluster-poll",
             "0",
         ],
@@ -333,6 +338,17 @@ async fn fence_stays(pg: &Postgres, db: &str, c: &str, want: &(i64, String), dur
     }
 }
 
+/// `/readyz` of `r` (status, text), and the lines of cluster `c` in it.
+async fn readyz_of(r: &Serve, c: &str) -> Option<(u16, String)> {
+    let resp = reqwest::get(r.url("/readyz")).await.ok()?;
+    let status = resp.status().as_u16();
+    let text = resp.text().await.ok()?;
+    let from = text.find(&format!("cluster {c}: "))?;
+    let rest = &text[from..];
+    let end = rest[1..].find("\ncluster ").map_or(rest.len(), |i| i + 2);
+    Some((status, rest[..end].to_owned()))
+}
+
 /// Makes a and b written by two different replicas: while one replica
 /// writes both, its b term is deposed (in b's etcd), so the next in b's
 /// queue takes b. Returns (writer of a, writer of b).
@@ -379,7 +395,7 @@ async fn the_writer_of_one_cluster_killed_another_takes_it_the_other_cluster_und
     // writer's gauge is per cluster.
     let (token_a, holder_a) = fence(&pg, db, "a").expect("a's writer");
     for r in replicas.iter().flatten() {
-        let said = format!("history writer: {holder_a} (token {token_a}) since ");
+        let said = format!("history writer: last commit by {holder_a} (token {token_a}, ");
         eventually(
             Duration::from_secs(10),
             "/readyz names a's writer",
@@ -938,4 +954,103 @@ async fn a_replica_left_without_cluster_after_the_rename_writes_nothing() {
     .await;
     assert_eq!(pg.psql(db, unnamed), "0");
     assert_eq!(s.stop().await, Some(0));
+}
+
+/// The writer of cluster a SIGKILLed, with a writer TTL of 10 s: until its
+/// lease runs out nobody writes a, and a standby's `/readyz` must not name
+/// the dead replica as a's writer (the fence row only says it made the last
+/// commit), nor claim to write; after the takeover, it names the new
+/// writer's commits and its own term. The independent record: the test's
+/// own kill (its pid, its time) and the fence row read with psql.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_writer_is_named_only_as_the_last_commit_until_another_takes_over() {
+    let (ea, eb) = (Etcd::start().await, Etcd::start().await);
+    let pg = Postgres::start();
+    let db = "dead";
+    let url = pg.create_database(db);
+    let mut replicas: Vec<Option<Serve>> = Vec::new();
+    for _ in 0..2 {
+        let r = replica_ttl(&ea.endpoint(), &eb.endpoint(), &url, "10s").await;
+        replicas.push(Some(r));
+    }
+    for r in replicas.iter().flatten() {
+        r.ready().await;
+    }
+    let wa = writer_of(&pg, db, "a", &replicas).await;
+    let standby = 1 - wa;
+    let (token, dead) = fence(&pg, db, "a").expect("a's writer");
+    let last_commit = format!("history writer: last commit by {dead} (token {token}, ");
+    let writer = replicas[wa].as_ref().expect("a's writer");
+    eventually(Duration::from_secs(10), "the writer says so", async || {
+        let (_, a) = readyz_of(writer, "a").await?;
+        let own = format!("this replica: writing (term token {token} since ");
+        (a.contains(&own) && a.contains(&last_commit)).then_some(())
+    })
+    .await;
+    // The standby has read that fence row too (it reads every second).
+    let s = replicas[standby].as_ref().expect("standby");
+    eventually(Duration::from_secs(10), "the standby says so", async || {
+        let (_, a) = readyz_of(s, "a").await?;
+        (a.contains(&last_commit) && a.contains("this replica: standing by")).then_some(())
+    })
+    .await;
+    let pid = writer.pid();
+    let killed = Instant::now();
+    replicas[wa].take().expect("a's writer").crash().await;
+    println!("[figure] killed a's writer (pid {pid}, token {token}) at {killed:?}");
+    let s = replicas[standby].as_ref().expect("standby");
+    let (mut looked, mut named) = (0, 0);
+    // Only while the fence still holds the dead writer's token and well
+    // within its TTL: the window in which nobody writes a.
+    while killed.elapsed() < Duration::from_secs(6) {
+        let (status, a) = readyz_of(s, "a").await.expect("/readyz");
+        let fenced = fence(&pg, db, "a");
+        if fenced.as_ref().map(|f| f.0) != Some(token) {
+            break;
+        }
+        assert!(a.contains(&last_commit), "{a}");
+        assert!(
+            !a.contains(&format!("history writer: {dead}")),
+            "/readyz presents the dead writer as a's writer: {a}"
+        );
+        assert!(a.contains("this replica: standing by"), "{a}");
+        assert!(!a.contains("this replica: writing"), "{a}");
+        if let Some(line) = a.lines().find(|l| l.contains("this replica:")) {
+            // etcd's election still names it until its lease runs out:
+            // said as such, with the lease counting down.
+            if line.contains(&dead) {
+                assert!(line.contains("from running out"), "{line}");
+                named += 1;
+            }
+        }
+        assert_eq!(status, 200, "a standby that can take over: {a}");
+        if looked == 0 {
+            println!("[figure] a standby's /readyz after the kill, before the takeover:\n{a}");
+        }
+        looked += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(looked >= 5, "the window was seen ({looked} looks)");
+    assert!(named > 0, "the standby read etcd's election in the window");
+    let (new, holder) = eventually(Duration::from_secs(30), "a new writer", async || {
+        fence(&pg, db, "a").filter(|(t, _)| *t > token)
+    })
+    .await;
+    println!(
+        "[figure] writer TTL 10 s: a taken over after {} ms; {looked} looks at /readyz in \
+         the window named the dead writer only as the last commit",
+        killed.elapsed().as_millis()
+    );
+    assert_eq!(which(&replicas, &holder), Some(standby));
+    eventually(
+        Duration::from_secs(10),
+        "/readyz names the new writer",
+        async || {
+            let (_, a) = readyz_of(s, "a").await?;
+            let said = format!("history writer: last commit by {holder} (token {new}, ");
+            let own = format!("this replica: writing (term token {new} since ");
+            (a.contains(&said) && a.contains(&own)).then_some(())
+        },
+    )
+    .await;
 }

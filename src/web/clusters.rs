@@ -201,13 +201,22 @@ impl Unwatched {
 }
 
 /// `/readyz` of several clusters: one line each, ready only when every
-/// cluster is (a down cluster is named; the others keep recording).
+/// cluster is (a down cluster is named; the others keep recording), with
+/// each cluster's writer lines.
 pub(super) fn readyz(s: &AppState) -> (bool, String) {
     let mut ready = true;
     let mut lines = String::new();
+    let (mut unwatched, mut refused) = (Vec::new(), Vec::new());
     for v in &s.clusters {
         let (ok, text) = super::readiness_verdict(&v.readiness);
         ready &= ok;
+        if !ok {
+            // Watched, yet not ready: only its writer campaign is refused.
+            match v.readiness.is_ready() {
+                true => refused.push(&*v.name),
+                false => unwatched.push(&*v.name),
+            }
+        }
         for (i, line) in text.lines().enumerate() {
             if i == 0 {
                 lines.push_str(&format!("cluster {}: {line}\n", v.name));
@@ -215,35 +224,26 @@ pub(super) fn readyz(s: &AppState) -> (bool, String) {
                 lines.push_str(&format!("  {line}\n"));
             }
         }
-        if let Some(status) = v.readiness.recording_status() {
-            lines.push_str(&format!("  {}\n", writer_line(&status)));
+        for line in v.readiness.writer_lines().into_iter().flatten() {
+            lines.push_str(&format!("  {line}\n"));
         }
     }
     let head = if ready {
         format!("ready: {} clusters watched\n", s.clusters.len())
     } else {
-        let down: Vec<&str> = s
-            .clusters
-            .iter()
-            .filter(|v| !super::readiness_verdict(&v.readiness).0)
-            .map(|v| &*v.name)
-            .collect();
-        format!("not ready: cluster {} not watched\n", down.join(", "))
+        let mut why = Vec::new();
+        if !unwatched.is_empty() {
+            why.push(format!("cluster {} not watched", unwatched.join(", ")));
+        }
+        if !refused.is_empty() {
+            why.push(format!(
+                "this replica can never write the history of cluster {}",
+                refused.join(", ")
+            ));
+        }
+        format!("not ready: {}\n", why.join("; "))
     };
     (ready, format!("{head}{lines}"))
-}
-
-/// Who records a cluster's part of a shared history, and since when, as
-/// its fence row says.
-fn writer_line(s: &crate::history::WriterStatus) -> String {
-    match (&s.writer, s.writer_since_ms) {
-        (Some((token, holder)), Some(since)) => format!(
-            "history writer: {holder} (token {token}) since {} UTC",
-            crate::history::short_time(since)
-        ),
-        (Some((token, holder)), None) => format!("history writer: {holder} (token {token})"),
-        (None, _) => "history writer: none has written yet".to_owned(),
-    }
 }
 
 /// One exposition of every cluster's metrics (`cluster` label), with the

@@ -235,6 +235,39 @@ impl Readiness {
             .and_then(|r| r.last().cloned())
     }
 
+    /// This replica's own part in writing its feed (a shared history).
+    pub fn set_writer_role(&self, role: recording::Role) {
+        if let Some(r) = self.recording.locked().as_mut() {
+            r.set_role(role);
+        }
+    }
+
+    /// What [`Readiness::set_writer_role`] said last.
+    pub fn writer_role(&self) -> Option<recording::Role> {
+        self.recording
+            .locked()
+            .as_ref()
+            .and_then(|r| r.role().cloned())
+    }
+
+    /// Why etcd refuses this replica's writer campaign for good.
+    pub fn writer_refused(&self) -> Option<String> {
+        self.recording
+            .locked()
+            .as_ref()
+            .and_then(|r| r.refused().map(str::to_owned))
+    }
+
+    /// `/readyz`'s writer lines (a shared history; none on a history of
+    /// one's own): the last writer, as the database says, and this
+    /// replica's own part.
+    pub fn writer_lines(&self) -> Option<[String; 2]> {
+        self.recording
+            .locked()
+            .as_ref()
+            .map(|r| r.lines(std::time::Instant::now()))
+    }
+
     /// Why the shared history is not being recorded, if it is not.
     pub fn not_recording(&self) -> Option<String> {
         self.recording
@@ -369,7 +402,11 @@ pub fn router(state: Arc<AppState>) -> Router {
     ))]
 async fn readyz(State(s): State<Arc<AppState>>) -> impl IntoResponse {
     let (ready, text) = if s.clusters.is_empty() {
-        readiness_verdict(&s.readiness)
+        let (ready, mut text) = readiness_verdict(&s.readiness);
+        for line in s.readiness.writer_lines().into_iter().flatten() {
+            text.push_str(&format!("{line}\n"));
+        }
+        (ready, text)
     } else {
         clusters::readyz(&s)
     };
@@ -380,6 +417,11 @@ async fn readyz(State(s): State<Arc<AppState>>) -> impl IntoResponse {
     };
     (status, text)
 }
+
+/// What `/readyz` says when etcd refuses this replica's writer campaign for
+/// good (the writer line below says why and what to grant).
+const WRITER_REFUSED: &str = "etcd refuses this replica's campaign for the history \
+     writer: it serves, but can never take over recording (see \"this replica\" below)";
 
 /// Whether one watcher is ready, and the text `/readyz` gives for it.
 fn readiness_verdict(r: &Readiness) -> (bool, String) {
@@ -394,10 +436,17 @@ fn readiness_verdict(r: &Readiness) -> (bool, String) {
     } else if let Some(problem) = r.floor_problem() {
         (false, format!("not ready: {problem}\n{cap}"))
     } else if r.is_ready() {
-        (
-            true,
-            format!("ready: watching at revision {}\n{cap}", r.revision()),
-        )
+        match r.writer_refused() {
+            // Its pages are right, but a replica that can never take over
+            // writing is a configuration error, like a floor it cannot
+            // raise: held back from traffic (and from a rolling update's
+            // progress) until it is fixed; why: its writer line.
+            Some(_) => (false, format!("not ready: {WRITER_REFUSED}\n{cap}")),
+            None => (
+                true,
+                format!("ready: watching at revision {}\n{cap}", r.revision()),
+            ),
+        }
     } else if let Some(why) = r.not_recording().filter(|_| r.watching()) {
         (false, why)
     } else if r.stuck() {

@@ -6,6 +6,12 @@
 //! watcher says, and `/readyz` says so on every replica, with why. Pure:
 //! the serve loop's poller hands it what the database says.
 //!
+//! It also words the writer lines of `/readyz`: what the database says of
+//! the last writer (its last commit, never "who writes now": a writer
+//! killed an instant ago still holds the fence row), and this replica's own
+//! part, as its writer task knows it for sure (writing, standing by, or
+//! refused by etcd).
+//!
 //! Only revisions that carried events of the watched range count: a
 //! progress revision is persisted late on some etcd versions (see
 //! ARCHITECTURE.md) and would look like a lag.
@@ -13,6 +19,9 @@
 use std::time::{Duration, Instant};
 
 use crate::history::{format_duration_ms, short_time, WriterStatus};
+
+/// A heartbeat unchanged for less than this is not worth a word.
+const HEARTBEAT_QUIET: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 pub struct Recording {
@@ -26,6 +35,43 @@ pub struct Recording {
     last: Option<WriterStatus>,
     /// Why the last read of the database failed.
     read_error: Option<String>,
+    /// The writer's last heartbeat this replica read, and since when
+    /// (monotonic) it has read that same one: the heartbeat is at least
+    /// that old, whatever the machines' clocks say.
+    heartbeat_seen: Option<(i64, Instant)>,
+    /// This replica's own part (`None`: its writer task has not campaigned
+    /// yet, its etcd not answered since start).
+    role: Option<Role>,
+}
+
+/// This replica's own part in writing its feed, as its writer task knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// Campaigning; `elected`: etcd's writer election as this replica last
+    /// read it (`None`: not read, or no leader).
+    StandingBy { elected: Option<Elected> },
+    /// It holds the writer term `token`, won at `since_ms`.
+    Writing { token: i64, since_ms: i64 },
+    /// etcd refused its last campaign (at `at_ms`): `why` says what to do;
+    /// `permanent`: no retry fixes it (permission, authentication, TLS, an
+    /// invalid request), so this replica can never take over as it is.
+    Refused {
+        at_ms: i64,
+        why: String,
+        permanent: bool,
+    },
+}
+
+/// The leader of etcd's writer election, as read by a standby.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Elected {
+    pub token: i64,
+    pub holder: String,
+    /// Its lease's remaining seconds when read (`None`: not known): a dead
+    /// writer's counts down to its loss.
+    pub lease_left_s: Option<i64>,
+    /// When it was read (unix ms).
+    pub read_at_ms: i64,
 }
 
 impl Recording {
@@ -35,6 +81,111 @@ impl Recording {
             behind: None,
             last: None,
             read_error: None,
+            heartbeat_seen: None,
+            role: None,
+        }
+    }
+
+    /// What this replica's writer task knows of its own part.
+    pub fn set_role(&mut self, role: Role) {
+        self.role = Some(role);
+    }
+
+    pub fn role(&self) -> Option<&Role> {
+        self.role.as_ref()
+    }
+
+    /// Why this replica can never take over writing, when etcd refused its
+    /// campaign for good (`/readyz` answers 503 with it).
+    pub fn refused(&self) -> Option<&str> {
+        match &self.role {
+            Some(Role::Refused {
+                why,
+                permanent: true,
+                ..
+            }) => Some(why),
+            _ => None,
+        }
+    }
+
+    /// `/readyz`'s two writer lines: what the database says of the last
+    /// writer, and this replica's own part.
+    pub fn lines(&self, now: Instant) -> [String; 2] {
+        [self.history_line(now), self.role_line()]
+    }
+
+    /// The fence row names who last claimed it and committed with the
+    /// highest token, not who writes now; the heartbeat's age is what this
+    /// replica itself has seen of it (a lower bound, with no clock of
+    /// another machine in it).
+    fn history_line(&self, now: Instant) -> String {
+        let Some(s) = &self.last else {
+            return "history writer: not read from the database yet".to_owned();
+        };
+        let mut line = match (&s.writer, s.writer_since_ms) {
+            (Some((token, holder)), Some(since)) => format!(
+                "history writer: last commit by {holder} (token {token}, fence claimed at {} UTC)",
+                short_time(since)
+            ),
+            (Some((token, holder)), None) => {
+                format!("history writer: last commit by {holder} (token {token})")
+            }
+            (None, _) => "history writer: none has written yet".to_owned(),
+        };
+        if let Some(at) = s.watched_at_ms {
+            line.push_str(&format!("; last heartbeat at {} UTC", short_time(at)));
+            let unchanged = self
+                .heartbeat_seen
+                .filter(|(seen, _)| *seen == at)
+                .map(|(_, since)| now.saturating_duration_since(since));
+            if let Some(d) = unchanged.filter(|d| *d >= HEARTBEAT_QUIET) {
+                line.push_str(&format!(
+                    ", none newer read here for {}",
+                    format_duration_ms(d.as_millis() as i64)
+                ));
+            }
+        }
+        line
+    }
+
+    fn role_line(&self) -> String {
+        match &self.role {
+            None => "this replica: not campaigning for the writer term yet (its etcd has not \
+                     answered since start)"
+                .to_owned(),
+            Some(Role::Writing { token, since_ms }) => format!(
+                "this replica: writing (term token {token} since {} UTC)",
+                short_time(*since_ms)
+            ),
+            Some(Role::StandingBy { elected: None }) => "this replica: standing by".to_owned(),
+            Some(Role::StandingBy { elected: Some(e) }) => {
+                let lease = e
+                    .lease_left_s
+                    .map(|s| format!(", its lease {s} s from running out unless renewed"))
+                    .unwrap_or_default();
+                format!(
+                    "this replica: standing by (etcd's writer election held by {} with token \
+                     {}{lease}, read at {} UTC)",
+                    e.holder,
+                    e.token,
+                    short_time(e.read_at_ms)
+                )
+            }
+            Some(Role::Refused {
+                at_ms,
+                why,
+                permanent,
+            }) => {
+                let what = if *permanent {
+                    "cannot take over writing"
+                } else {
+                    "standing by, retrying"
+                };
+                format!(
+                    "this replica: {what}: etcd refused its campaign at {} UTC: {why}",
+                    short_time(*at_ms)
+                )
+            }
         }
     }
 
@@ -50,6 +201,11 @@ impl Recording {
         match status {
             Ok(s) => {
                 self.read_error = None;
+                if let Some(at) = s.watched_at_ms {
+                    if self.heartbeat_seen.is_none_or(|(seen, _)| seen != at) {
+                        self.heartbeat_seen = Some((at, now));
+                    }
+                }
                 self.last = Some(s);
             }
             Err(e) => self.read_error = Some(e),
@@ -167,5 +323,68 @@ mod tests {
         r.observe(Err("connection refused".into()), 15, s(21), 0);
         let why = r.stale(s(30)).expect("stale");
         assert!(why.contains("connection refused"), "{why}");
+    }
+
+    #[test]
+    fn the_writer_lines_name_the_last_commit_and_this_replicas_own_part() {
+        let t0 = Instant::now();
+        let mut r = Recording::new(Duration::from_secs(5));
+        assert_eq!(
+            r.lines(t0)[0],
+            "history writer: not read from the database yet"
+        );
+        r.observe(status(10), 10, t0, 0);
+        let [history, own] = r.lines(t0);
+        assert!(
+            history.starts_with("history writer: last commit by replica-a (token 7)"),
+            "{history}"
+        );
+        assert!(!history.contains("none newer"), "{history}");
+        assert!(own.starts_with("this replica: not campaigning"), "{own}");
+        // The same heartbeat read for 3 s: at least that old.
+        r.observe(status(10), 10, t0 + Duration::from_secs(3), 0);
+        let [history, _] = r.lines(t0 + Duration::from_secs(3));
+        assert!(
+            history.contains("none newer read here for 3.0s"),
+            "{history}"
+        );
+        r.set_role(Role::StandingBy {
+            elected: Some(Elected {
+                token: 7,
+                holder: "replica-a".into(),
+                lease_left_s: Some(4),
+                read_at_ms: 0,
+            }),
+        });
+        let [_, own] = r.lines(t0);
+        assert!(own.contains("held by replica-a with token 7"), "{own}");
+        assert!(own.contains("4 s from running out"), "{own}");
+        assert_eq!(r.refused(), None);
+        r.set_role(Role::Refused {
+            at_ms: 0,
+            why: "permission denied".into(),
+            permanent: true,
+        });
+        assert_eq!(r.refused(), Some("permission denied"));
+        let [_, own] = r.lines(t0);
+        assert!(
+            own.starts_with("this replica: cannot take over writing"),
+            "{own}"
+        );
+        r.set_role(Role::Refused {
+            at_ms: 0,
+            why: "etcd unreachable".into(),
+            permanent: false,
+        });
+        assert_eq!(r.refused(), None, "a passing failure holds nothing back");
+        r.set_role(Role::Writing {
+            token: 9,
+            since_ms: 0,
+        });
+        let [_, own] = r.lines(t0);
+        assert!(
+            own.starts_with("this replica: writing (term token 9 since"),
+            "{own}"
+        );
     }
 }

@@ -23,6 +23,7 @@ use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, Update, WatchStatus};
 use crate::history::{HistoryError, Reader, RevisionSource, Scope, Store};
 use crate::watch::{WatchConfig, Watcher};
+use crate::web::recording::{Elected, Role};
 use crate::web::Readiness;
 
 /// The election each feed's replicas campaign for, in the feed's etcd.
@@ -126,6 +127,7 @@ impl Term {
                         "tenure: {}: campaign for {WRITER_ELECTION} failed: {e}; retrying",
                         self.who()
                     );
+                    self.refused(&client, &name, &e);
                     if paused(&mut stop).await {
                         return;
                     }
@@ -136,10 +138,52 @@ impl Term {
                 .write_term(&client, &watch, &leadership, &mut cluster, &mut stop)
                 .await;
             self.parts.metrics.writer.set(0);
+            self.parts
+                .readiness
+                .set_writer_role(Role::StandingBy { elected: None });
             if self.ended(ended, leadership, &mut stop).await {
                 return;
             }
         }
+    }
+
+    /// Tells `/readyz` that etcd refused this replica's campaign, why, and
+    /// what to grant; `permanent` when no retry fixes it (this replica can
+    /// never take over as it is).
+    fn refused(&self, client: &Client, name: &ElectionName, e: &crate::election::Error) {
+        let mut why = e.to_string();
+        if matches!(e, crate::election::Error::PermissionDenied { .. }) {
+            let keys = client.keys();
+            let (key, end) = (keys.leader_key(name), keys.end_marker_key(name));
+            why.push_str(&format!(
+                ". The writer campaign writes {key} (and {end} when it resigns): grant its role \
+                 e.g. `etcdctl role grant-permission ROLE --prefix=true readwrite {key}`, and \
+                 the same for {end}"
+            ));
+        }
+        self.parts.readiness.set_writer_role(Role::Refused {
+            at_ms: now_ms(),
+            why,
+            permanent: !e.is_retryable(),
+        });
+    }
+
+    /// Reads etcd's writer election for `/readyz` while standing by: its
+    /// leader, and how long its lease has left (a dead writer's runs out).
+    /// An unreadable election names none.
+    async fn look(&self, client: &Client, name: &ElectionName) {
+        let elected = match client.leader(name).await {
+            Ok(Some(s)) if s.leader.holder != self.ctx.id => Some(Elected {
+                token: s.leader.token,
+                holder: s.leader.holder,
+                lease_left_s: s.ttl_remaining_seconds,
+                read_at_ms: now_ms(),
+            }),
+            _ => None,
+        };
+        self.parts
+            .readiness
+            .set_writer_role(Role::StandingBy { elected });
     }
 
     /// What the term's end means: `true` when serve stops.
@@ -229,10 +273,21 @@ impl Term {
         let writer = client.clone().without_token_floor();
         let campaign = writer.campaign_wait_until(name, &self.ctx.id, &opts, None, stopped);
         tokio::pin!(campaign);
+        // A refused campaign fails at its first request: one still waiting
+        // after a poll's time was not refused, and stands by. A refusal
+        // said before stays until then (retries every second would flap).
+        let first = tokio::time::Instant::now() + RECORDING_POLL;
+        let mut look = tokio::time::interval_at(first, RECORDING_POLL);
+        if self.parts.readiness.writer_role().is_none() {
+            self.parts
+                .readiness
+                .set_writer_role(Role::StandingBy { elected: None });
+        }
         loop {
             tokio::select! {
                 l = &mut campaign => return l,
                 Some(_) = cluster.recv() => {}
+                _ = look.tick() => self.look(client, name).await,
             }
         }
     }
@@ -305,6 +360,10 @@ impl Term {
             Err(e) => return self.close(store, Ended::Failed(format!("{e:#}"))).await,
         };
         self.parts.metrics.writer.set(1);
+        self.parts.readiness.set_writer_role(Role::Writing {
+            token: leadership.token(),
+            since_ms: now_ms(),
+        });
         eprintln!(
             "tenure: {}: this replica writes (token {}), resuming after revision {} ({} ms after winning)",
             self.who(),

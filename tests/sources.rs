@@ -1002,6 +1002,25 @@ async fn a_lease_less_key_before_the_candidates_blocks_the_election() {
         err.contains("/app/one/cfg") && !err.contains("secret"),
         "{err}"
     );
+    // A restart while both are blocked, a config key alone beside them:
+    // history holds no open term there, which is no other timeline (no
+    // reset, no term ended, no floor raised).
+    etcdctl(&etcd, &["put", "/app/solo/cfg", "x"]).await;
+    serve.caught_up(now_revision(&mut raw).await).await;
+    assert_eq!(serve.stop().await, Some(0));
+    let serve = Serve::start(&[etcd.endpoint()], &db, &args, &[]).await;
+    serve.ready().await;
+    serve.caught_up(now_revision(&mut raw).await).await;
+    let kinds: Vec<String> = events_of(&serve, "/app/one")
+        .await
+        .into_iter()
+        .map(|e| e.1)
+        .collect();
+    assert!(
+        !kinds.iter().any(|k| k == "reset" || k == "term_ended"),
+        "{kinds:?}\n{}",
+        serve.log_text()
+    );
     for (elect, key, cfg) in [
         (&mut one, &one_key, "/app/one/cfg"),
         (&mut two, &two_key, "/app/two/cfg"),

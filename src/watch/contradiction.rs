@@ -61,7 +61,11 @@ pub(super) fn contradiction(
 ) -> Option<String> {
     let stored = resume.revision;
     let exact = revision == stored;
-    let (elections, valued) = keys_of(sources, kvs);
+    let Keys {
+        elections,
+        valued,
+        blocked,
+    } = keys_of(sources, kvs);
     let open: HashMap<&str, (i64, i64)> = resume
         .open_terms
         .iter()
@@ -69,9 +73,14 @@ pub(super) fn contradiction(
         .collect();
     if exact {
         for t in &resume.open_terms {
+            // A candidate key a foreign put stripped of its lease is still
+            // the term's key (the watcher keeps that term).
             let there = elections
                 .get(&t.election)
                 .is_some_and(|c| c.contains(&(t.token, t.lease_id)))
+                || blocked
+                    .get(&t.election)
+                    .is_some_and(|b| b.contains(&t.token))
                 || valued
                     .get(&t.election)
                     .is_some_and(|(c, m, l)| (*c..=*m).contains(&t.token) && t.lease_id == *l);
@@ -91,7 +100,10 @@ pub(super) fn contradiction(
         else {
             continue;
         };
-        if leader > stored {
+        // A lease-less key older than every candidate blocks the election
+        // (etcd's `Campaign` waits for it): no term is open there.
+        let blocker = blocked.get(name).and_then(|b| b.iter().min());
+        if leader > stored || blocker.is_some_and(|&b| b < leader) {
             continue;
         }
         match open.get(name.as_str()) {
@@ -120,29 +132,49 @@ pub(super) fn contradiction(
     None
 }
 
-/// Each election's keys: (CreateRevision, lease).
-type KeysOf = HashMap<String, Vec<(i64, i64)>>;
+/// What `keys_of` reads: each election's candidate keys (CreateRevision,
+/// lease); apart, each key whose value defines its terms or whose rewrites
+/// change hands: the revisions its term's token may be
+/// (CreateRevision..=ModRevision), and its lease; and the lowest
+/// CreateRevisions of the lease-less keys among an election's candidates
+/// where candidates hold leases (the lowest of them, older than every
+/// candidate, blocks it: no leader, no open term).
+struct Keys {
+    elections: HashMap<String, Vec<(i64, i64)>>,
+    valued: HashMap<String, (i64, i64, i64)>,
+    blocked: HashMap<String, Vec<i64>>,
+}
 
-/// Each election's keys: (CreateRevision, lease); apart, each key whose
-/// value defines its terms or whose rewrites change hands: the revisions
-/// its term's token may be (CreateRevision..=ModRevision), and its lease.
-fn keys_of(sources: &Sources, kvs: &[Kv]) -> (KeysOf, HashMap<String, (i64, i64, i64)>) {
-    let mut elections: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
-    let mut valued: HashMap<String, (i64, i64, i64)> = HashMap::new();
+fn keys_of(sources: &Sources, kvs: &[Kv]) -> Keys {
+    let mut keys = Keys {
+        elections: HashMap::new(),
+        valued: HashMap::new(),
+        blocked: HashMap::new(),
+    };
     for kv in kvs {
         let (source, role) = sources.classify(&kv.key, kv.lease);
         match role {
             Role::Candidate { election, kind } if written(source, kind) => {
-                valued.insert(election, (kv.create_revision, kv.mod_revision, kv.lease));
+                keys.valued
+                    .insert(election, (kv.create_revision, kv.mod_revision, kv.lease));
             }
-            Role::Candidate { election, .. } => elections
+            Role::Candidate { election, .. }
+                if kv.lease == 0 && source.is_some_and(|s| s.layout().candidates_hold_leases()) =>
+            {
+                keys.blocked
+                    .entry(election)
+                    .or_default()
+                    .push(kv.create_revision);
+            }
+            Role::Candidate { election, .. } => keys
+                .elections
                 .entry(election)
                 .or_default()
                 .push((kv.create_revision, kv.lease)),
             _ => {}
         }
     }
-    (elections, valued)
+    keys
 }
 
 /// Why `created`, every key of the watch ranges that etcd holds at
@@ -246,6 +278,40 @@ mod tests {
             })
             .collect();
         assert_eq!(contradiction(&k, &r, &later, 80, 10), None);
+    }
+
+    /// A lease-less key under a `concurrency` prefix is no candidate: alone
+    /// (a config key) it makes no election, lowest it blocks one (etcd's
+    /// `Campaign` waits for it), so history holds no open term there; and a
+    /// candidate a foreign put stripped of its lease is still its term's key.
+    #[test]
+    fn lease_less_keys_under_a_concurrency_prefix_expect_no_term() {
+        let k = Sources::new(vec![Source::parse("concurrency:/app/").expect("source")]);
+        let leased = |key: &str, create: i64, lease: i64| Kv {
+            lease,
+            ..kv(key, create)
+        };
+        let none = resume(60, &[]);
+        // A config key alone; a blocker before two candidates.
+        let at_r = [
+            kv("/app/cfg/x", 3),
+            kv("/app/job/cfg", 4),
+            leased("/app/job/a1", 5, 0xa1),
+            leased("/app/job/b2", 6, 0xb2),
+        ];
+        assert_eq!(contradiction(&k, &none, &at_r, 60, 10), None);
+        assert_eq!(contradiction(&k, &none, &at_r, 80, 10), None);
+        // A lease-less key after the leader blocks nothing: its term is due.
+        let late = [leased("/app/job/a1", 5, 0xa1), kv("/app/job/cfg", 7)];
+        assert!(contradiction(&k, &none, &late, 60, 10).is_some());
+        // The leader's key stripped of its lease by a foreign put.
+        let mut open = resume(60, &[("/app/job", 5)]);
+        open.open_terms[0].lease_id = 0xa1;
+        let stripped = [Kv {
+            mod_revision: 9,
+            ..kv("/app/job/a1", 5)
+        }];
+        assert_eq!(contradiction(&k, &open, &stripped, 60, 10), None);
     }
 
     #[test]

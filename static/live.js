@@ -102,7 +102,12 @@
   for (var i = 0; i < TYPES.length; i++) source.addEventListener(TYPES[i], schedule);
   // Fell behind the feed: re-read everything.
   source.addEventListener("lagged", function () { window.location.reload(); });
-  source.onopen = function () { setStatus("on", "live", "updates arrive as they happen"); };
+  // (Re)opened: what happened before it subscribed (between the page's
+  // render and now, or while it was down) came on no feed: read it again.
+  source.onopen = function () {
+    setStatus("on", "live", "updates arrive as they happen");
+    schedule();
+  };
   source.onerror = function () { setStatus("down", "reconnecting…", "the live feed dropped; retrying"); };
   // Open terms and "now" move even when nothing happens (a page may ask for
   // another period with data-refresh, in ms: a Kubernetes Lease's page asks

@@ -116,7 +116,6 @@ impl Pending {
     }
 }
 
-/// All elections under the prefix, as of the last applied revision.
 /// What history saw of a snapshot read past the revision it saw last
 /// (`to`): the keys whose rewrites change hands that etcd's log shows
 /// written since only under the lease the snapshot shows (`kept`).
@@ -126,6 +125,7 @@ pub struct Seen {
     pub kept: std::collections::HashSet<Vec<u8>>,
 }
 
+/// All elections under the prefix, as of the last applied revision.
 pub struct State {
     /// Where elections are read from, and how (`crate::layout`).
     sources: Sources,

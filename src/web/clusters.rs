@@ -211,10 +211,11 @@ pub(super) fn readyz(s: &AppState) -> (bool, String) {
         let (ok, text) = super::readiness_verdict(&v.readiness);
         ready &= ok;
         if !ok {
-            // Watched, yet not ready: only its writer campaign is refused.
-            match v.readiness.is_ready() {
-                true => refused.push(&*v.name),
-                false => unwatched.push(&*v.name),
+            // Not ready: etcd refuses its writer campaign for good, or it
+            // is not watched (whatever else its lines say).
+            match v.readiness.writer_refused() {
+                Some(_) => refused.push(&*v.name),
+                None => unwatched.push(&*v.name),
             }
         }
         for (i, line) in text.lines().enumerate() {

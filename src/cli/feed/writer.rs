@@ -148,8 +148,8 @@ impl Term {
     }
 
     /// Tells `/readyz` that etcd refused this replica's campaign, why, and
-    /// what to grant; `permanent` when no retry fixes it (this replica can
-    /// never take over as it is).
+    /// what to grant; `permanent` when no retry fixes it (TLS, login or a
+    /// missing grant: this replica can never take over as it is).
     fn refused(&self, client: &Client, name: &ElectionName, e: &crate::election::Error) {
         let mut why = e.to_string();
         if matches!(e, crate::election::Error::PermissionDenied { .. }) {
@@ -164,7 +164,10 @@ impl Term {
         self.parts.readiness.set_writer_role(Role::Refused {
             at_ms: now_ms(),
             why,
-            permanent: !e.is_retryable(),
+            // Only what an operator must fix (TLS, login, a missing
+            // grant) says "never": a full disk or a refused request may
+            // pass, and every standby would read 503 at once.
+            permanent: e.is_access_denied(),
         });
     }
 

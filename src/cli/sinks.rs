@@ -15,6 +15,10 @@ use crate::events::cluster::{ClusterEvent, ClusterEventKind};
 use crate::events::{Event, Update};
 use crate::telemetry;
 
+/// A batch of at least this many events (a mass change) is handed to the
+/// history before the metrics are updated from it.
+const HISTORY_FIRST_EVENTS: usize = 10_000;
+
 /// Records serve's start, applies every update until `stop` or a watcher
 /// stops, keeps what the watchers had already produced, and closes the
 /// history. The exit code: 0 at `stop`, 1 when a watcher stopped.
@@ -122,10 +126,17 @@ impl Sinks {
             .heartbeat(&m.scope, u)
             .await
             .context("writing history")?;
-        // The history first: its thread commits while this one updates the
-        // metrics, the traces and the live feed (a mass deletion's 100,000
-        // ends cost the metrics alone about 0.3 s, which the pages reading
-        // the history no longer wait for).
+        // A mass change goes to the history first: its thread commits while
+        // this one updates the metrics (a deletion of 100,000 elections
+        // costs them about 0.3 s, which the pages reading the history no
+        // longer wait for). Any other batch reaches the metrics first, so a
+        // scrape is never behind what the pages and the API show.
+        let history_first = named
+            .as_ref()
+            .is_some_and(|b| b.events.len() >= HISTORY_FIRST_EVENTS);
+        if !history_first {
+            m.metrics.apply(u);
+        }
         let mut live = Vec::new();
         if let Some(b) = named {
             if self.live.receiver_count() > 0 {
@@ -135,7 +146,9 @@ impl Sinks {
             telemetry::record_batch(&b);
             store.write(&m.scope, b).await.context("writing history")?;
         }
-        m.metrics.apply(u);
+        if history_first {
+            m.metrics.apply(u);
+        }
         for e in live {
             // No subscribers is fine.
             let _ = self.live.send(e);

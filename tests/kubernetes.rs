@@ -88,7 +88,21 @@ async fn lease_terms_are_recorded_as_kube_apiserver_wrote_them() {
         .await;
     let l3 = w.holder.clone();
 
-    // serve killed -9 and restarted while l3 leads.
+    // serve killed -9 and restarted while l3 leads, once it recorded l3's
+    // acquisition: l3's term, not l2's, is the one read again after the
+    // restart (its renewals counted from that read).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !kube::events(&serve, NAME)
+        .await
+        .iter()
+        .any(|e| e["type"] == "term_started" && e["holder"] == l3.as_str())
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "l3's term never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     serve.crash().await;
     let serve = Serve::start(&[etcd.endpoint()], &db, &args, &[]).await;
     serve.ready().await;

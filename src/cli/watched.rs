@@ -109,14 +109,10 @@ pub(super) async fn leader(
 /// it, so no candidate created after it leads (as the watcher has it,
 /// `watch/state/blockers.rs`). Its key and CreateRevision, never its value.
 fn blocker(kvs: &[KeyValue], source: &Source, path: &str) -> Option<(String, i64)> {
-    if !source.layout().candidates_hold_leases() {
-        return None;
-    }
     kvs.iter()
         .filter(|kv| {
-            kv.lease() == 0
-                && matches!(source.layout().classify(kv.key(), 0),
-                    Role::Candidate { election, .. } if election == path)
+            let role = source.layout().classify(kv.key(), kv.lease());
+            source.lease_less(&role, kv.lease()) == Some(path)
         })
         .min_by_key(|kv| kv.create_revision())
         .map(|kv| {

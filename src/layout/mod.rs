@@ -320,6 +320,22 @@ impl Source {
         }
     }
 
+    /// The election of a key read as `role` under `lease` that is a
+    /// candidate without the lease this layout's candidates hold
+    /// ([`Layout::candidates_hold_leases`]): no candidate, but etcd's
+    /// `Campaign` waits for it, so it may block that election. `None` for
+    /// any other key.
+    pub fn lease_less<'r>(&self, role: &'r Role, lease: i64) -> Option<&'r str> {
+        match role {
+            Role::Candidate { election, .. }
+                if lease == 0 && self.layout.candidates_hold_leases() =>
+            {
+                Some(election)
+            }
+            _ => None,
+        }
+    }
+
     /// Whether `key` is in one of the layout's ranges.
     pub fn contains(&self, key: &[u8]) -> bool {
         self.layout

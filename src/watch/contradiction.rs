@@ -153,18 +153,15 @@ fn keys_of(sources: &Sources, kvs: &[Kv]) -> Keys {
     };
     for kv in kvs {
         let (source, role) = sources.classify(&kv.key, kv.lease);
+        if let Some(election) = source.and_then(|s| s.lease_less(&role, kv.lease)) {
+            let created = keys.blocked.entry(election.to_owned()).or_default();
+            created.push(kv.create_revision);
+            continue;
+        }
         match role {
             Role::Candidate { election, kind } if written(source, kind) => {
                 keys.valued
                     .insert(election, (kv.create_revision, kv.mod_revision, kv.lease));
-            }
-            Role::Candidate { election, .. }
-                if kv.lease == 0 && source.is_some_and(|s| s.layout().candidates_hold_leases()) =>
-            {
-                keys.blocked
-                    .entry(election)
-                    .or_default()
-                    .push(kv.create_revision);
             }
             Role::Candidate { election, .. } => keys
                 .elections

@@ -342,14 +342,8 @@ impl State {
     /// where its layout's candidates hold leases (`blockers.rs`); `None`
     /// for any other key.
     fn lease_less(&self, key: &[u8], lease: i64) -> Option<String> {
-        match self.sources.classify(key, lease) {
-            (Some(s), Role::Candidate { election, .. })
-                if lease == 0 && s.layout().candidates_hold_leases() =>
-            {
-                Some(election)
-            }
-            _ => None,
-        }
+        let (source, role) = self.sources.classify(key, lease);
+        source?.lease_less(&role, lease).map(str::to_owned)
     }
 
     fn track(&mut self, name: &str, at_ms: i64) -> Result<&mut Election, WatchStatus> {
@@ -798,13 +792,9 @@ fn unreadable(why: Unreadable) -> WatchStatus {
 /// put under none, or the deletion of a key the state did not hold): no
 /// candidate, counted as an ignored key (`Layout::candidates_hold_leases`).
 fn leased(source: Option<&Source>, role: Role, lease: i64) -> Role {
-    match role {
-        Role::Candidate { .. }
-            if lease == 0 && source.is_some_and(|s| s.layout().candidates_hold_leases()) =>
-        {
-            Role::Invalid
-        }
-        role => role,
+    match source.and_then(|s| s.lease_less(&role, lease)) {
+        Some(_) => Role::Invalid,
+        None => role,
     }
 }
 

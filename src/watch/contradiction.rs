@@ -135,7 +135,7 @@ pub(super) fn contradiction(
 /// What `keys_of` reads: each election's candidate keys (CreateRevision,
 /// lease); apart, each key whose value defines its terms or whose rewrites
 /// change hands: the revisions its term's token may be
-/// (CreateRevision..=ModRevision), and its lease; and the lowest
+/// (CreateRevision..=ModRevision), and its lease; and the
 /// CreateRevisions of the lease-less keys among an election's candidates
 /// where candidates hold leases (the lowest of them, older than every
 /// candidate, blocks it: no leader, no open term).

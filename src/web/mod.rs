@@ -226,15 +226,6 @@ impl Readiness {
         }
     }
 
-    /// What the shared history said last of its recording (this cluster's
-    /// writer, since when); `None` on a history of one's own.
-    pub fn recording_status(&self) -> Option<crate::history::WriterStatus> {
-        self.recording
-            .locked()
-            .as_ref()
-            .and_then(|r| r.last().cloned())
-    }
-
     /// This replica's own part in writing its feed (a shared history).
     pub fn set_writer_role(&self, role: recording::Role) {
         if let Some(r) = self.recording.locked().as_mut() {

@@ -53,8 +53,8 @@ pub enum Role {
     /// It holds the writer term `token`, won at `since_ms`.
     Writing { token: i64, since_ms: i64 },
     /// etcd refused its last campaign (at `at_ms`): `why` says what to do;
-    /// `permanent`: no retry fixes it (permission, authentication, TLS, an
-    /// invalid request), so this replica can never take over as it is.
+    /// `permanent`: no retry fixes it (TLS, authentication, a missing
+    /// grant), so this replica can never take over as it is.
     Refused {
         at_ms: i64,
         why: String,
@@ -217,11 +217,6 @@ impl Recording {
         if self.behind.is_none() && seen > recorded {
             self.behind = Some((seen, now, now_ms));
         }
-    }
-
-    /// What the database said last (`None`: not read yet).
-    pub fn last(&self) -> Option<&WriterStatus> {
-        self.last.as_ref()
     }
 
     /// The revision the database has stored, as last read.

@@ -53,7 +53,7 @@ impl Watcher {
             return HashSet::new();
         }
         for (start, end) in self.sources.ranges() {
-            let within = |k: &Vec<u8>| *k >= start && (end == [0] || *k < end);
+            let within = |k: &Vec<u8>| in_range(k, &start, &end);
             if !written.keys().any(within) {
                 continue;
             }
@@ -131,7 +131,7 @@ impl Watcher {
         end: &[u8],
         written: &mut HashMap<Vec<u8>, Written>,
     ) -> Option<Watched> {
-        let within = |k: &Vec<u8>| k.as_slice() >= start && (end == [0] || k.as_slice() < end);
+        let within = |k: &Vec<u8>| in_range(k, start, end);
         let opts = WatchOptions::new()
             .with_range(end.to_vec())
             .with_start_revision(from);
@@ -170,6 +170,12 @@ impl Watcher {
         // Dropped, the stream ends the watch.
         Some(Watched::Read)
     }
+}
+
+/// Whether `key` is in etcd's range `start..end` (`end` `\0`: every key
+/// from `start` on).
+fn in_range(key: &[u8], start: &[u8], end: &[u8]) -> bool {
+    key >= start && (end == [0] || key < end)
 }
 
 /// What a watch of the log read: every key it waited for, or nothing (its

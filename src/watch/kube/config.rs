@@ -280,18 +280,17 @@ impl ApiConfig {
                     t => Ok(t.to_owned()),
                 });
                 let mut last = last.locked();
-                let t = match (read, last.clone(), token.clone()) {
-                    (Ok(t), _, _) => {
-                        *last = Some(t.clone());
-                        t
-                    }
-                    (Err(_), Some(t), _) | (Err(_), None, Some(t)) => t,
-                    (Err(source), None, None) => {
-                        return Err(ConfigError::Read {
-                            path: path.display().to_string(),
-                            source,
-                        })
-                    }
+                let t = match read {
+                    Ok(t) => last.insert(t).clone(),
+                    Err(source) => match last.as_ref().or(token.as_ref()) {
+                        Some(t) => t.clone(),
+                        None => {
+                            return Err(ConfigError::Read {
+                                path: path.display().to_string(),
+                                source,
+                            })
+                        }
+                    },
                 };
                 Ok(Some(format!("Bearer {t}")))
             }

@@ -12,11 +12,8 @@ mod demo;
 mod support;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
-use support::{Browser, Etcd, Serve};
+use support::{kube, Browser, Etcd, Serve};
 use tenure::election::{CampaignOptions, Campaigned, Client, ElectionName, Leadership, Ttl};
 
 async fn lead(c: &Client, id: &str) -> Leadership {
@@ -112,44 +109,12 @@ async fn a_lease_page_turns_lapsed_without_a_reload() {
     let serve = Serve::start(&[etcd.endpoint()], &dir.path().join("h.db"), &args, &[]).await;
     serve.ready().await;
     // client-go's shape: renewed every 500 ms, a 2 s lease.
-    let renewing = Arc::new(AtomicBool::new(true));
-    let renewer = {
-        let (mut raw, renewing) = (etcd.client().await, renewing.clone());
-        tokio::spawn(async move {
-            let t = |ms: i64| {
-                let at =
-                    std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).expect("time"));
-                humantime::format_rfc3339_micros(at).to_string()
-            };
-            let acquired = tenure::events::now_ms();
-            while renewing.load(Ordering::SeqCst) {
-                let lease = serde_json::json!({
-                    "kind": "Lease",
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "metadata": {"name": "kcm", "namespace": "kube-system"},
-                    "spec": {"holderIdentity": "a", "leaseDurationSeconds": 2,
-                             "acquireTime": t(acquired), "renewTime": t(tenure::events::now_ms())}
-                });
-                raw.put("/registry/leases/kube-system/kcm", lease.to_string(), None)
-                    .await
-                    .expect("renew the Lease");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        })
-    };
+    let renewer = kube::JsonRenewer::start(&etcd).await;
     // The watcher's word on the Lease is there (renewing, not lapsed).
-    let series = r#"tenure_election_lease_lapsed{election="/registry/kube-system/kcm"}"#;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while serve.metric(series).await != Some(0.0) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the Lease never read"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    kube::renewing_read(&serve).await;
     let browser = Browser::start().await;
     browser
-        .goto(&serve.url("/elections/%2Fregistry%2Fkube-system%2Fkcm"))
+        .goto(&serve.url(&format!("/elections/{}", kube::RENEWED.replace('/', "%2F"))))
         .await;
     browser
         .wait_for(
@@ -162,8 +127,7 @@ async fn a_lease_page_turns_lapsed_without_a_reload() {
     browser
         .eval("window.__tenureNoReload = 42; return true")
         .await;
-    renewing.store(false, Ordering::SeqCst);
-    renewer.await.expect("renewer");
+    renewer.stop().await;
     // Lapsed 2 s after the last renewal, said by the watcher within 1 s;
     // the page must show it within the wait (20 s), without a reload.
     browser

@@ -22,7 +22,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 use support::fixtures::{merges_several_ranges, tenure, text};
-use support::{Etcd, Serve};
+use support::{kube, Etcd, Serve};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -885,44 +885,10 @@ async fn a_lease_is_called_lapsed_only_by_a_watch_that_could_see_a_write() {
     let serve = Serve::start(&[etcd.endpoint()], &db, &args, &[]).await;
     serve.ready().await;
     // Its holder renews every 500 ms while etcd answers.
-    let renewing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let renewer = {
-        let (mut raw, renewing) = (etcd.client().await, renewing.clone());
-        tokio::spawn(async move {
-            let acquired = tenure::events::now_ms();
-            while renewing.load(std::sync::atomic::Ordering::SeqCst) {
-                let t = |ms: i64| {
-                    let at = std::time::UNIX_EPOCH
-                        + Duration::from_millis(u64::try_from(ms).expect("time"));
-                    humantime::format_rfc3339_micros(at).to_string()
-                };
-                let lease = serde_json::json!({
-                    "kind": "Lease",
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "metadata": {"name": "kcm", "namespace": "kube-system"},
-                    "spec": {"holderIdentity": "a", "leaseDurationSeconds": 2,
-                             "acquireTime": t(acquired), "renewTime": t(tenure::events::now_ms())}
-                });
-                raw.put("/registry/leases/kube-system/kcm", lease.to_string(), None)
-                    .await
-                    .expect("renew the Lease");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        })
-    };
-    let series = r#"tenure_election_lease_lapsed{election="/registry/kube-system/kcm"}"#;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while serve.metric(series).await != Some(0.0) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the Lease never read: {}",
-            serve.metrics().await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let renewer = kube::JsonRenewer::start(&etcd).await;
+    kube::renewing_read(&serve).await;
     // Its holder stops with etcd: nothing is written while it is frozen.
-    renewing.store(false, std::sync::atomic::Ordering::SeqCst);
-    renewer.await.expect("renewer");
+    renewer.stop().await;
     etcd.stop();
     let mut seen = Vec::new();
     for _ in 0..24 {
@@ -935,8 +901,12 @@ async fn a_lease_is_called_lapsed_only_by_a_watch_that_could_see_a_write() {
         "called lapsed while the watch could not see: {seen:?}"
     );
     // etcd answers again: nothing was written, so it lapsed.
+    let series = format!(
+        "tenure_election_lease_lapsed{{election=\"{}\"}}",
+        kube::RENEWED
+    );
     let deadline = tokio::time::Instant::now() + WAIT;
-    while serve.metric(series).await != Some(1.0) {
+    while serve.metric(&series).await != Some(1.0) {
         assert!(
             tokio::time::Instant::now() < deadline,
             "never lapsed once watched"

@@ -36,6 +36,7 @@ mod acting;
 pub mod cluster;
 mod export;
 mod meta;
+mod pending;
 mod pg;
 mod query;
 mod reader;
@@ -247,6 +248,9 @@ pub struct Store {
     /// The claim reset the writer fence for a new etcd timeline: the token
     /// that was stored, and the new generation (PostgreSQL only).
     fence_reset: Option<(i64, i64)>,
+    /// The batches queued and not committed, which this store's readers
+    /// overlay (SQLite only).
+    pending: Option<Arc<pending::Pending>>,
 }
 
 /// etcd's current revision, read when called (linearizable); `Err` with
@@ -260,8 +264,9 @@ impl Store {
     /// `retention` of zero keeps everything.
     pub fn open(path: &Path, retention: Duration) -> Result<Store> {
         let conn = schema::open_write(path)?;
-        let reader = Reader::open(path)?;
-        let store = Store::start(conn, reader, retention, Arc::default())?;
+        let pending = Arc::new(pending::Pending::default());
+        let reader = Reader::open(path)?.with_pending(pending.clone());
+        let store = Store::start(conn, reader, retention, Arc::default(), Some(pending))?;
         tracing::info!(path = %path.display(), ?retention, "history: opened");
         Ok(store)
     }
@@ -308,7 +313,7 @@ impl Store {
                 }
             };
         let reader = Reader::open_postgres(url)?;
-        let mut store = Store::start(conn, reader, retention, refused)?;
+        let mut store = Store::start(conn, reader, retention, refused, None)?;
         store.fence_reset = reset;
         tracing::info!(db = %redact(url), token, ?retention, "history: opened as the writer");
         Ok(store)
@@ -319,6 +324,7 @@ impl Store {
         reader: Reader,
         retention: Duration,
         refused: Arc<AtomicU64>,
+        pending: Option<Arc<pending::Pending>>,
     ) -> Result<Store> {
         let retention_ms = (!retention.is_zero())
             .then(|| i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
@@ -328,6 +334,7 @@ impl Store {
             conn,
             retention_ms,
             failure: failure.clone(),
+            pending: pending.clone(),
         };
         let handle = std::thread::Builder::new()
             .name("tenure-history".into())
@@ -343,6 +350,7 @@ impl Store {
             reader,
             refused,
             fence_reset: None,
+            pending,
         })
     }
 
@@ -367,8 +375,20 @@ impl Store {
     /// [`Store::write`] for the cluster `scope` names: the
     /// batch's names are already qualified (`CLUSTER/NAME`), its resume
     /// revision is the cluster's own.
+    /// A SQLite store's readers show it from now on, before it is
+    /// committed (`pending.rs`).
     pub async fn write_in(&self, scope: Scope, batch: Batch) -> Result<()> {
-        self.send(Msg::Batch(scope, batch)).await
+        let batch = Arc::new(batch);
+        let seq = match &self.pending {
+            Some(p) if !batch.events.is_empty() => p.push(&scope, &batch),
+            _ => 0,
+        };
+        let sent = self.send(Msg::Batch(scope, batch, seq)).await;
+        if let (Err(_), Some(p)) = (&sent, &self.pending) {
+            // Never to be committed.
+            p.clear();
+        }
+        sent
     }
 
     /// Queues the etcd cluster id the watcher reads from (`Update::Cluster`),

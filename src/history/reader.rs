@@ -15,6 +15,7 @@ use rusqlite::Connection;
 
 use super::acting;
 use super::cluster;
+use super::pending::{Pending, Snapshot};
 use super::query::{self, Query, RefusalRow, ResumePoint, TermRow, MAX_LIMIT};
 use super::summary::{self, ElectionsPage, PageFrom, RecentCounts};
 use super::window::{self, Activity, MAX_ACTIVE};
@@ -34,6 +35,9 @@ pub struct Reader {
     backend: ReadBackend,
     /// The file, or the redacted URL.
     label: Arc<PathBuf>,
+    /// The writer's queued batches, overlaid on the elections' summaries
+    /// (a SQLite store's reader; `pending.rs`).
+    pending: Option<Arc<Pending>>,
 }
 
 #[derive(Clone)]
@@ -69,6 +73,7 @@ impl Reader {
                 idle: Mutex::new(vec![conn]),
             })),
             label: Arc::new(path.to_owned()),
+            pending: None,
         })
     }
 
@@ -81,6 +86,7 @@ impl Reader {
         Ok(Reader {
             backend: ReadBackend::Postgres(Arc::new(pool)),
             label,
+            pending: None,
         })
     }
 
@@ -90,6 +96,21 @@ impl Reader {
             Db::Sqlite(path) => Reader::open(path),
             Db::Postgres(url) => Reader::open_postgres(url),
         }
+    }
+
+    /// This reader overlays what `pending` holds on the elections'
+    /// summaries.
+    pub(super) fn with_pending(mut self, pending: Arc<Pending>) -> Reader {
+        self.pending = Some(pending);
+        self
+    }
+
+    /// What the writer holds queued now (none without a writer).
+    fn queued(&self) -> Snapshot {
+        self.pending
+            .as_ref()
+            .map(|p| p.queued())
+            .unwrap_or_default()
     }
 
     /// The file this reads (for PostgreSQL: the URL, password redacted).
@@ -202,7 +223,8 @@ impl Reader {
     /// One summary per election the history knows, by name (every one of
     /// them: prefer [`Reader::elections_page`] or [`Reader::election`]).
     pub fn elections(&self) -> Result<Vec<ElectionSummary>> {
-        self.run(summary::elections, pg::summary::elections)
+        let queued = self.queued();
+        self.run(|c| summary::elections(c, &queued), pg::summary::elections)
     }
 
     /// Per election, how many terms started (seen starting) at or after
@@ -314,8 +336,9 @@ impl Reader {
     /// One election's summary (with its open term); `None` when the history
     /// does not know it. One row, whatever the number of elections.
     pub fn election(&self, name: &str) -> Result<Option<ElectionSummary>, HistoryError> {
+        let queued = self.queued();
         self.run(
-            |c| summary::election(c, name),
+            |c| summary::election(c, name, &queued),
             |c| pg::summary::election(c, name),
         )
     }
@@ -327,15 +350,17 @@ impl Reader {
         from: PageFrom<'_>,
         limit: usize,
     ) -> Result<ElectionsPage, HistoryError> {
+        let queued = self.queued();
         self.run(
-            |c| summary::page(c, from, limit),
+            |c| summary::page(c, from, limit, &queued),
             |c| pg::summary::page(c, from, limit),
         )
     }
 
     /// How many elections have an open term (in the current timeline).
     pub fn leading_count(&self) -> Result<u64, HistoryError> {
-        self.run(summary::leading, pg::summary::leading)
+        let queued = self.queued();
+        self.run(|c| summary::leading(c, &queued), pg::summary::leading)
     }
 
     /// Changes and refusals since `from_ms` of the elections named
@@ -346,16 +371,18 @@ impl Reader {
         first: &str,
         last: &str,
     ) -> Result<RecentCounts, HistoryError> {
+        let queued = self.queued();
         self.run(
-            |c| summary::recent_between(c, from_ms, first, last),
+            |c| summary::recent_between(c, from_ms, first, last, &queued),
             |c| pg::summary::recent_between(c, from_ms, first, last),
         )
     }
 
     /// Refusals since `from_ms`, per election.
     pub fn refusals_since(&self, from_ms: i64) -> Result<HashMap<String, u64>, HistoryError> {
+        let queued = self.queued();
         self.run(
-            |c| summary::refusals_since(c, from_ms),
+            |c| summary::refusals_since(c, from_ms, &queued),
             |c| pg::summary::refusals_since(c, from_ms),
         )
     }

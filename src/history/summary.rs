@@ -11,11 +11,12 @@
 //! per-transaction [`Deltas`], the page types). PostgreSQL's are in
 //! `pg/summary.rs`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
-use super::query::{open_terms_of, open_terms_within, ElectionSummary};
+use super::pending::{Overlay, Snapshot};
+use super::query::{open_terms, open_terms_of, open_terms_within, ElectionSummary, OpenTerm};
 use super::time::format_ms;
 use super::HistoryError;
 
@@ -173,24 +174,27 @@ fn summary_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ElectionSummary> {
 
 const COLUMNS: &str = "SELECT election, terms, refusals, last_event_ms FROM elections";
 
-/// Every election, by name, with its open term.
-pub(super) fn elections(conn: &mut Connection) -> Result<Vec<ElectionSummary>, HistoryError> {
+/// Every election, by name, with its open term; `queued`, the writer's
+/// batches beyond the commits, overlaid.
+pub(super) fn elections(
+    conn: &mut Connection,
+    queued: &Snapshot,
+) -> Result<Vec<ElectionSummary>, HistoryError> {
     let tx = conn.transaction()?;
+    let overlay = Overlay::within(&tx, queued)?;
     let mut summaries: Vec<ElectionSummary> = {
         let mut stmt = tx.prepare_cached(&format!("{COLUMNS} ORDER BY election"))?;
         let rows = stmt.query_map([], summary_row)?;
         rows.collect::<Result<_, _>>()?
     };
-    attach_open_terms(&mut summaries, super::query::open_terms(&tx)?);
+    attach_overlaid(&mut summaries, super::query::open_terms(&tx)?, &overlay);
+    drop(overlay);
     tx.finish()?;
     Ok(summaries)
 }
 
 /// Open terms come ordered by election then start: the last one wins.
-pub(super) fn attach_open_terms(
-    summaries: &mut [ElectionSummary],
-    open: Vec<super::query::OpenTerm>,
-) {
+pub(super) fn attach_open_terms(summaries: &mut [ElectionSummary], open: Vec<OpenTerm>) {
     for term in open {
         if let Ok(i) = summaries.binary_search_by(|s| s.election.as_str().cmp(&term.election)) {
             summaries[i].current = Some(term);
@@ -198,34 +202,68 @@ pub(super) fn attach_open_terms(
     }
 }
 
-/// One election's summary, `None` when the history does not know it.
+/// [`attach_open_terms`] with `overlay`'s queued batches applied to the
+/// summaries they change (`summaries` by name; `open` by election, then
+/// start).
+fn attach_overlaid(summaries: &mut [ElectionSummary], open: Vec<OpenTerm>, overlay: &Overlay<'_>) {
+    if overlay.is_empty() {
+        return attach_open_terms(summaries, open);
+    }
+    let mut open_of: Vec<Vec<OpenTerm>> = summaries.iter().map(|_| Vec::new()).collect();
+    for term in open {
+        if let Ok(i) = summaries.binary_search_by(|s| s.election.as_str().cmp(&term.election)) {
+            open_of[i].push(term);
+        }
+    }
+    for (summary, open) in summaries.iter_mut().zip(open_of) {
+        if overlay.touches(&summary.election) {
+            overlay.apply(summary, open);
+        } else {
+            summary.current = open.into_iter().last();
+        }
+    }
+}
+
+/// One election's summary, `None` when the history does not know it;
+/// `queued` overlaid.
 pub(super) fn election(
     conn: &mut Connection,
     name: &str,
+    queued: &Snapshot,
 ) -> Result<Option<ElectionSummary>, HistoryError> {
     let tx = conn.transaction()?;
+    let overlay = Overlay::within(&tx, queued)?;
     let summary = tx
         .prepare_cached(&format!("{COLUMNS} WHERE election = ?1"))?
         .query_row([name], summary_row)
         .optional()?;
     let summary = match summary {
         Some(mut s) => {
-            s.current = open_terms_of(&tx, name)?.pop();
+            let open = open_terms_of(&tx, name)?;
+            if overlay.is_empty() {
+                s.current = open.into_iter().last();
+            } else {
+                overlay.apply(&mut s, open);
+            }
             Some(s)
         }
         None => None,
     };
+    drop(overlay);
     tx.finish()?;
     Ok(summary)
 }
 
 /// A page of elections by name (with their open terms) and the total.
+/// `queued` overlaid on the page's elections.
 pub(super) fn page(
     conn: &mut Connection,
     from: PageFrom<'_>,
     limit: usize,
+    queued: &Snapshot,
 ) -> Result<ElectionsPage, HistoryError> {
     let tx = conn.transaction()?;
+    let overlay = Overlay::within(&tx, queued)?;
     let total: i64 = tx.query_row("SELECT COUNT(*) FROM elections", [], |r| r.get(0))?;
     let limit = limit.min(i64::MAX as usize) as i64;
     let mut elections: Vec<ElectionSummary> = match from {
@@ -248,8 +286,9 @@ pub(super) fn page(
     };
     if let (Some(first), Some(last)) = (elections.first(), elections.last()) {
         let open = open_terms_within(&tx, &first.election, &last.election)?;
-        attach_open_terms(&mut elections, open);
+        attach_overlaid(&mut elections, open, &overlay);
     }
+    drop(overlay);
     tx.finish()?;
     Ok(ElectionsPage {
         total: total.max(0) as u64,
@@ -257,33 +296,88 @@ pub(super) fn page(
     })
 }
 
-/// Elections with an open term in the current timeline.
-pub(super) fn leading(conn: &mut Connection) -> Result<u64, HistoryError> {
-    let n: i64 = conn.query_row(
+/// Elections with an open term in the current timeline; `queued`
+/// overlaid on the elections the history knows.
+pub(super) fn leading(conn: &mut Connection, queued: &Snapshot) -> Result<u64, HistoryError> {
+    let tx = conn.transaction()?;
+    let overlay = Overlay::within(&tx, queued)?;
+    let n: i64 = tx.query_row(
         "SELECT COUNT(DISTINCT election) FROM terms WHERE ended_at_ms IS NULL
            AND epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)",
         [],
         |r| r.get(0),
     )?;
+    let mut n = n.max(0);
+    if !overlay.is_empty() {
+        let touched: Vec<&str> = overlay.touched().collect();
+        let (mut open_of, known) = open_and_known(&tx, &touched)?;
+        for name in touched.into_iter().filter(|n| known.contains(*n)) {
+            let before = open_of.remove(name).unwrap_or_default();
+            let led = !before.is_empty();
+            let leads = !overlay.open_after(name, before).is_empty();
+            n += i64::from(leads) - i64::from(led);
+        }
+    }
+    drop(overlay);
+    tx.finish()?;
     Ok(n.max(0) as u64)
 }
 
+/// Past this many elections changed by the queue, their open terms and
+/// names are read in one scan each rather than one lookup each.
+const LOOKUPS: usize = 1000;
+
+/// Open terms by election, each election's by start.
+type OpenOf = HashMap<String, Vec<OpenTerm>>;
+
+/// The open terms of the elections `names`, and which of them the history
+/// knows.
+fn open_and_known(
+    tx: &Transaction<'_>,
+    names: &[&str],
+) -> Result<(OpenOf, HashSet<String>), HistoryError> {
+    let mut open_of = OpenOf::new();
+    let mut known = HashSet::new();
+    if names.len() > LOOKUPS {
+        for term in open_terms(tx)? {
+            open_of.entry(term.election.clone()).or_default().push(term);
+        }
+        let mut stmt = tx.prepare_cached("SELECT election FROM elections")?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        for name in rows {
+            known.insert(name?);
+        }
+        return Ok((open_of, known));
+    }
+    let mut exists = tx.prepare_cached("SELECT 1 FROM elections WHERE election = ?1")?;
+    for name in names {
+        if exists.exists([name])? {
+            known.insert((*name).to_owned());
+            open_of.insert((*name).to_owned(), open_terms_of(tx, name)?);
+        }
+    }
+    Ok((open_of, known))
+}
+
 /// Changes and refusals since `from_ms` of the elections named
-/// `first..=last`.
+/// `first..=last`; `queued` overlaid.
 pub(super) fn recent_between(
     conn: &mut Connection,
     from_ms: i64,
     first: &str,
     last: &str,
+    queued: &Snapshot,
 ) -> Result<RecentCounts, HistoryError> {
+    let tx = conn.transaction()?;
+    let overlay = Overlay::within(&tx, queued)?;
     let grouped = |sql: &str| -> Result<HashMap<String, u64>, HistoryError> {
-        let mut stmt = conn.prepare_cached(sql)?;
+        let mut stmt = tx.prepare_cached(sql)?;
         let rows = stmt.query_map(params![from_ms, first, last], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     };
-    Ok(RecentCounts {
+    let mut counts = RecentCounts {
         changes: grouped(
             "SELECT election, COUNT(*) FROM terms
              WHERE election BETWEEN ?2 AND ?3 AND started_at_ms >= ?1 AND from_snapshot = 0
@@ -293,19 +387,62 @@ pub(super) fn recent_between(
             "SELECT election, COUNT(*) FROM refusals
              WHERE election BETWEEN ?2 AND ?3 AND at_ms >= ?1 GROUP BY election",
         )?,
-    })
+    };
+    let within: Vec<&str> = overlay
+        .touched()
+        .filter(|n| (first..=last).contains(n))
+        .collect();
+    if !within.is_empty() {
+        let (_, known) = open_and_known(&tx, &within)?;
+        for name in within.into_iter().filter(|n| known.contains(*n)) {
+            let (started, refused) = overlay.recent(name, from_ms);
+            add(&mut counts.changes, name, started);
+            add(&mut counts.refusals, name, refused);
+        }
+    }
+    drop(overlay);
+    tx.finish()?;
+    Ok(counts)
 }
 
-/// Refusals since `from_ms`, per election (one grouped query).
+/// `n` more for `name` (no entry for none).
+fn add(counts: &mut HashMap<String, u64>, name: &str, n: u64) {
+    if n > 0 {
+        *counts.entry(name.to_owned()).or_default() += n;
+    }
+}
+
+/// Refusals since `from_ms`, per election (one grouped query); `queued`
+/// overlaid on the elections the history knows.
 pub(super) fn refusals_since(
     conn: &mut Connection,
     from_ms: i64,
+    queued: &Snapshot,
 ) -> Result<HashMap<String, u64>, HistoryError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT election, COUNT(*) FROM refusals WHERE at_ms >= ?1 GROUP BY election",
-    )?;
-    let rows = stmt.query_map([from_ms], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    let tx = conn.transaction()?;
+    let overlay = Overlay::within(&tx, queued)?;
+    let mut by: HashMap<String, u64> = {
+        let mut stmt = tx.prepare_cached(
+            "SELECT election, COUNT(*) FROM refusals WHERE at_ms >= ?1 GROUP BY election",
+        )?;
+        let rows = stmt.query_map([from_ms], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
+        })?;
+        rows.collect::<Result<_, _>>()?
+    };
+    let refusing: Vec<(&str, u64)> = overlay
+        .touched()
+        .map(|name| (name, overlay.recent(name, from_ms).1))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    if !refusing.is_empty() {
+        let names: Vec<&str> = refusing.iter().map(|(n, _)| *n).collect();
+        let (_, known) = open_and_known(&tx, &names)?;
+        for (name, n) in refusing.into_iter().filter(|(n, _)| known.contains(*n)) {
+            add(&mut by, name, n);
+        }
+    }
+    drop(overlay);
+    tx.finish()?;
+    Ok(by)
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 use super::meta::{scoped, Scope, CLUSTER_KEY, EPOCH_KEY, RESUME_KEY, WATCHED_KEY};
+use super::pending::Pending;
 use super::HistoryError;
 use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, Batch, Event, EventKind};
@@ -27,8 +28,9 @@ const RETRY_DELAYS: [Duration; 3] = [
 ];
 
 pub(super) enum Msg {
-    /// A batch of the cluster `Scope` names (its names already qualified).
-    Batch(Scope, Batch),
+    /// A batch of the cluster `Scope` names (its names already qualified),
+    /// and its place in the store's [`Pending`] queue (0: not queued there).
+    Batch(Scope, Arc<Batch>, u64),
     /// Answered with the committed resume revision once everything queued
     /// before it is committed.
     Flush(oneshot::Sender<i64>),
@@ -98,13 +100,21 @@ pub(super) struct Writer<C: WriteConn> {
     /// `None`: keep everything.
     pub(super) retention_ms: Option<i64>,
     pub(super) failure: Failure,
+    /// What the pages read beyond the commits (a SQLite store's).
+    pub(super) pending: Option<Arc<Pending>>,
 }
 
 impl<C: WriteConn> Writer<C> {
     /// The thread's body: returns when every sender is gone and the queue
     /// is drained, or when a commit fails for good.
     pub(super) fn run(mut self, rx: mpsc::Receiver<Msg>) {
-        if self.drain(rx) {
+        let whole = self.drain(rx);
+        if let Some(pending) = &self.pending {
+            // Nothing queued is committed any more: the pages read the
+            // commits alone.
+            pending.clear();
+        }
+        if whole {
             if let Err(e) = self.conn.close() {
                 tracing::warn!(error = %e, "history: closing the store failed");
             }
@@ -122,7 +132,7 @@ impl<C: WriteConn> Writer<C> {
             let (mut batches, mut events) = (0, 0);
             while batches < MAX_GROUP_BATCHES && events < MAX_GROUP_EVENTS {
                 let Ok(msg) = rx.try_recv() else { break };
-                if let Msg::Batch(_, b) = &msg {
+                if let Msg::Batch(_, b, _) = &msg {
                     batches += 1;
                     events += b.events.len();
                 }
@@ -130,6 +140,16 @@ impl<C: WriteConn> Writer<C> {
             }
             match self.commit_with_retry(&group) {
                 Ok(revision) => {
+                    let last = group
+                        .iter()
+                        .filter_map(|m| match m {
+                            Msg::Batch(_, _, seq) => Some(*seq),
+                            _ => None,
+                        })
+                        .max();
+                    if let (Some(pending), Some(seq)) = (&self.pending, last) {
+                        pending.committed(seq);
+                    }
                     for msg in group.drain(..) {
                         if let Msg::Flush(done) = msg {
                             let _ = done.send(revision);
@@ -303,7 +323,7 @@ fn commit_in(tx: &mut dyn WriteTx, group: &[Msg]) -> Result<i64, HistoryError> {
     let mut epoch: Option<i64> = None;
     for msg in group {
         let (scope, batch) = match msg {
-            Msg::Batch(scope, batch) => (scope, batch),
+            Msg::Batch(scope, batch, _) => (scope, &**batch),
             Msg::Watched(scope, at) => {
                 let s = standing(tx, &mut all, scope, &mut epoch)?;
                 s.watched = s.watched.max(Some(*at));

@@ -8,6 +8,7 @@ mod clusters;
 mod files;
 mod fixtures;
 mod load;
+mod pending;
 mod store;
 mod summary;
 

@@ -19,7 +19,7 @@ use super::schema::NamePath;
 use super::{blocking, ApiError};
 use crate::election::{Error as ElectionError, Leader, LeaderStatus};
 use crate::events::now_ms;
-use crate::history::{self, format_ms, HistoryError, PageFrom, Query as HistoryQuery};
+use crate::history::{self, format_ms, HistoryError, PageFrom};
 use crate::text::fnv1a;
 use crate::web::AppState;
 
@@ -325,7 +325,8 @@ pub(super) async fn detail(
 
 /// What the history holds of election `n`: its open term, how many terms
 /// began in the last hour (not counting ones first seen in a snapshot),
-/// and whether it knows the election at all.
+/// and whether it knows the election at all. Read as the list reads its
+/// rows (the summary and the grouped counts), so the two agree.
 async fn recorded(
     s: &AppState,
     n: String,
@@ -333,16 +334,12 @@ async fn recorded(
     let reader = s.history.clone();
     let hour_ago = now_ms() - 3_600_000;
     let got = blocking(move || {
-        let q = HistoryQuery {
-            from_ms: Some(hour_ago),
-            to_ms: None,
-            limit: Some(history::MAX_LIMIT),
-        };
-        let terms = reader.terms(&n, &q)?;
-        let changes = terms
-            .iter()
-            .filter(|t| !t.from_snapshot && t.started_at_ms >= hour_ago)
-            .count();
+        let changes = reader
+            .recent_between(hour_ago, &n, &n)?
+            .changes
+            .get(&n)
+            .copied()
+            .unwrap_or(0) as usize;
         let summary = reader.election(&n)?;
         let known = summary.is_some();
         Ok((summary.and_then(|e| e.current), changes, known))

@@ -253,6 +253,9 @@ pub enum Reading {
 pub struct Source {
     layout: Arc<dyn Layout>,
     prefix: String,
+    /// The layout's ranges, read once: every key of a revision is placed
+    /// by them.
+    ranges: Arc<[(Vec<u8>, Vec<u8>)]>,
 }
 
 /// A `--source` that cannot be read, or sources that cannot be read
@@ -275,6 +278,7 @@ pub enum SourceError {
 impl Source {
     pub fn new(layout: Arc<dyn Layout>, prefix: impl Into<String>) -> Self {
         Self {
+            ranges: layout.ranges().into(),
             layout,
             prefix: prefix.into(),
         }
@@ -338,8 +342,7 @@ impl Source {
 
     /// Whether `key` is in one of the layout's ranges.
     pub fn contains(&self, key: &[u8]) -> bool {
-        self.layout
-            .ranges()
+        self.ranges
             .iter()
             .any(|(start, end)| key >= start.as_slice() && key < end.as_slice())
     }

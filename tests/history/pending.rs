@@ -294,3 +294,252 @@ async fn a_queued_reset_is_not_overlaid() {
     assert_eq!(after.current.map(|t| t.holder), Some("new".to_owned()));
     store.close().await.unwrap();
 }
+
+// ---- Adversarial review (revpend): each test below reads while the writer
+// is held off, then lets it commit, and compares with what it committed.
+
+/// Holds SQLite's write lock on `path` until dropped (rolled back).
+fn hold(path: &std::path::Path) -> Connection {
+    let lock = Connection::open(path).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    lock
+}
+
+/// What the election page (`election_view.rs` `leaderless_since`) and the
+/// overview's "last term ended" (`overview.rs`) compute for a leaderless
+/// election: the newest end among the terms read, else none.
+fn last_end(reader: &Reader, name: &str, from_ms: i64) -> Option<i64> {
+    let q = Query {
+        from_ms: Some(from_ms),
+        to_ms: None,
+        limit: Some(MAX_LIMIT),
+    };
+    reader
+        .terms(name, &q)
+        .unwrap()
+        .iter()
+        .filter_map(|t| t.ended_at_ms)
+        .max()
+}
+
+/// A queued end makes the summary say "no leader", while the terms the
+/// same pages read are the committed ones: "no leader since" / "last term
+/// ended" then names the end of an *older* term (hours ago) for an election
+/// that had a leader a moment ago: a confident wrong answer, not a late one.
+#[tokio::test]
+async fn revpend_leaderless_since_is_not_dated_by_an_older_term_while_an_end_is_queued() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let now = now_ms();
+    let store = Store::open(&path, Duration::ZERO).unwrap();
+    let reader = store.reader();
+    let (t1_start, t1_end) = (now - 6 * 3_600_000, now - 5 * 3_600_000);
+    write_all(
+        &store,
+        vec![
+            batch(10, vec![ev(10, t1_start, "a", started(10, "old"))]),
+            batch(
+                11,
+                vec![
+                    ev(
+                        11,
+                        t1_end,
+                        "a",
+                        ended(10, "old", EndCause::Deleted, 10, t1_start),
+                    ),
+                    ev(11, t1_end, "a", started(11, "cur")),
+                ],
+            ),
+        ],
+    )
+    .await;
+    store.flush().await.unwrap();
+    let lock = hold(&path);
+    let end_at = now - 10;
+    store
+        .write(batch(
+            12,
+            vec![ev(
+                12,
+                end_at,
+                "a",
+                ended(11, "cur", EndCause::Deleted, 11, t1_end),
+            )],
+        ))
+        .await
+        .unwrap();
+    let day_ago = now - DAY_MS;
+    let head = reader.election("a").unwrap().unwrap().current;
+    let since_queued = last_end(&reader, "a", day_ago);
+    drop(lock);
+    store.flush().await.unwrap();
+    let since_committed = last_end(&reader, "a", day_ago);
+    assert_eq!(since_committed, Some(end_at));
+    if head.is_none() {
+        // The page says "no leader" now: its "since" must be the end
+        // it will show once committed, not an older term's.
+        assert_eq!(
+            since_queued, since_committed,
+            "queued: head says no leader, but 'no leader since' reads the older end {t1_end} \
+             (5 h ago) instead of {end_at}"
+        );
+    }
+    store.close().await.unwrap();
+}
+
+/// The writer ignores a start of a term it holds already (INSERT OR
+/// IGNORE, ended or not): the overlay opens it again and counts it as a
+/// change. Here the term ended (its end was seen without its start, the
+/// insert path), then its start arrives in a later batch.
+#[tokio::test]
+async fn revpend_a_start_of_a_term_already_ended_reads_as_the_writer_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let now = now_ms();
+    let store = Store::open(&path, Duration::ZERO).unwrap();
+    let reader = store.reader();
+    write_all(
+        &store,
+        vec![batch(
+            20,
+            vec![ev(
+                20,
+                now - 2000,
+                "a",
+                ended(7, "h", EndCause::Unknown, 7, now - 3000),
+            )],
+        )],
+    )
+    .await;
+    store.flush().await.unwrap();
+    let lock = hold(&path);
+    store
+        .write(batch(21, vec![ev(21, now - 1000, "a", started(7, "h"))]))
+        .await
+        .unwrap();
+    let since = now - 3_600_000;
+    let queued = (
+        reader
+            .election("a")
+            .unwrap()
+            .unwrap()
+            .current
+            .map(|t| t.token),
+        reader.leading_count().unwrap(),
+        reader.recent_between(since, "a", "a").unwrap().changes,
+    );
+    drop(lock);
+    store.flush().await.unwrap();
+    let committed = (
+        reader
+            .election("a")
+            .unwrap()
+            .unwrap()
+            .current
+            .map(|t| t.token),
+        reader.leading_count().unwrap(),
+        reader.recent_between(since, "a", "a").unwrap().changes,
+    );
+    assert_eq!(committed.0, None, "the writer kept the term ended");
+    assert_eq!(
+        queued, committed,
+        "read while queued against read once committed"
+    );
+    store.close().await.unwrap();
+}
+
+/// The writer compares each batch with the resume revision as it moves
+/// through the queue (`apply_batch`: `s.resume` is the running one); the
+/// overlay compares each with the *stored* one only. A batch at or below a
+/// queued batch's revision is ignored by the writer and counted by the
+/// overlay (here: a refusal counted twice).
+#[tokio::test]
+async fn revpend_a_batch_at_a_queued_revision_is_counted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let now = now_ms();
+    let store = Store::open(&path, Duration::ZERO).unwrap();
+    let reader = store.reader();
+    write_all(
+        &store,
+        vec![batch(30, vec![ev(30, now - 5000, "a", started(30, "h"))])],
+    )
+    .await;
+    store.flush().await.unwrap();
+    let lock = hold(&path);
+    for _ in 0..2 {
+        store
+            .write(batch(
+                31,
+                vec![ev(31, now - 1000, "a", refused("db", 29, Some((30, "h"))))],
+            ))
+            .await
+            .unwrap();
+    }
+    let since = now - 3_600_000;
+    let queued = (
+        reader.election("a").unwrap().unwrap().refusals,
+        reader.refusals_since(since).unwrap(),
+    );
+    drop(lock);
+    store.flush().await.unwrap();
+    let committed = (
+        reader.election("a").unwrap().unwrap().refusals,
+        reader.refusals_since(since).unwrap(),
+    );
+    assert_eq!(committed.0, 1, "the writer stored one refusal");
+    assert_eq!(
+        queued, committed,
+        "read while queued against read once committed"
+    );
+    store.close().await.unwrap();
+}
+
+/// The overview sorted or filtered counts "changes 24 h" with
+/// `started_since` (not overlaid); sorted by name, with `recent_between`
+/// (overlaid): the same page shows two counts for one moment.
+#[tokio::test]
+async fn revpend_started_since_and_recent_between_agree_while_queued() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let now = now_ms();
+    let store = Store::open(&path, Duration::ZERO).unwrap();
+    let reader = store.reader();
+    write_all(
+        &store,
+        vec![batch(40, vec![ev(40, now - 5000, "a", started(40, "h"))])],
+    )
+    .await;
+    store.flush().await.unwrap();
+    let lock = hold(&path);
+    store
+        .write(batch(
+            41,
+            vec![
+                ev(
+                    41,
+                    now - 1000,
+                    "a",
+                    ended(40, "h", EndCause::Deleted, 40, now - 5000),
+                ),
+                ev(41, now - 1000, "a", started(41, "g")),
+            ],
+        ))
+        .await
+        .unwrap();
+    let day_ago = now - DAY_MS;
+    let sorted = reader.started_since(day_ago).unwrap().get("a").copied();
+    let by_name = reader
+        .recent_between(day_ago, "a", "a")
+        .unwrap()
+        .changes
+        .get("a")
+        .copied();
+    drop(lock);
+    store.flush().await.unwrap();
+    assert_eq!(
+        sorted, by_name,
+        "the overview's two change counts for one moment"
+    );
+    store.close().await.unwrap();
+}

@@ -543,3 +543,168 @@ async fn revpend_started_since_and_recent_between_agree_while_queued() {
     );
     store.close().await.unwrap();
 }
+
+/// Cost of the overlaid reads at 100,000 elections (a measurement, not a
+/// check: `cargo test --release --test history -- --ignored revpend_cost`).
+#[tokio::test]
+#[ignore]
+async fn revpend_cost_of_overlaid_reads_at_100k() {
+    use std::time::Instant;
+    let n = 100_000i64;
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let now = now_ms();
+    let store = Store::open(&path, Duration::ZERO).unwrap();
+    let reader = store.reader();
+    let name = |i: i64| format!("e{i:06}");
+    let starts = (0..n)
+        .map(|i| ev(10, now - 60_000, &name(i), started(10 + i, "h")))
+        .collect();
+    store.write(batch(10, starts)).await.unwrap();
+    store.flush().await.unwrap();
+    let reads = |label: &str| {
+        let t = Instant::now();
+        let _ = reader.election(&name(n / 2)).unwrap();
+        let one = t.elapsed();
+        let t = Instant::now();
+        let _ = reader
+            .recent_between(now - 3_600_000, &name(7), &name(7))
+            .unwrap();
+        let recent_one = t.elapsed();
+        let t = Instant::now();
+        let _ = reader.elections_page(PageFrom::Offset(0), 1000).unwrap();
+        let page = t.elapsed();
+        let t = Instant::now();
+        let _ = reader
+            .recent_between(now - 3_600_000, &name(0), &name(999))
+            .unwrap();
+        let recent_page = t.elapsed();
+        let t = Instant::now();
+        let led = reader.leading_count().unwrap();
+        let leading = t.elapsed();
+        let t = Instant::now();
+        let _ = reader.refusals_since(now - DAY_MS).unwrap();
+        let refusals = t.elapsed();
+        let t = Instant::now();
+        let _ = reader.elections().unwrap();
+        let all = t.elapsed();
+        eprintln!(
+            "{label}: election {one:?}, recent(one) {recent_one:?}, page(1000) {page:?}, \
+             recent(page) {recent_page:?}, leading {leading:?} (={led}), refusals_since {refusals:?}, \
+             elections() {all:?}"
+        );
+    };
+    reads("committed, nothing queued");
+    // One mass deletion queued.
+    let lock = hold(&path);
+    let ends = (0..n)
+        .map(|i| {
+            ev(
+                11,
+                now,
+                &name(i),
+                ended(10 + i, "h", EndCause::Deleted, 10, now - 60_000),
+            )
+        })
+        .collect();
+    store.write(batch(11, ends)).await.unwrap();
+    let t = Instant::now();
+    let _ = reader.election(&name(1)).unwrap();
+    eprintln!("first overlaid read (builds the index): {:?}", t.elapsed());
+    reads("one 100,000-event batch queued");
+    drop(lock);
+    let t = Instant::now();
+    store.flush().await.unwrap();
+    eprintln!("commit after release: {:?}", t.elapsed());
+    // Many small batches queued (a busy fleet while a commit is slow).
+    let lock = hold(&path);
+    for i in 0..1000 {
+        store
+            .write(batch(
+                12 + i,
+                vec![ev(12 + i, now, &name(i * 97 % n), refused("db", 1, None))],
+            ))
+            .await
+            .unwrap();
+    }
+    reads("1,000 one-event batches queued");
+    drop(lock);
+    // In a debug build the reads above outlast the writer's busy timeout
+    // and retries (about 21 s): it then stops, which is the test's lock's
+    // doing, not the readers'.
+    let _ = store.flush().await;
+    let _ = store.close().await;
+}
+
+/// Two clusters: a queued reset of A stops A's overlay only; B's queued
+/// end is shown, and reads as B's commit (after A's reset carried B's
+/// open term into the new epoch). Passes on main (checked correct).
+#[tokio::test]
+async fn revpend_a_reset_of_one_cluster_leaves_the_others_overlay_exact() {
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(&dir);
+    let t = now_ms() - 10_000;
+    let store = Store::open(&path, Duration::ZERO).unwrap();
+    let reader = store.reader();
+    let (a, b): (Scope, Scope) = (Some(Arc::from("a")), Some(Arc::from("b")));
+    let reset = EventKind::Reset {
+        from_revision: 10,
+        to_revision: 5,
+        previous_cluster_id: None,
+        cluster_id: 9,
+    };
+    store
+        .write_in(
+            a.clone(),
+            batch(10, vec![ev(10, t, "a/jobs", started(10, "x"))]),
+        )
+        .await
+        .unwrap();
+    store
+        .write_in(
+            b.clone(),
+            batch(
+                500,
+                vec![
+                    ev(500, t, "b/jobs", started(500, "y")),
+                    ev(500, t, "b/web", started(499, "v")),
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+    store.flush().await.unwrap();
+    let lock = hold(&path);
+    store
+        .write_in(a.clone(), batch(5, vec![ev(5, t + 1, "a/", reset)]))
+        .await
+        .unwrap();
+    store
+        .write_in(
+            b.clone(),
+            batch(
+                501,
+                vec![ev(
+                    501,
+                    t + 2,
+                    "b/jobs",
+                    ended(500, "y", EndCause::Resigned, 500, t),
+                )],
+            ),
+        )
+        .await
+        .unwrap();
+    let current = |r: &Reader, n: &str| r.election(n).unwrap().unwrap().current.map(|c| c.token);
+    let queued = (current(&reader, "b/jobs"), current(&reader, "b/web"));
+    let a_queued = current(&reader, "a/jobs");
+    drop(lock);
+    store.flush().await.unwrap();
+    let committed = (current(&reader, "b/jobs"), current(&reader, "b/web"));
+    assert_eq!(queued, (None, Some(499)));
+    assert_eq!(queued, committed);
+    // A's term: open until the reset is committed (late), then not.
+    assert_eq!(a_queued, Some(10));
+    assert_eq!(current(&reader, "a/jobs"), None);
+    store.close().await.unwrap();
+}

@@ -7,27 +7,33 @@
 //! these answers shows the same moment.
 //!
 //! Invariants:
-//! - **Exact boundary.** A queued batch is overlaid only when the read
-//!   transaction's stored resume revision of its cluster is below the
-//!   batch's revision: the rows read and the overlay are one moment, never
-//!   a batch twice, never a committed batch lost between them (the queue is
-//!   read before the transaction starts, and a batch leaves it only after
-//!   its commit).
+//! - **Exact boundary.** A queued batch is overlaid only when its revision
+//!   is above its cluster's resume revision as the writer will find it: the
+//!   one the read transaction holds, raised by each queued batch before it
+//!   (the writer ignores a batch at or below it). The rows read and the
+//!   overlay are one moment, never a batch twice, never a committed batch
+//!   lost between them (the queue is read before the transaction starts,
+//!   and a batch leaves it only after its commit).
 //! - **Never across a reset.** A batch with a `reset` starts a new timeline
 //!   whose revisions compare with nothing stored: from it on, that
 //!   cluster's queued batches are not overlaid until it is committed (late,
 //!   never wrong).
-//! - **Only what the writer will write.** A term's start opens it, its end
-//!   closes it, a refusal counts, any event moves the last event's time:
-//!   the writer's own rules (`sqlite_write.rs`) on the open terms read in
-//!   the same transaction. Elections the history does not know yet are not
-//!   added (their row, the total and the pages' offsets wait for the
-//!   commit), the `terms` count is the committed one, and a start of a term
-//!   the history already holds ended (which the writer ignores) would show
-//!   it open until the commit.
+//! - **The writer's own rules** (`sqlite_write.rs`), on the open terms read
+//!   in the same transaction: a start inserts a row unless one of its
+//!   token is there (`INSERT OR IGNORE`); an end closes the open row, else
+//!   inserts an ended one unless a row is there (the first end stands); a
+//!   refusal counts; any event moves the last event's time. A row is
+//!   looked up only for a token at or below the stored resume revision (no
+//!   row above it is written yet), so a mass change looks up none.
+//! - **Not overlaid:** elections the history does not know yet (their row,
+//!   the total and the pages' offsets wait for the commit), the `terms`
+//!   count, and the terms and events tables themselves; a summary names
+//!   the end its queue holds (`queued_end_ms`), so a page dating "no leader
+//!   since" from the terms it read never shows an older end.
 //! - **Cheap when idle.** The queue holds an `Arc` of each batch; its index
-//!   by election is built by the first read that needs it, and the store of
-//!   a PostgreSQL history keeps no queue (its pages read the shared
+//!   by election is built by the first read that needs it, one batch's is
+//!   used as it is (several are merged by election per read), and the store
+//!   of a PostgreSQL history keeps no queue (its pages read the shared
 //!   database).
 
 use std::collections::{HashMap, VecDeque};
@@ -76,7 +82,7 @@ struct Change {
 
 enum Op {
     Started { term: OpenTerm, observed: bool },
-    Ended(i64),
+    Ended { token: i64, at_ms: i64 },
 }
 
 impl Pending {
@@ -117,29 +123,63 @@ impl Pending {
 /// PostgreSQL history.
 pub(super) type Snapshot = Vec<Arc<Queued>>;
 
-/// The queued batches beyond what one read transaction holds, in order.
+/// One queued batch's change of an election, with its cluster's stored
+/// resume revision in the read transaction (a term whose token is above it
+/// has no row yet: rows are written by batches at or below it).
+type Entry<'a> = (&'a Change, Option<i64>);
+
+/// The queued batches beyond what one read transaction holds, in order,
+/// by election.
 pub(super) struct Overlay<'a> {
-    changes: Vec<&'a HashMap<String, Change>>,
+    tx: &'a Connection,
+    by: By<'a>,
+}
+
+/// One batch's index as it is (the common case: no merge), or several
+/// merged by election.
+enum By<'a> {
+    One(&'a HashMap<String, Change>, Option<i64>),
+    Many(HashMap<&'a str, Vec<Entry<'a>>>),
+}
+
+/// What the queued batches do to one election, by the writer's rules.
+#[derive(Default)]
+pub(super) struct Folded<'a> {
+    /// The open terms read that stay open.
+    pub kept: Vec<i64>,
+    /// Terms the queue opens that stay open.
+    pub opened: Vec<&'a OpenTerm>,
+    /// Term rows the queue inserts by their start, and whether each start
+    /// was seen (not read in a snapshot).
+    pub inserted: Vec<(&'a OpenTerm, bool)>,
+    /// When the refusals arrived.
+    pub refusals: Vec<i64>,
+    pub last_event_ms: Option<i64>,
+    /// The latest end the queue records (of an open term, or a row
+    /// inserted by its end).
+    pub last_end_ms: Option<i64>,
 }
 
 impl<'a> Overlay<'a> {
     /// The batches of `queued` that `tx` (a read transaction, already
-    /// begun) does not hold: those above their cluster's stored resume
-    /// revision, up to the first reset of each cluster.
-    pub fn within(tx: &Connection, queued: &'a [Arc<Queued>]) -> Result<Self, HistoryError> {
-        let mut stored: HashMap<Scope, Option<i64>> = HashMap::new();
+    /// begun) does not hold, as the writer will apply them: above their
+    /// cluster's resume revision as it stands before each (stored, then
+    /// raised by the batches before it: the writer ignores a batch at or
+    /// below it), up to the first reset of each cluster.
+    pub fn within(tx: &'a Connection, queued: &'a [Arc<Queued>]) -> Result<Self, HistoryError> {
+        // Per cluster: (stored, running) resume revisions.
+        let mut stands: HashMap<Scope, (Option<i64>, Option<i64>)> = HashMap::new();
         let mut stopped: Vec<Scope> = Vec::new();
-        let mut changes = Vec::new();
+        let mut taken: Vec<(&'a HashMap<String, Change>, Option<i64>)> = Vec::new();
         for q in queued {
             if stopped.contains(&q.scope) {
                 continue;
             }
-            let resume = match stored.get(&q.scope) {
-                Some(r) => *r,
+            let (stored, running) = match stands.get_mut(&q.scope) {
+                Some(s) => s,
                 None => {
                     let r = read_state(tx, &scoped(RESUME_KEY, q.scope.as_deref()))?;
-                    stored.insert(q.scope.clone(), r);
-                    r
+                    stands.entry(q.scope.clone()).or_insert((r, r))
                 }
             };
             let index = q.index.get_or_init(|| Index::of(&q.batch));
@@ -149,87 +189,183 @@ impl<'a> Overlay<'a> {
                 stopped.push(q.scope.clone());
                 continue;
             }
-            if resume.is_some_and(|r| q.batch.revision <= r) {
+            if running.is_some_and(|r| q.batch.revision <= r) {
                 continue;
             }
+            *running = Some(q.batch.revision);
             if !index.changes.is_empty() {
-                changes.push(&index.changes);
+                taken.push((&index.changes, *stored));
             }
         }
-        Ok(Overlay { changes })
+        let by = match taken.as_slice() {
+            [] => By::Many(HashMap::new()),
+            [(one, stored)] => By::One(one, *stored),
+            _ => {
+                let mut merged: HashMap<&'a str, Vec<Entry<'a>>> = HashMap::new();
+                for (changes, stored) in taken {
+                    for (name, change) in changes {
+                        merged
+                            .entry(name.as_str())
+                            .or_default()
+                            .push((change, stored));
+                    }
+                }
+                By::Many(merged)
+            }
+        };
+        Ok(Overlay { tx, by })
     }
 
     pub fn is_empty(&self) -> bool {
-        self.changes.is_empty()
+        match &self.by {
+            By::One(..) => false,
+            By::Many(m) => m.is_empty(),
+        }
     }
 
     /// Every election a queued batch changes.
-    pub fn touched(&self) -> impl Iterator<Item = &'a str> + '_ {
-        let mut seen = std::collections::HashSet::new();
-        self.changes
-            .iter()
-            .flat_map(|c| c.keys())
-            .filter(move |name| seen.insert(name.as_str()))
-            .map(String::as_str)
+    pub fn touched(&self) -> Box<dyn Iterator<Item = &'a str> + '_> {
+        match &self.by {
+            By::One(m, _) => Box::new(m.keys().map(String::as_str)),
+            By::Many(m) => Box::new(m.keys().copied()),
+        }
+    }
+
+    /// `name` as the queue holds it, if a queued batch changes it.
+    pub fn name(&self, name: &str) -> Option<&'a str> {
+        match &self.by {
+            By::One(m, _) => m.get_key_value(name).map(|(k, _)| k.as_str()),
+            By::Many(m) => m.get_key_value(name).map(|(k, _)| *k),
+        }
     }
 
     /// Whether a queued batch changes `name`.
     pub fn touches(&self, name: &str) -> bool {
-        self.changes.iter().any(|c| c.contains_key(name))
+        match &self.by {
+            By::One(m, _) => m.contains_key(name),
+            By::Many(m) => m.contains_key(name),
+        }
     }
 
-    fn of<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'a Change> + 's {
-        self.changes.iter().filter_map(move |c| c.get(name))
+    fn entries(&self, name: &str) -> Vec<Entry<'a>> {
+        match &self.by {
+            By::One(m, stored) => m.get(name).map(|c| vec![(c, *stored)]).unwrap_or_default(),
+            By::Many(m) => m.get(name).cloned().unwrap_or_default(),
+        }
     }
 
-    /// The open terms of `name` once the queued batches are committed,
-    /// from `open` (the open terms read, by start): a start opens a term
-    /// the history does not hold open, an end closes one.
-    pub fn open_after(&self, name: &str, mut open: Vec<OpenTerm>) -> Vec<OpenTerm> {
-        for change in self.of(name) {
+    /// Refusals of `name` queued that arrived at or after `from_ms`.
+    pub fn refused(&self, name: &str, from_ms: i64) -> u64 {
+        self.entries(name)
+            .iter()
+            .map(|(c, _)| c.refusals.iter().filter(|at| **at >= from_ms).count() as u64)
+            .sum()
+    }
+
+    /// Whether the history holds a row of `name`'s term `token` (in the
+    /// current timeline).
+    fn has_row(&self, name: &str, token: i64) -> Result<bool, HistoryError> {
+        Ok(self
+            .tx
+            .prepare_cached(
+                "SELECT 1 FROM terms WHERE election = ?1 AND token = ?2
+                   AND epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)",
+            )?
+            .exists(rusqlite::params![name, token])?)
+    }
+
+    /// The queued batches' effect on `name`, whose open terms read are
+    /// `open` (their tokens), by the writer's rules: a start inserts a row
+    /// unless one of its token is there (`INSERT OR IGNORE`); an end closes
+    /// the open row, else inserts an ended one unless a row is there (the
+    /// first end recorded stands). A row is looked up only for a token at
+    /// or below the stored resume revision: none above it is written yet.
+    pub fn fold(&self, name: &str, open: &[i64]) -> Result<Folded<'a>, HistoryError> {
+        let mut f = Folded {
+            kept: open.to_vec(),
+            ..Folded::default()
+        };
+        // Tokens whose row the queue writes before the op at hand.
+        let mut written: Vec<i64> = Vec::new();
+        for (change, stored) in self.entries(name) {
+            let stored_row = |token: i64| -> Result<bool, HistoryError> {
+                match stored {
+                    Some(r) if token <= r => self.has_row(name, token),
+                    _ => Ok(false),
+                }
+            };
             for op in &change.ops {
                 match op {
-                    Op::Started { term, .. } => {
-                        if !open.iter().any(|t| t.token == term.token) {
-                            open.push(term.clone());
+                    Op::Started { term, observed } => {
+                        let token = term.token;
+                        if f.kept.contains(&token) || written.contains(&token) || stored_row(token)?
+                        {
+                            continue;
                         }
+                        written.push(token);
+                        f.opened.push(term);
+                        f.inserted.push((term, *observed));
                     }
-                    Op::Ended(token) => open.retain(|t| t.token != *token),
+                    Op::Ended { token, at_ms } => {
+                        let token = *token;
+                        if let Some(i) = f.kept.iter().position(|t| *t == token) {
+                            f.kept.remove(i);
+                        } else if let Some(i) = f.opened.iter().position(|t| t.token == token) {
+                            f.opened.remove(i);
+                        } else if written.contains(&token) || stored_row(token)? {
+                            // Ended already: the first end stands.
+                            continue;
+                        } else {
+                            written.push(token);
+                        }
+                        f.last_end_ms = f.last_end_ms.max(Some(*at_ms));
+                    }
                 }
             }
+            f.refusals.extend(&change.refusals);
+            f.last_event_ms = f.last_event_ms.max(change.last_event_ms);
         }
-        open.sort_by_key(|t| (t.started_revision, t.token));
-        open
+        Ok(f)
     }
 
     /// `summary` (its open terms `open`, by start) once the queued batches
-    /// are committed: its current term, refusals and last event.
-    pub fn apply(&self, summary: &mut ElectionSummary, open: Vec<OpenTerm>) {
-        summary.current = self.open_after(&summary.election, open).pop();
-        for change in self.of(&summary.election) {
-            summary.refusals += change.refusals.len() as u64;
-            if change.last_event_ms > summary.last_event_ms {
-                summary.last_event_ms = change.last_event_ms;
-            }
-        }
+    /// are committed: its current term, refusals, last event and, where
+    /// the queue ends a term, when.
+    pub fn apply(
+        &self,
+        summary: &mut ElectionSummary,
+        mut open: Vec<OpenTerm>,
+    ) -> Result<(), HistoryError> {
+        let tokens: Vec<i64> = open.iter().map(|t| t.token).collect();
+        let f = self.fold(&summary.election, &tokens)?;
+        open.retain(|t| f.kept.contains(&t.token));
+        open.extend(f.opened.iter().map(|t| (*t).clone()));
+        open.sort_by_key(|t| (t.started_revision, t.token));
+        summary.current = open.pop();
+        summary.refusals += f.refusals.len() as u64;
+        summary.last_event_ms = summary.last_event_ms.max(f.last_event_ms);
         summary.last_event_at = summary.last_event_ms.map(format_ms);
+        summary.queued_end_ms = f.last_end_ms;
+        Ok(())
+    }
+}
+
+impl Folded<'_> {
+    /// Terms seen starting at or after `from_ms`, and refusals at or after
+    /// it.
+    pub fn recent(&self, from_ms: i64) -> (u64, u64) {
+        let started = self
+            .inserted
+            .iter()
+            .filter(|(t, observed)| *observed && t.started_at_ms >= from_ms)
+            .count() as u64;
+        let refused = self.refusals.iter().filter(|at| **at >= from_ms).count() as u64;
+        (started, refused)
     }
 
-    /// Terms of `name` seen starting (not first read in a snapshot) at or
-    /// after `from_ms`, and refusals at or after it, in the queued batches.
-    pub fn recent(&self, name: &str, from_ms: i64) -> (u64, u64) {
-        let (mut started, mut refused) = (0u64, 0u64);
-        for change in self.of(name) {
-            started += change
-                .ops
-                .iter()
-                .filter(|op| {
-                    matches!(op, Op::Started { term, observed: true } if term.started_at_ms >= from_ms)
-                })
-                .count() as u64;
-            refused += change.refusals.iter().filter(|at| **at >= from_ms).count() as u64;
-        }
-        (started, refused)
+    /// Whether an open term remains.
+    pub fn leads(&self) -> bool {
+        !self.kept.is_empty() || !self.opened.is_empty()
     }
 }
 
@@ -266,7 +402,10 @@ impl Index {
                     },
                     observed: !from_snapshot,
                 }),
-                EventKind::TermEnded { token, .. } => change.ops.push(Op::Ended(*token)),
+                EventKind::TermEnded { token, .. } => change.ops.push(Op::Ended {
+                    token: *token,
+                    at_ms: event.at_ms,
+                }),
                 EventKind::FenceRefused { .. } => change.refusals.push(event.at_ms),
                 _ => {}
             }

@@ -109,6 +109,11 @@ pub struct ElectionSummary {
     pub refusals: u64,
     pub last_event_ms: Option<i64>,
     pub last_event_at: Option<String>,
+    /// When a term of it ended in a batch the writer has queued and not
+    /// committed (the terms read do not show that end yet). `None` where
+    /// nothing queued ends one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_end_ms: Option<i64>,
 }
 
 pub(super) fn resume_point(

@@ -239,8 +239,9 @@ impl Reader {
         from_ms: i64,
         max: i64,
     ) -> Result<HashMap<String, u64>> {
+        let queued = self.queued();
         self.run(
-            |c| query::changes_since(c, from_ms, max),
+            |c| summary::changes_since(c, from_ms, max, &queued),
             |c| pg::changes_since(c, from_ms, max),
         )
     }

@@ -15,8 +15,8 @@ use std::collections::{HashMap, HashSet};
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
-use super::pending::{Overlay, Snapshot};
-use super::query::{open_terms, open_terms_of, open_terms_within, ElectionSummary, OpenTerm};
+use super::pending::{Folded, Overlay, Snapshot};
+use super::query::{open_terms_of, open_terms_within, ElectionSummary, OpenTerm};
 use super::time::format_ms;
 use super::HistoryError;
 
@@ -169,6 +169,7 @@ fn summary_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ElectionSummary> {
         refusals: row.get::<_, i64>(2)?.max(0) as u64,
         last_event_ms,
         last_event_at: last_event_ms.map(format_ms),
+        queued_end_ms: None,
     })
 }
 
@@ -187,7 +188,7 @@ pub(super) fn elections(
         let rows = stmt.query_map([], summary_row)?;
         rows.collect::<Result<_, _>>()?
     };
-    attach_overlaid(&mut summaries, super::query::open_terms(&tx)?, &overlay);
+    attach_overlaid(&mut summaries, super::query::open_terms(&tx)?, &overlay)?;
     drop(overlay);
     tx.finish()?;
     Ok(summaries)
@@ -205,9 +206,14 @@ pub(super) fn attach_open_terms(summaries: &mut [ElectionSummary], open: Vec<Ope
 /// [`attach_open_terms`] with `overlay`'s queued batches applied to the
 /// summaries they change (`summaries` by name; `open` by election, then
 /// start).
-fn attach_overlaid(summaries: &mut [ElectionSummary], open: Vec<OpenTerm>, overlay: &Overlay<'_>) {
+fn attach_overlaid(
+    summaries: &mut [ElectionSummary],
+    open: Vec<OpenTerm>,
+    overlay: &Overlay<'_>,
+) -> Result<(), HistoryError> {
     if overlay.is_empty() {
-        return attach_open_terms(summaries, open);
+        attach_open_terms(summaries, open);
+        return Ok(());
     }
     let mut open_of: Vec<Vec<OpenTerm>> = summaries.iter().map(|_| Vec::new()).collect();
     for term in open {
@@ -217,11 +223,12 @@ fn attach_overlaid(summaries: &mut [ElectionSummary], open: Vec<OpenTerm>, overl
     }
     for (summary, open) in summaries.iter_mut().zip(open_of) {
         if overlay.touches(&summary.election) {
-            overlay.apply(summary, open);
+            overlay.apply(summary, open)?;
         } else {
             summary.current = open.into_iter().last();
         }
     }
+    Ok(())
 }
 
 /// One election's summary, `None` when the history does not know it;
@@ -243,7 +250,7 @@ pub(super) fn election(
             if overlay.is_empty() {
                 s.current = open.into_iter().last();
             } else {
-                overlay.apply(&mut s, open);
+                overlay.apply(&mut s, open)?;
             }
             Some(s)
         }
@@ -286,7 +293,7 @@ pub(super) fn page(
     };
     if let (Some(first), Some(last)) = (elections.first(), elections.last()) {
         let open = open_terms_within(&tx, &first.election, &last.election)?;
-        attach_overlaid(&mut elections, open, &overlay);
+        attach_overlaid(&mut elections, open, &overlay)?;
     }
     drop(overlay);
     tx.finish()?;
@@ -308,15 +315,9 @@ pub(super) fn leading(conn: &mut Connection, queued: &Snapshot) -> Result<u64, H
         |r| r.get(0),
     )?;
     let mut n = n.max(0);
-    if !overlay.is_empty() {
-        let touched: Vec<&str> = overlay.touched().collect();
-        let (mut open_of, known) = open_and_known(&tx, &touched)?;
-        for name in touched.into_iter().filter(|n| known.contains(*n)) {
-            let before = open_of.remove(name).unwrap_or_default();
-            let led = !before.is_empty();
-            let leads = !overlay.open_after(name, before).is_empty();
-            n += i64::from(leads) - i64::from(led);
-        }
+    let names: Vec<&str> = overlay.touched().collect();
+    for (_, led, f) in folded(&tx, &overlay, names)? {
+        n += i64::from(f.leads()) - i64::from(led);
     }
     drop(overlay);
     tx.finish()?;
@@ -327,36 +328,47 @@ pub(super) fn leading(conn: &mut Connection, queued: &Snapshot) -> Result<u64, H
 /// names are read in one scan each rather than one lookup each.
 const LOOKUPS: usize = 1000;
 
-/// Open terms by election, each election's by start.
-type OpenOf = HashMap<String, Vec<OpenTerm>>;
-
-/// The open terms of the elections `names`, and which of them the history
-/// knows.
-fn open_and_known(
+/// The elections of `names` the history knows, each with whether it
+/// has an open term and what the queued batches do to it (one lookup
+/// each, or past [`LOOKUPS`] one scan of the open terms and the names).
+fn folded<'a>(
     tx: &Transaction<'_>,
-    names: &[&str],
-) -> Result<(OpenOf, HashSet<String>), HistoryError> {
-    let mut open_of = OpenOf::new();
-    let mut known = HashSet::new();
+    overlay: &Overlay<'a>,
+    names: Vec<&'a str>,
+) -> Result<Vec<(&'a str, bool, Folded<'a>)>, HistoryError> {
+    let open_sql = "SELECT election, token FROM terms WHERE ended_at_ms IS NULL
+           AND epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)";
+    let mut out = Vec::new();
     if names.len() > LOOKUPS {
-        for term in open_terms(tx)? {
-            open_of.entry(term.election.clone()).or_default().push(term);
+        let mut open: HashMap<String, Vec<i64>> = HashMap::new();
+        let mut stmt = tx.prepare_cached(open_sql)?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+        for row in rows {
+            let (name, token) = row?;
+            open.entry(name).or_default().push(token);
         }
         let mut stmt = tx.prepare_cached("SELECT election FROM elections")?;
-        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
-        for name in rows {
-            known.insert(name?);
+        let known: HashSet<String> = stmt
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<Result<_, _>>()?;
+        for name in names.into_iter().filter(|n| known.contains(*n)) {
+            let tokens = open.remove(name).unwrap_or_default();
+            out.push((name, !tokens.is_empty(), overlay.fold(name, &tokens)?));
         }
-        return Ok((open_of, known));
+        return Ok(out);
     }
     let mut exists = tx.prepare_cached("SELECT 1 FROM elections WHERE election = ?1")?;
+    let mut open = tx.prepare_cached(&format!("{open_sql} AND election = ?1"))?;
     for name in names {
-        if exists.exists([name])? {
-            known.insert((*name).to_owned());
-            open_of.insert((*name).to_owned(), open_terms_of(tx, name)?);
+        if !exists.exists([name])? {
+            continue;
         }
+        let tokens: Vec<i64> = open
+            .query_map([name], |r| r.get::<_, i64>(1))?
+            .collect::<Result<_, _>>()?;
+        out.push((name, !tokens.is_empty(), overlay.fold(name, &tokens)?));
     }
-    Ok((open_of, known))
+    Ok(out)
 }
 
 /// Changes and refusals since `from_ms` of the elections named
@@ -388,17 +400,19 @@ pub(super) fn recent_between(
              WHERE election BETWEEN ?2 AND ?3 AND at_ms >= ?1 GROUP BY election",
         )?,
     };
-    let within: Vec<&str> = overlay
-        .touched()
-        .filter(|n| (first..=last).contains(n))
-        .collect();
-    if !within.is_empty() {
-        let (_, known) = open_and_known(&tx, &within)?;
-        for name in within.into_iter().filter(|n| known.contains(*n)) {
-            let (started, refused) = overlay.recent(name, from_ms);
-            add(&mut counts.changes, name, started);
-            add(&mut counts.refusals, name, refused);
-        }
+    // One election (the API's detail): no walk over what the queue touches.
+    let within: Vec<&str> = if first == last {
+        overlay.name(first).into_iter().collect()
+    } else {
+        overlay
+            .touched()
+            .filter(|n| (first..=last).contains(n))
+            .collect()
+    };
+    for (name, _, f) in folded(&tx, &overlay, within)? {
+        let (started, refused) = f.recent(from_ms);
+        add(&mut counts.changes, name, started);
+        add(&mut counts.refusals, name, refused);
     }
     drop(overlay);
     tx.finish()?;
@@ -430,16 +444,44 @@ pub(super) fn refusals_since(
         })?;
         rows.collect::<Result<_, _>>()?
     };
-    let refusing: Vec<(&str, u64)> = overlay
+    let refusing: Vec<&str> = overlay
         .touched()
-        .map(|name| (name, overlay.recent(name, from_ms).1))
-        .filter(|(_, n)| *n > 0)
+        .filter(|name| overlay.refused(name, from_ms) > 0)
         .collect();
     if !refusing.is_empty() {
-        let names: Vec<&str> = refusing.iter().map(|(n, _)| *n).collect();
-        let (_, known) = open_and_known(&tx, &names)?;
-        for (name, n) in refusing.into_iter().filter(|(n, _)| known.contains(*n)) {
-            add(&mut by, name, n);
+        let mut exists = tx.prepare_cached("SELECT 1 FROM elections WHERE election = ?1")?;
+        for name in refusing {
+            if exists.exists([name])? {
+                add(&mut by, name, overlay.refused(name, from_ms));
+            }
+        }
+    }
+    drop(overlay);
+    tx.finish()?;
+    Ok(by)
+}
+
+/// Per election, terms seen starting at or after `from_ms` (at most `max`
+/// elections, the first by name); `queued` overlaid on the elections the
+/// history knows.
+pub(super) fn changes_since(
+    conn: &mut Connection,
+    from_ms: i64,
+    max: i64,
+    queued: &Snapshot,
+) -> Result<HashMap<String, u64>, HistoryError> {
+    let tx = conn.transaction()?;
+    let overlay = Overlay::within(&tx, queued)?;
+    let mut by = super::query::changes_since(&tx, from_ms, max)?;
+    let names: Vec<&str> = overlay.touched().collect();
+    for (name, _, f) in folded(&tx, &overlay, names)? {
+        add(&mut by, name, f.recent(from_ms).0);
+    }
+    if by.len() as i64 > max {
+        let mut names: Vec<String> = by.keys().cloned().collect();
+        names.sort();
+        for name in names.into_iter().skip(max.max(0) as usize) {
+            by.remove(&name);
         }
     }
     drop(overlay);

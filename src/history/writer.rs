@@ -108,12 +108,10 @@ impl<C: WriteConn> Writer<C> {
     /// The thread's body: returns when every sender is gone and the queue
     /// is drained, or when a commit fails for good.
     pub(super) fn run(mut self, rx: mpsc::Receiver<Msg>) {
+        // However the thread ends (a panic too), nothing queued is
+        // committed any more: the pages read the commits alone.
+        let _cleared = self.pending.clone().map(ClearOnDrop);
         let whole = self.drain(rx);
-        if let Some(pending) = &self.pending {
-            // Nothing queued is committed any more: the pages read the
-            // commits alone.
-            pending.clear();
-        }
         if whole {
             if let Err(e) = self.conn.close() {
                 tracing::warn!(error = %e, "history: closing the store failed");
@@ -223,6 +221,15 @@ impl<C: WriteConn> Writer<C> {
             }
             Err(e) => tracing::warn!(error = %e, "history: retention failed"),
         }
+    }
+}
+
+/// Empties the queue the pages overlay when dropped.
+struct ClearOnDrop(Arc<Pending>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.clear();
     }
 }
 

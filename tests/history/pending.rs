@@ -46,6 +46,11 @@ struct Reads {
     recent_changes: HashMap<String, u64>,
     recent_refusals: HashMap<String, u64>,
     refusals_since: HashMap<String, u64>,
+    /// The sorted overview's change counts.
+    started_since: HashMap<String, u64>,
+    /// Per election: its last term's end as the pages date "no leader
+    /// since" (the terms read, and the end the summary says is queued).
+    last_end: BTreeMap<String, Option<i64>>,
 }
 
 fn read(reader: &Reader, since: i64) -> Reads {
@@ -110,6 +115,16 @@ fn read(reader: &Reader, since: i64) -> Reads {
         recent_changes: recent.changes,
         recent_refusals: recent.refusals,
         refusals_since: reader.refusals_since(since).unwrap(),
+        started_since: reader.started_since(since).unwrap(),
+        last_end: all
+            .iter()
+            .map(|e| {
+                (
+                    e.election.clone(),
+                    last_end(reader, &e.election, since - DAY_MS),
+                )
+            })
+            .collect(),
     }
 }
 
@@ -124,6 +139,8 @@ fn without(mut reads: Reads, new: &[String]) -> Reads {
         reads.recent_changes.remove(n);
         reads.recent_refusals.remove(n);
         reads.refusals_since.remove(n);
+        reads.started_since.remove(n);
+        reads.last_end.remove(n);
         reads.total -= 1;
     }
     reads.paged.retain(|p| !new.contains(p));
@@ -162,6 +179,8 @@ async fn queued_batches_read_as_their_commit_will() {
     let mut rev = 1i64;
     // Per election: its open terms (token, start), as the generator made them.
     let mut open: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
+    // Per election: the tokens of terms ended.
+    let mut closed: HashMap<String, Vec<i64>> = HashMap::new();
     let store = Store::open(&path, Duration::ZERO).unwrap();
     let reader = store.reader();
     let (mut overlaid_rounds, mut changed) = (0, 0usize);
@@ -184,7 +203,15 @@ async fn queued_batches_read_as_their_commit_will() {
                 // Times from two hours ago to now.
                 let at = now - 7_200_000 + rng.below(7_200_000) as i64;
                 let terms = open.entry(e.clone()).or_default();
-                let kind = match (rng.below(10), terms.last().copied()) {
+                let gone = closed.entry(e.clone()).or_default();
+                let kind = match (rng.below(12), terms.last().copied()) {
+                    // A start the writer ignores: of a term already ended,
+                    // or of one open (a replay).
+                    (10, _) if !gone.is_empty() => {
+                        let token = gone[rng.below(gone.len() as u64) as usize];
+                        started_as(token, "again", false)
+                    }
+                    (11, Some((token, _))) => started_as(token, "again", false),
                     (0..=2, None) | (9, Some(_)) => {
                         // A start, sometimes over a term still open (the
                         // history then holds two), sometimes from a snapshot.
@@ -195,10 +222,19 @@ async fn queued_batches_read_as_their_commit_will() {
                         // Ends one of the open terms (usually the latest).
                         let i = rng.below(terms.len() as u64) as usize;
                         let (token, start) = terms.remove(i);
+                        gone.push(token);
                         ended(token, "h", EndCause::Deleted, token, start)
                     }
-                    // An end the history never saw start.
-                    (5, _) => ended(rev, "h", EndCause::Unknown, rev - 1, at - 1000),
+                    // An end the history never saw start (its row is
+                    // inserted), or a second end of one already ended.
+                    (5, _) if !gone.is_empty() && rng.below(2) == 0 => {
+                        let token = gone[rng.below(gone.len() as u64) as usize];
+                        ended(token, "h", EndCause::Unknown, token, at - 1000)
+                    }
+                    (5, _) => {
+                        gone.push(rev);
+                        ended(rev, "h", EndCause::Unknown, rev - 1, at - 1000)
+                    }
                     (6..=7, _) => refused("db", rev, Some((rev - 1, "h"))),
                     _ => EventKind::LeaderValueChanged {
                         token: rev,
@@ -214,6 +250,14 @@ async fn queued_batches_read_as_their_commit_will() {
             }
             changed += events.len();
             store.write(batch(rev - 1, events)).await.unwrap();
+            if rng.below(4) == 0 {
+                // A batch at the revision just queued: the writer ignores
+                // it whole.
+                let e = format!("e{:02}", rng.below(14));
+                let kind = refused("db", rev - 1, None);
+                let again = vec![ev(rev - 1, now - 10, &e, kind)];
+                store.write(batch(rev - 1, again)).await.unwrap();
+            }
         }
         // Read with the batches queued: none of them is committed.
         let queued = read(&reader, since);
@@ -307,19 +351,22 @@ fn hold(path: &std::path::Path) -> Connection {
 
 /// What the election page (`election_view.rs` `leaderless_since`) and the
 /// overview's "last term ended" (`overview.rs`) compute for a leaderless
-/// election: the newest end among the terms read, else none.
+/// election: the newest end among the terms read and the end the summary
+/// says is queued, else none.
 fn last_end(reader: &Reader, name: &str, from_ms: i64) -> Option<i64> {
     let q = Query {
         from_ms: Some(from_ms),
         to_ms: None,
         limit: Some(MAX_LIMIT),
     };
+    let queued = reader.election(name).unwrap().and_then(|s| s.queued_end_ms);
     reader
         .terms(name, &q)
         .unwrap()
         .iter()
         .filter_map(|t| t.ended_at_ms)
         .max()
+        .max(queued)
 }
 
 /// A queued end makes the summary say "no leader", while the terms the

@@ -98,6 +98,7 @@ fn summary_row(row: &Row) -> Result<ElectionSummary, HistoryError> {
         refusals: row.try_get::<_, i64>(2)?.max(0) as u64,
         last_event_ms,
         last_event_at: last_event_ms.map(format_ms),
+        queued_end_ms: None,
     })
 }
 

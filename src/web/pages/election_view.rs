@@ -265,13 +265,16 @@ fn disagreement(etcd: &EtcdAnswer, open: Option<&OpenTerm>) -> Option<String> {
 }
 
 /// "no leader since …" for a leaderless election: when its last term
-/// ended, else its last event.
+/// ended (read, or queued for the history's writer), else its last event.
 fn leaderless_since(h: &History, now: i64) -> String {
+    let summary = h.summary.as_ref();
+    // An end the history's writer holds queued is later than any read.
     h.terms
         .iter()
         .filter_map(|t| t.ended_at_ms)
         .max()
-        .or(h.summary.as_ref().and_then(|s| s.last_event_ms))
+        .max(summary.and_then(|s| s.queued_end_ms))
+        .or(summary.and_then(|s| s.last_event_ms))
         .map_or_else(
             || "no leader".to_owned(),
             |t| format!("no leader since {} ({})", short_time(t), ago(now, t)),

@@ -36,6 +36,8 @@ struct OverviewRow {
     refusals_total: u64,
     /// For a leaderless election: when the last term ended, if it is known.
     leaderless_since: Option<String>,
+    /// When the history's writer holds an end of its term queued.
+    queued_end_ms: Option<i64>,
     last_event: String,
 }
 
@@ -274,11 +276,13 @@ fn overview_rows(
         sorted(reader, p, sort, desc, day_ago, &refusals_by, now)?
     };
     for r in page.iter_mut().filter(|r| r.holder.is_none()) {
+        // An end the history's writer holds queued is later than any read.
         r.leaderless_since = reader
             .terms(&r.name, &window)?
             .iter()
             .filter_map(|t| t.ended_at_ms)
             .max()
+            .max(r.queued_end_ms)
             .map(|end| ago(now, end));
     }
     Ok(Listing {
@@ -420,6 +424,7 @@ fn overview_row(
         refusals_24h,
         refusals_total: e.refusals,
         leaderless_since,
+        queued_end_ms: e.queued_end_ms,
         last_event: e
             .last_event_ms
             .map_or_else(|| "—".to_owned(), |t| ago(now, t)),

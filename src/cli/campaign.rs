@@ -43,6 +43,9 @@ pub const KILL_SLACK: Duration = Duration::from_millis(250);
 /// How long a holder that lost its key asks etcd whether the deletion was
 /// an operator's depose (which gets the grace) before killing at once.
 const MARKER_READ: Duration = Duration::from_millis(100);
+/// How long a loss already due (the guard's deadline passed) is waited for
+/// when the command's end is seen first.
+const LOSS_DUE: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Args)]
 pub struct CampaignArgs {
@@ -358,12 +361,28 @@ async fn lead(leadership: &Leadership, group: &mut Group, shutdown: &mut Shutdow
             reason = leadership.lost() => return Outcome::Lost(reason),
             end = group.ended() => return match end {
                 Ended::Guard(status) => Outcome::GuardDied(status),
-                Ended::Command(status) => Outcome::Exited(status),
+                Ended::Command(status) => ended_or_lost(leadership, status).await,
             },
             sig = shutdown.recv() => return Outcome::Signal(sig),
             _ = validity.changed() => group.kill_at(hard_deadline(leadership)),
         }
     }
+}
+
+/// The command ended. Past the guard's deadline (tenure frozen or
+/// suspended past it: the guard woke first and killed the group), the term
+/// was lost before the command ended, and that is the outcome: its loss is
+/// waited for briefly (it is due), else the command's status stands.
+async fn ended_or_lost(leadership: &Leadership, status: std::io::Result<ExitStatus>) -> Outcome {
+    if hard_deadline(leadership).has_passed() {
+        if let Some(reason) = leadership.is_lost() {
+            return Outcome::Lost(reason);
+        }
+        if let Ok(reason) = tokio::time::timeout(LOSS_DUE, leadership.lost()).await {
+            return Outcome::Lost(reason);
+        }
+    }
+    Outcome::Exited(status)
 }
 
 /// The term lost: the group stopped (with the grace when the end is one

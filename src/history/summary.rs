@@ -175,23 +175,34 @@ fn summary_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ElectionSummary> {
 
 const COLUMNS: &str = "SELECT election, terms, refusals, last_event_ms FROM elections";
 
+/// Runs `read` in one read transaction, with the writer's batches in
+/// `queued` that it does not hold: the rows and the overlay are one moment.
+fn overlaid<T>(
+    conn: &mut Connection,
+    queued: &Snapshot,
+    read: impl FnOnce(&Transaction<'_>, &Overlay<'_>) -> Result<T, HistoryError>,
+) -> Result<T, HistoryError> {
+    let tx = conn.transaction()?;
+    let out = read(&tx, &Overlay::within(&tx, queued)?)?;
+    tx.finish()?;
+    Ok(out)
+}
+
 /// Every election, by name, with its open term; `queued`, the writer's
 /// batches beyond the commits, overlaid.
 pub(super) fn elections(
     conn: &mut Connection,
     queued: &Snapshot,
 ) -> Result<Vec<ElectionSummary>, HistoryError> {
-    let tx = conn.transaction()?;
-    let overlay = Overlay::within(&tx, queued)?;
-    let mut summaries: Vec<ElectionSummary> = {
-        let mut stmt = tx.prepare_cached(&format!("{COLUMNS} ORDER BY election"))?;
-        let rows = stmt.query_map([], summary_row)?;
-        rows.collect::<Result<_, _>>()?
-    };
-    attach_overlaid(&mut summaries, super::query::open_terms(&tx)?, &overlay)?;
-    drop(overlay);
-    tx.finish()?;
-    Ok(summaries)
+    overlaid(conn, queued, |tx, overlay| {
+        let mut summaries: Vec<ElectionSummary> = {
+            let mut stmt = tx.prepare_cached(&format!("{COLUMNS} ORDER BY election"))?;
+            let rows = stmt.query_map([], summary_row)?;
+            rows.collect::<Result<_, _>>()?
+        };
+        attach_overlaid(&mut summaries, super::query::open_terms(tx)?, overlay)?;
+        Ok(summaries)
+    })
 }
 
 /// Open terms come ordered by election then start: the last one wins.
@@ -238,27 +249,21 @@ pub(super) fn election(
     name: &str,
     queued: &Snapshot,
 ) -> Result<Option<ElectionSummary>, HistoryError> {
-    let tx = conn.transaction()?;
-    let overlay = Overlay::within(&tx, queued)?;
-    let summary = tx
-        .prepare_cached(&format!("{COLUMNS} WHERE election = ?1"))?
-        .query_row([name], summary_row)
-        .optional()?;
-    let summary = match summary {
-        Some(mut s) => {
-            let open = open_terms_of(&tx, name)?;
-            if overlay.is_empty() {
-                s.current = open.into_iter().last();
-            } else {
-                overlay.apply(&mut s, open)?;
+    overlaid(conn, queued, |tx, overlay| {
+        let summary = tx
+            .prepare_cached(&format!("{COLUMNS} WHERE election = ?1"))?
+            .query_row([name], summary_row)
+            .optional()?;
+        let summary = match summary {
+            Some(mut s) => {
+                let open = open_terms_of(tx, name)?;
+                attach_overlaid(std::slice::from_mut(&mut s), open, overlay)?;
+                Some(s)
             }
-            Some(s)
-        }
-        None => None,
-    };
-    drop(overlay);
-    tx.finish()?;
-    Ok(summary)
+            None => None,
+        };
+        Ok(summary)
+    })
 }
 
 /// A page of elections by name (with their open terms) and the total.
@@ -269,59 +274,55 @@ pub(super) fn page(
     limit: usize,
     queued: &Snapshot,
 ) -> Result<ElectionsPage, HistoryError> {
-    let tx = conn.transaction()?;
-    let overlay = Overlay::within(&tx, queued)?;
-    let total: i64 = tx.query_row("SELECT COUNT(*) FROM elections", [], |r| r.get(0))?;
-    let limit = limit.min(i64::MAX as usize) as i64;
-    let mut elections: Vec<ElectionSummary> = match from {
-        PageFrom::Offset(skip) => {
-            let mut stmt =
-                tx.prepare_cached(&format!("{COLUMNS} ORDER BY election LIMIT ?1 OFFSET ?2"))?;
-            let rows = stmt.query_map(
-                params![limit, skip.min(i64::MAX as usize) as i64],
-                summary_row,
-            )?;
-            rows.collect::<Result<_, _>>()?
+    overlaid(conn, queued, |tx, overlay| {
+        let total: i64 = tx.query_row("SELECT COUNT(*) FROM elections", [], |r| r.get(0))?;
+        let limit = limit.min(i64::MAX as usize) as i64;
+        let mut elections: Vec<ElectionSummary> = match from {
+            PageFrom::Offset(skip) => {
+                let mut stmt =
+                    tx.prepare_cached(&format!("{COLUMNS} ORDER BY election LIMIT ?1 OFFSET ?2"))?;
+                let rows = stmt.query_map(
+                    params![limit, skip.min(i64::MAX as usize) as i64],
+                    summary_row,
+                )?;
+                rows.collect::<Result<_, _>>()?
+            }
+            PageFrom::After(name) => {
+                let mut stmt = tx.prepare_cached(&format!(
+                    "{COLUMNS} WHERE election > ?1 ORDER BY election LIMIT ?2"
+                ))?;
+                let rows = stmt.query_map(params![name, limit], summary_row)?;
+                rows.collect::<Result<_, _>>()?
+            }
+        };
+        if let (Some(first), Some(last)) = (elections.first(), elections.last()) {
+            let open = open_terms_within(tx, &first.election, &last.election)?;
+            attach_overlaid(&mut elections, open, overlay)?;
         }
-        PageFrom::After(name) => {
-            let mut stmt = tx.prepare_cached(&format!(
-                "{COLUMNS} WHERE election > ?1 ORDER BY election LIMIT ?2"
-            ))?;
-            let rows = stmt.query_map(params![name, limit], summary_row)?;
-            rows.collect::<Result<_, _>>()?
-        }
-    };
-    if let (Some(first), Some(last)) = (elections.first(), elections.last()) {
-        let open = open_terms_within(&tx, &first.election, &last.election)?;
-        attach_overlaid(&mut elections, open, &overlay)?;
-    }
-    drop(overlay);
-    tx.finish()?;
-    Ok(ElectionsPage {
-        total: total.max(0) as u64,
-        elections,
+        Ok(ElectionsPage {
+            total: total.max(0) as u64,
+            elections,
+        })
     })
 }
 
 /// Elections with an open term in the current timeline; `queued`
 /// overlaid on the elections the history knows.
 pub(super) fn leading(conn: &mut Connection, queued: &Snapshot) -> Result<u64, HistoryError> {
-    let tx = conn.transaction()?;
-    let overlay = Overlay::within(&tx, queued)?;
-    let n: i64 = tx.query_row(
-        "SELECT COUNT(DISTINCT election) FROM terms WHERE ended_at_ms IS NULL
+    overlaid(conn, queued, |tx, overlay| {
+        let n: i64 = tx.query_row(
+            "SELECT COUNT(DISTINCT election) FROM terms WHERE ended_at_ms IS NULL
            AND epoch = COALESCE((SELECT value FROM watcher_state WHERE key = 'epoch'), 0)",
-        [],
-        |r| r.get(0),
-    )?;
-    let mut n = n.max(0);
-    let names: Vec<&str> = overlay.touched().collect();
-    for (_, led, f) in folded(&tx, &overlay, names)? {
-        n += i64::from(f.leads()) - i64::from(led);
-    }
-    drop(overlay);
-    tx.finish()?;
-    Ok(n.max(0) as u64)
+            [],
+            |r| r.get(0),
+        )?;
+        let mut n = n.max(0);
+        let names: Vec<&str> = overlay.touched().collect();
+        for (_, led, f) in folded(tx, overlay, names)? {
+            n += i64::from(f.leads()) - i64::from(led);
+        }
+        Ok(n.max(0) as u64)
+    })
 }
 
 /// Past this many elections changed by the queue, their open terms and
@@ -380,43 +381,41 @@ pub(super) fn recent_between(
     last: &str,
     queued: &Snapshot,
 ) -> Result<RecentCounts, HistoryError> {
-    let tx = conn.transaction()?;
-    let overlay = Overlay::within(&tx, queued)?;
-    let grouped = |sql: &str| -> Result<HashMap<String, u64>, HistoryError> {
-        let mut stmt = tx.prepare_cached(sql)?;
-        let rows = stmt.query_map(params![from_ms, first, last], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    };
-    let mut counts = RecentCounts {
-        changes: grouped(
-            "SELECT election, COUNT(*) FROM terms
+    overlaid(conn, queued, |tx, overlay| {
+        let grouped = |sql: &str| -> Result<HashMap<String, u64>, HistoryError> {
+            let mut stmt = tx.prepare_cached(sql)?;
+            let rows = stmt.query_map(params![from_ms, first, last], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        };
+        let mut counts = RecentCounts {
+            changes: grouped(
+                "SELECT election, COUNT(*) FROM terms
              WHERE election BETWEEN ?2 AND ?3 AND started_at_ms >= ?1 AND from_snapshot = 0
              GROUP BY election",
-        )?,
-        refusals: grouped(
-            "SELECT election, COUNT(*) FROM refusals
+            )?,
+            refusals: grouped(
+                "SELECT election, COUNT(*) FROM refusals
              WHERE election BETWEEN ?2 AND ?3 AND at_ms >= ?1 GROUP BY election",
-        )?,
-    };
-    // One election (the API's detail): no walk over what the queue touches.
-    let within: Vec<&str> = if first == last {
-        overlay.name(first).into_iter().collect()
-    } else {
-        overlay
-            .touched()
-            .filter(|n| (first..=last).contains(n))
-            .collect()
-    };
-    for (name, _, f) in folded(&tx, &overlay, within)? {
-        let (started, refused) = f.recent(from_ms);
-        add(&mut counts.changes, name, started);
-        add(&mut counts.refusals, name, refused);
-    }
-    drop(overlay);
-    tx.finish()?;
-    Ok(counts)
+            )?,
+        };
+        // One election (the API's detail): no walk over what the queue touches.
+        let within: Vec<&str> = if first == last {
+            overlay.name(first).into_iter().collect()
+        } else {
+            overlay
+                .touched()
+                .filter(|n| (first..=last).contains(n))
+                .collect()
+        };
+        for (name, _, f) in folded(tx, overlay, within)? {
+            let (started, refused) = f.recent(from_ms);
+            add(&mut counts.changes, name, started);
+            add(&mut counts.refusals, name, refused);
+        }
+        Ok(counts)
+    })
 }
 
 /// `n` more for `name` (no entry for none).
@@ -433,32 +432,30 @@ pub(super) fn refusals_since(
     from_ms: i64,
     queued: &Snapshot,
 ) -> Result<HashMap<String, u64>, HistoryError> {
-    let tx = conn.transaction()?;
-    let overlay = Overlay::within(&tx, queued)?;
-    let mut by: HashMap<String, u64> = {
-        let mut stmt = tx.prepare_cached(
-            "SELECT election, COUNT(*) FROM refusals WHERE at_ms >= ?1 GROUP BY election",
-        )?;
-        let rows = stmt.query_map([from_ms], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
-        })?;
-        rows.collect::<Result<_, _>>()?
-    };
-    let refusing: Vec<&str> = overlay
-        .touched()
-        .filter(|name| overlay.refused(name, from_ms) > 0)
-        .collect();
-    if !refusing.is_empty() {
-        let mut exists = tx.prepare_cached("SELECT 1 FROM elections WHERE election = ?1")?;
-        for name in refusing {
-            if exists.exists([name])? {
-                add(&mut by, name, overlay.refused(name, from_ms));
+    overlaid(conn, queued, |tx, overlay| {
+        let mut by: HashMap<String, u64> = {
+            let mut stmt = tx.prepare_cached(
+                "SELECT election, COUNT(*) FROM refusals WHERE at_ms >= ?1 GROUP BY election",
+            )?;
+            let rows = stmt.query_map([from_ms], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
+            })?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let refusing: Vec<&str> = overlay
+            .touched()
+            .filter(|name| overlay.refused(name, from_ms) > 0)
+            .collect();
+        if !refusing.is_empty() {
+            let mut exists = tx.prepare_cached("SELECT 1 FROM elections WHERE election = ?1")?;
+            for name in refusing {
+                if exists.exists([name])? {
+                    add(&mut by, name, overlay.refused(name, from_ms));
+                }
             }
         }
-    }
-    drop(overlay);
-    tx.finish()?;
-    Ok(by)
+        Ok(by)
+    })
 }
 
 /// Per election, terms seen starting at or after `from_ms` (at most `max`
@@ -470,21 +467,19 @@ pub(super) fn changes_since(
     max: i64,
     queued: &Snapshot,
 ) -> Result<HashMap<String, u64>, HistoryError> {
-    let tx = conn.transaction()?;
-    let overlay = Overlay::within(&tx, queued)?;
-    let mut by = super::query::changes_since(&tx, from_ms, max)?;
-    let names: Vec<&str> = overlay.touched().collect();
-    for (name, _, f) in folded(&tx, &overlay, names)? {
-        add(&mut by, name, f.recent(from_ms).0);
-    }
-    if by.len() as i64 > max {
-        let mut names: Vec<String> = by.keys().cloned().collect();
-        names.sort();
-        for name in names.into_iter().skip(max.max(0) as usize) {
-            by.remove(&name);
+    overlaid(conn, queued, |tx, overlay| {
+        let mut by = super::query::changes_since(tx, from_ms, max)?;
+        let names: Vec<&str> = overlay.touched().collect();
+        for (name, _, f) in folded(tx, overlay, names)? {
+            add(&mut by, name, f.recent(from_ms).0);
         }
-    }
-    drop(overlay);
-    tx.finish()?;
-    Ok(by)
+        if by.len() as i64 > max {
+            let mut names: Vec<String> = by.keys().cloned().collect();
+            names.sort();
+            for name in names.into_iter().skip(max.max(0) as usize) {
+                by.remove(&name);
+            }
+        }
+        Ok(by)
+    })
 }

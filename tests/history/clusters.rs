@@ -9,15 +9,6 @@ use tenure::history::*;
 
 use crate::fixtures::*;
 
-fn reset(from: i64, to: i64, cluster_id: u64) -> EventKind {
-    EventKind::Reset {
-        from_revision: from,
-        to_revision: to,
-        previous_cluster_id: None,
-        cluster_id,
-    }
-}
-
 #[tokio::test]
 async fn each_cluster_resumes_at_its_own_and_a_reset_leaves_the_other_running() {
     let dir = tempfile::tempdir().unwrap();

@@ -24,13 +24,40 @@ pub(crate) fn ev(revision: i64, at_ms: i64, election: &str, kind: EventKind) -> 
 }
 
 pub(crate) fn started(token: i64, holder: &str) -> EventKind {
+    started_as(token, holder, false)
+}
+
+/// A start, seen (`from_snapshot` false) or first read in a snapshot.
+pub(crate) fn started_as(token: i64, holder: &str, from_snapshot: bool) -> EventKind {
     EventKind::TermStarted {
         token,
         holder: holder.to_owned(),
         lease_id: token * 10,
         layout: KeyLayout::Single,
         previous_holder: None,
-        from_snapshot: false,
+        from_snapshot,
+    }
+}
+
+/// etcd started over: a new timeline from `from` to `to`.
+pub(crate) fn reset(from: i64, to: i64, cluster_id: u64) -> EventKind {
+    EventKind::Reset {
+        from_revision: from,
+        to_revision: to,
+        previous_cluster_id: None,
+        cluster_id,
+    }
+}
+
+/// A small seeded generator (xorshift64*).
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
     }
 }
 

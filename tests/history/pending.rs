@@ -11,23 +11,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use rusqlite::Connection;
-use tenure::election::KeyLayout;
 use tenure::events::*;
 use tenure::history::*;
 
 use crate::fixtures::*;
-
-/// A small seeded generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
 
 /// One election's row: its open term, refusals, last event (`terms` is the
 /// committed count, not overlaid: left out).
@@ -158,17 +145,6 @@ fn committed(path: &std::path::Path) -> i64 {
     .unwrap_or(0)
 }
 
-fn started_as(token: i64, holder: &str, from_snapshot: bool) -> EventKind {
-    EventKind::TermStarted {
-        token,
-        holder: holder.to_owned(),
-        lease_id: token * 10,
-        layout: KeyLayout::Single,
-        previous_holder: None,
-        from_snapshot,
-    }
-}
-
 #[tokio::test]
 async fn queued_batches_read_as_their_commit_will() {
     let dir = tempfile::tempdir().unwrap();
@@ -193,8 +169,7 @@ async fn queued_batches_read_as_their_commit_will() {
             .collect();
         let before = read(&reader, since);
         // The writer cannot commit while the test holds the write lock.
-        let lock = Connection::open(&path).unwrap();
-        lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let lock = hold(&path);
         let mut new = Vec::new();
         for _ in 0..(1 + rng.below(3)) {
             let mut events = Vec::new();
@@ -265,7 +240,7 @@ async fn queued_batches_read_as_their_commit_will() {
         if queued != before {
             overlaid_rounds += 1;
         }
-        lock.execute_batch("ROLLBACK").unwrap();
+        drop(lock);
         store.flush().await.unwrap();
         assert_eq!(committed(&path), rev - 1);
         let after = read(&reader, since);
@@ -297,8 +272,7 @@ async fn a_queued_reset_is_not_overlaid() {
     )
     .await;
     store.flush().await.unwrap();
-    let lock = Connection::open(&path).unwrap();
-    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let lock = hold(&path);
     // A new timeline at revision 3: its term starts and the old one ends in
     // it, then a batch of it above the stored revision.
     let reset = EventKind::Reset {
@@ -332,14 +306,14 @@ async fn a_queued_reset_is_not_overlaid() {
         Some("old".to_owned()),
         "behind a queued reset nothing is overlaid: what is committed"
     );
-    lock.execute_batch("ROLLBACK").unwrap();
+    drop(lock);
     store.flush().await.unwrap();
     let after = reader.election("a").unwrap().unwrap();
     assert_eq!(after.current.map(|t| t.holder), Some("new".to_owned()));
     store.close().await.unwrap();
 }
 
-// ---- Adversarial review (revpend): each test below reads while the writer
+// The review's cases: each test below reads while the writer
 // is held off, then lets it commit, and compares with what it committed.
 
 /// Holds SQLite's write lock on `path` until dropped (rolled back).
@@ -369,12 +343,12 @@ fn last_end(reader: &Reader, name: &str, from_ms: i64) -> Option<i64> {
         .max(queued)
 }
 
-/// A queued end makes the summary say "no leader", while the terms the
-/// same pages read are the committed ones: "no leader since" / "last term
-/// ended" then names the end of an *older* term (hours ago) for an election
-/// that had a leader a moment ago: a confident wrong answer, not a late one.
+/// A queued end makes the summary say "no leader" while the terms the same
+/// pages read are the committed ones: "no leader since" / "last term ended"
+/// must name that end (the summary's `queued_end_ms`), not an older term's
+/// (hours ago) for an election that had a leader a moment ago.
 #[tokio::test]
-async fn revpend_leaderless_since_is_not_dated_by_an_older_term_while_an_end_is_queued() {
+async fn leaderless_since_is_not_dated_by_an_older_term_while_an_end_is_queued() {
     let dir = tempfile::tempdir().unwrap();
     let path = db(&dir);
     let now = now_ms();
@@ -435,11 +409,11 @@ async fn revpend_leaderless_since_is_not_dated_by_an_older_term_while_an_end_is_
 }
 
 /// The writer ignores a start of a term it holds already (INSERT OR
-/// IGNORE, ended or not): the overlay opens it again and counts it as a
-/// change. Here the term ended (its end was seen without its start, the
-/// insert path), then its start arrives in a later batch.
+/// IGNORE, ended or not): the overlay must neither open it again nor count
+/// it as a change. Here the term ended (its end was seen without its start,
+/// the insert path), then its start arrives in a later batch.
 #[tokio::test]
-async fn revpend_a_start_of_a_term_already_ended_reads_as_the_writer_writes() {
+async fn a_start_of_a_term_already_ended_reads_as_the_writer_writes() {
     let dir = tempfile::tempdir().unwrap();
     let path = db(&dir);
     let now = now_ms();
@@ -465,28 +439,22 @@ async fn revpend_a_start_of_a_term_already_ended_reads_as_the_writer_writes() {
         .await
         .unwrap();
     let since = now - 3_600_000;
-    let queued = (
-        reader
-            .election("a")
-            .unwrap()
-            .unwrap()
-            .current
-            .map(|t| t.token),
-        reader.leading_count().unwrap(),
-        reader.recent_between(since, "a", "a").unwrap().changes,
-    );
+    let read = || {
+        (
+            reader
+                .election("a")
+                .unwrap()
+                .unwrap()
+                .current
+                .map(|t| t.token),
+            reader.leading_count().unwrap(),
+            reader.recent_between(since, "a", "a").unwrap().changes,
+        )
+    };
+    let queued = read();
     drop(lock);
     store.flush().await.unwrap();
-    let committed = (
-        reader
-            .election("a")
-            .unwrap()
-            .unwrap()
-            .current
-            .map(|t| t.token),
-        reader.leading_count().unwrap(),
-        reader.recent_between(since, "a", "a").unwrap().changes,
-    );
+    let committed = read();
     assert_eq!(committed.0, None, "the writer kept the term ended");
     assert_eq!(
         queued, committed,
@@ -496,12 +464,11 @@ async fn revpend_a_start_of_a_term_already_ended_reads_as_the_writer_writes() {
 }
 
 /// The writer compares each batch with the resume revision as it moves
-/// through the queue (`apply_batch`: `s.resume` is the running one); the
-/// overlay compares each with the *stored* one only. A batch at or below a
-/// queued batch's revision is ignored by the writer and counted by the
-/// overlay (here: a refusal counted twice).
+/// through the queue (`apply_batch`: `s.resume` is the running one), so a
+/// batch at or below a queued batch's revision is ignored: the overlay
+/// must ignore it too (here: a refusal counted once, not twice).
 #[tokio::test]
-async fn revpend_a_batch_at_a_queued_revision_is_counted_once() {
+async fn a_batch_at_a_queued_revision_is_counted_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = db(&dir);
     let now = now_ms();
@@ -524,16 +491,16 @@ async fn revpend_a_batch_at_a_queued_revision_is_counted_once() {
             .unwrap();
     }
     let since = now - 3_600_000;
-    let queued = (
-        reader.election("a").unwrap().unwrap().refusals,
-        reader.refusals_since(since).unwrap(),
-    );
+    let read = || {
+        (
+            reader.election("a").unwrap().unwrap().refusals,
+            reader.refusals_since(since).unwrap(),
+        )
+    };
+    let queued = read();
     drop(lock);
     store.flush().await.unwrap();
-    let committed = (
-        reader.election("a").unwrap().unwrap().refusals,
-        reader.refusals_since(since).unwrap(),
-    );
+    let committed = read();
     assert_eq!(committed.0, 1, "the writer stored one refusal");
     assert_eq!(
         queued, committed,
@@ -543,10 +510,10 @@ async fn revpend_a_batch_at_a_queued_revision_is_counted_once() {
 }
 
 /// The overview sorted or filtered counts "changes 24 h" with
-/// `started_since` (not overlaid); sorted by name, with `recent_between`
-/// (overlaid): the same page shows two counts for one moment.
+/// `started_since`; sorted by name, with `recent_between`: both are
+/// overlaid, so one moment has one count.
 #[tokio::test]
-async fn revpend_started_since_and_recent_between_agree_while_queued() {
+async fn started_since_and_recent_between_agree_while_queued() {
     let dir = tempfile::tempdir().unwrap();
     let path = db(&dir);
     let now = now_ms();
@@ -592,10 +559,10 @@ async fn revpend_started_since_and_recent_between_agree_while_queued() {
 }
 
 /// Cost of the overlaid reads at 100,000 elections (a measurement, not a
-/// check: `cargo test --release --test history -- --ignored revpend_cost`).
+/// check: `cargo test --release --test history -- --ignored cost`).
 #[tokio::test]
 #[ignore]
-async fn revpend_cost_of_overlaid_reads_at_100k() {
+async fn cost_of_overlaid_reads_at_100k() {
     use std::time::Instant;
     let n = 100_000i64;
     let dir = tempfile::tempdir().unwrap();
@@ -685,9 +652,9 @@ async fn revpend_cost_of_overlaid_reads_at_100k() {
 
 /// Two clusters: a queued reset of A stops A's overlay only; B's queued
 /// end is shown, and reads as B's commit (after A's reset carried B's
-/// open term into the new epoch). Passes on main (checked correct).
+/// open term into the new epoch).
 #[tokio::test]
-async fn revpend_a_reset_of_one_cluster_leaves_the_others_overlay_exact() {
+async fn a_reset_of_one_cluster_leaves_the_others_overlay_exact() {
     use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
     let path = db(&dir);

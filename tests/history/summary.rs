@@ -11,18 +11,6 @@ use tenure::history::*;
 
 use crate::fixtures::*;
 
-/// A small seeded generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
-
 /// What the raw tables say, per election: terms, refusals, last event.
 type Truth = BTreeMap<String, (u64, u64, Option<i64>)>;
 

@@ -382,6 +382,31 @@ pub enum WatchStatus {
     /// revision without delivering anything: recording is stalled (until an
     /// event or a progress notification arrives).
     Stuck { next_revision: i64, attempts: u32 },
+    /// The etcd answering at the cluster's endpoints is another etcd
+    /// cluster (`found`) than the one the history recorded under the
+    /// cluster's name (`recorded`), and the operator has not adopted it
+    /// (`serve --adopt-etcd`): nothing is loaded, recorded or written until
+    /// the recorded one answers again ([`not_the_recorded_etcd`] says so).
+    NotTheRecordedEtcd { recorded: u64, found: u64 },
+}
+
+/// Why a cluster is refused when the etcd at its endpoints is not the one
+/// its history recorded under its name (`cluster`: `None` for the one
+/// unnamed cluster), and what to do: one sentence for the log, the start
+/// refusal and `/readyz`.
+pub fn not_the_recorded_etcd(cluster: Option<&str>, recorded: u64, found: u64) -> String {
+    let (name, adopt) = match cluster {
+        Some(c) => (format!("cluster {c:?}"), format!("{c}={found:x}")),
+        None => ("the etcd cluster".to_owned(), format!("{found:x}")),
+    };
+    format!(
+        "{name}'s endpoints answer as etcd cluster id {found:x}, but the history records \
+         etcd cluster id {recorded:x} under that name: refused, nothing of it is recorded or \
+         written (no token floor, no writer fence, no history). Check --cluster/--config (two \
+         names swapped? an endpoint moved?); if this etcd deliberately replaced the recorded \
+         one (a new cluster, or a restore under another cluster token), adopt it once with \
+         `--adopt-etcd {adopt}` (docs/operations.md, Replacing etcd)"
+    )
 }
 
 /// Everything the watcher reports, in order.

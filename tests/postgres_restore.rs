@@ -92,10 +92,48 @@ async fn a_new_etcd_timeline_resets_the_writer_fence_and_the_old_timeline_stays_
     .expect("join")
     .expect("the stale writer claims the fence");
 
-    // etcd starts over: a new cluster on new endpoints (a restore looks the
-    // same to the fence: revisions below the stored token).
+    // etcd starts over: a new cluster on new endpoints, adopted by the
+    // operator (a restore looks the same to the fence: revisions below the
+    // stored token).
     let new = Etcd::start().await;
-    let second = Serve::start(&[new.endpoint()], db, &args, &[]).await;
+    let new_id = new
+        .client()
+        .await
+        .get("any", None)
+        .await
+        .expect("get")
+        .header()
+        .expect("header")
+        .cluster_id();
+    // Another etcd cluster id than the history recorded: refused, the
+    // fence row untouched, until the operator adopts it (issue 43.1).
+    let row = pg.psql("restore", "SELECT token, generation FROM history_writer");
+    let out = tokio::process::Command::new(support::tenure_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--db", &url])
+        .args(args)
+        .env("TENURE_ENDPOINTS", new.endpoint())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--adopt-etcd"),
+        "{err}"
+    );
+    assert_eq!(
+        pg.psql("restore", "SELECT token, generation FROM history_writer"),
+        row,
+        "the refused serve claimed nothing"
+    );
+    let adopt = format!("{new_id:x}");
+    let second = Serve::start(
+        &[new.endpoint()],
+        db,
+        &["--writer-ttl", "2s", "--adopt-etcd", &adopt],
+        &[],
+    )
+    .await;
     second.ready().await;
     let took = Instant::now();
     until(

@@ -297,7 +297,47 @@ async fn restore_from_a_snapshot_is_recorded_as_a_reset() {
     let d = lead(&c, "jobs", "d", 30).await;
     assert_eq!(d.token(), t_b, "the new timeline repeats a token");
 
-    let serve = Serve::start(&[etcd.endpoint()], &db, &[], &[]).await;
+    // Another cluster token made another etcd cluster id: not taken for
+    // this history's etcd until the operator adopts it (issue 43.1).
+    let (before, now) = (
+        Reader::open(&db)
+            .expect("reader")
+            .resume_point()
+            .expect("resume"),
+        c.etcd()
+            .clone()
+            .get("any", None)
+            .await
+            .expect("get")
+            .header()
+            .expect("header")
+            .cluster_id(),
+    );
+    let recorded = before.as_ref().and_then(|r| r.cluster_id).expect("an id");
+    let out = tokio::process::Command::new(support::tenure_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(&db)
+        .env("TENURE_ENDPOINTS", etcd.endpoint())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run serve");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "refused: {err}");
+    assert!(
+        err.contains(&format!("{recorded:x}")) && err.contains(&format!("--adopt-etcd {now:x}")),
+        "{err}"
+    );
+    let after = Reader::open(&db)
+        .expect("reader")
+        .resume_point()
+        .expect("resume");
+    assert_eq!(
+        after, before,
+        "the refused serve left the history as it was"
+    );
+    let adopt = format!("{now:x}");
+    let serve = Serve::start(&[etcd.endpoint()], &db, &["--adopt-etcd", &adopt], &[]).await;
     serve.caught_up(d.token()).await;
     serve.ready().await;
     let ready = reqwest::get(serve.url("/readyz"))

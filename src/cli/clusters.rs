@@ -133,6 +133,10 @@ pub struct Watched {
     /// its etcd (`serve --kubeconfig`/`--in-cluster`; no client, no
     /// connector).
     pub api: Option<Arc<crate::watch::kube::KubeConfig>>,
+    /// The etcd cluster id the operator adopted for it (`--adopt-etcd`):
+    /// taken as a new timeline of this cluster though its history recorded
+    /// another (`feed/identity.rs`).
+    pub adopt: Option<u64>,
 }
 
 /// How to connect to one cluster, again and again until it answers.
@@ -308,6 +312,7 @@ async fn connect_one(s: Spec) -> anyhow::Result<Watched> {
         sources: s.sources,
         sources_only: s.sources_only,
         api: None,
+        adopt: None,
     })
 }
 

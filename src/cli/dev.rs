@@ -180,6 +180,7 @@ fn serve_args(args: &DevArgs, dir: &Path, etcdctl: bool) -> anyhow::Result<Serve
         // Its etcd is new at every start: a kept history would read as a
         // reset each time, and a floor would refuse the demo's campaigns.
         raise_token_floor: false,
+        adopt_etcd: Vec::new(),
         // The other system's election, read as `--source` reads it.
         sources: if etcdctl {
             vec![crate::layout::Source::parse(&format!(

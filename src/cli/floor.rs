@@ -54,19 +54,29 @@ impl FloorKeeper {
 
     /// Raises the floor to at least `to`, in the background until done.
     pub fn raise(&mut self, to: i64) {
+        self.raise_if(to, std::future::ready(true));
+    }
+
+    /// [`FloorKeeper::raise`] once `gate` says yes (never when it says
+    /// no): an etcd not yet known to be the recorded one gets no floor.
+    pub fn raise_if(
+        &mut self,
+        to: i64,
+        gate: impl std::future::Future<Output = bool> + Send + 'static,
+    ) {
         if !self.enabled {
             return;
         }
-        crate::task::spawn_in(
-            &mut self.tasks,
-            "token floor",
-            keep(
-                self.client.clone(),
-                self.readiness.clone(),
-                to,
-                self.label.clone(),
-            ),
+        let (client, readiness, label) = (
+            self.client.clone(),
+            self.readiness.clone(),
+            self.label.clone(),
         );
+        crate::task::spawn_in(&mut self.tasks, "token floor", async move {
+            if gate.await {
+                keep(client, readiness, to, label).await;
+            }
+        });
     }
 }
 

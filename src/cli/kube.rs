@@ -55,5 +55,6 @@ pub fn watched(api: Arc<KubeConfig>) -> Watched {
         sources: Vec::new(),
         sources_only: true,
         api: Some(api),
+        adopt: None,
     }
 }

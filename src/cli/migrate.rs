@@ -8,9 +8,9 @@
 
 use anyhow::Context;
 
+use super::feed::identity::{etcd_cluster_id, first_key};
 use super::feed::Feed;
 use super::replica::History;
-use crate::election::Client;
 use crate::history::Db;
 
 /// A named cluster the history has not seen yet is welcome (a new one);
@@ -63,7 +63,7 @@ async fn name_the_unnamed(
     for f in feeds {
         let Some(name) = f.scope() else { continue };
         match f.watched.client.as_ref() {
-            Some(client) => match cluster_id(client).await {
+            Some(client) => match etcd_cluster_id(client, first_key(&f.watched, client)).await {
                 Some(id) if Some(id) == recorded => matching.push(name.clone()),
                 Some(_) => {}
                 None => unknown.push(name.to_string()),
@@ -102,20 +102,4 @@ async fn name_the_unnamed(
             }
         ),
     }
-}
-
-/// etcd's cluster id, from the header of a small read (`None`: no answer).
-async fn cluster_id(client: &Client) -> Option<u64> {
-    let mut etcd = client.etcd().clone();
-    let count = etcd_client::GetOptions::new().with_count_only();
-    // Any key (not empty: etcd refuses that), tenure's own root.
-    let key = client.keys().elections_root();
-    let answer = tokio::time::timeout(
-        std::time::Duration::from_secs(2),
-        client.op(etcd.get(key, Some(count))),
-    )
-    .await
-    .ok()?
-    .ok()?;
-    answer.header().map(|h| h.cluster_id())
 }

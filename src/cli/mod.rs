@@ -424,7 +424,7 @@ impl Need {
             // that one stream keeps both prefixes in revision order: etcd
             // checks the whole range, so the grant is that range. With
             // --source: exactly each source's prefixes.
-            Command::Serve(cmd) => Need::serve(&pipelines::watched_ranges(
+            Command::Serve(cmd) => Need::serve(&feed::watched_ranges(
                 keys.prefix(),
                 &cmd.args.sources,
                 cmd.args.sources_only,

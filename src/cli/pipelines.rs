@@ -21,7 +21,8 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tracing::Instrument;
 
 use super::clusters::Watched;
-use super::feed::{in_cluster, watch_config};
+use super::feed::identity;
+use super::feed::{in_cluster, watch_config, watched_ranges};
 use super::floor::FloorKeeper;
 use crate::election::Client;
 use crate::events::cluster::ClusterEvent;
@@ -191,7 +192,12 @@ pub(super) async fn start(
         register(&tasks, &watcher);
         let baseline = baseline(&common.reader, &m.scope).await?;
         if let (Some(floor), Some(floors)) = (baseline.floor, m.floors()) {
-            floors.raise(floor);
+            // Into the etcd its history recorded only (it may not have
+            // answered at start).
+            let (w, reader, client) = (f.watched.clone(), common.reader.clone(), client.clone());
+            floors.raise_if(floor, async move {
+                identity::confirmed(&w, &client, &reader).await
+            });
         }
         if let Some(p) = poller(&client, baseline, &common, None) {
             register(&tasks, &p);
@@ -330,6 +336,11 @@ impl Pipeline {
         let Some(cfg) = self.configured(&client).await else {
             return;
         };
+        // Before its client is handed to the web and its writer, and
+        // before its floor: the etcd its history recorded (or adopted).
+        if self.identified(&client).await.is_none() {
+            return;
+        }
         let _ = self.sources.set(cfg.sources_read(client.keys().prefix()));
         let _ = self.client.set(client.clone());
         // The floor its recorded resets require, kept while it runs (the
@@ -409,9 +420,22 @@ impl Pipeline {
         }
         let (w, max) = (self.watched.clone(), self.common.max_elections);
         self.retried(|| async {
-            watch_config(client, w.sources.clone(), w.sources_only, max)
+            watch_config(client, &w, max)
                 .await
                 .map_err(|e| format!("{e:#}"))
+        })
+        .await
+    }
+
+    /// Until its etcd is the one its history recorded under its name (or
+    /// adopted): another one is refused in `/readyz`, asked again (`None`:
+    /// serve stopped first).
+    async fn identified(&mut self, client: &Client) -> Option<()> {
+        let (w, reader) = (self.watched.clone(), self.common.reader.clone());
+        self.retried(|| async {
+            identity::verify(&w, client, &reader)
+                .await
+                .map_err(|e| e.to_string())
         })
         .await
     }
@@ -450,20 +474,6 @@ impl Pipeline {
             _ = self.stop.changed() => true,
         }
     }
-}
-
-/// The key ranges a serve watches in a cluster of this `prefix` and
-/// these sources, for its access check and the message when etcd denies
-/// them (none where the sources overlap: that is refused, with the
-/// reason, by [`watch_config`]).
-pub(super) fn watched_ranges(
-    prefix: &str,
-    sources: &[crate::layout::Source],
-    sources_only: bool,
-) -> Vec<(Vec<u8>, Vec<u8>)> {
-    crate::layout::Sources::for_serve(prefix, sources.to_vec(), sources_only)
-        .map(|s| s.ranges())
-        .unwrap_or_default()
 }
 
 /// Whether etcd lets `client` read what the watcher will watch: a

@@ -128,6 +128,18 @@ pub struct ServeArgs {
     #[arg(long, env = "TENURE_KUBE_HEARTBEATS")]
     pub kube_heartbeats: bool,
 
+    /// Take the etcd of this cluster id as a new timeline of the cluster (or of the one
+    /// cluster, without NAME=) though its history recorded another: ID as tenure prints it
+    /// (hex). Without it, an etcd that is not the one the history recorded under that name is
+    /// refused (docs/operations.md, Replacing etcd). Repeatable.
+    #[arg(
+        long = "adopt-etcd",
+        env = "TENURE_ADOPT_ETCD",
+        value_name = "[NAME=]ID",
+        value_delimiter = ','
+    )]
+    pub adopt_etcd: Vec<String>,
+
     /// Raise tenure's token floor when etcd starts over (always, but for
     /// `tenure dev`, whose etcd is new at every start).
     #[arg(skip = true)]
@@ -256,6 +268,7 @@ pub async fn run_with(
         sources: args.sources.clone(),
         sources_only: args.sources_only,
         api: None,
+        adopt: None,
     };
     run_clusters(vec![one], args, metrics, stop).await
 }
@@ -281,13 +294,17 @@ pub async fn run_clusters(
     let db = Db::from_arg(&args.db);
     // Before anything is opened: a --source etcd cannot serve is refused
     // (a cluster that did not answer reads its own once it does).
-    let feeds = Feed::prepare(clusters, args.max_elections).await?;
+    let mut feeds = Feed::prepare(clusters, args.max_elections).await?;
+    super::feed::identity::adopt(&mut feeds, &args.adopt_etcd)?;
     let watched: Vec<_> = feeds.iter().map(|f| (&f.watched, f.cfg.as_ref())).collect();
     super::clusters::refuse_one_etcd_twice(&watched).await?;
     let serve_metrics = Arc::new(Metrics::with_options(metrics).context("creating metrics")?);
     let readiness = Arc::new(Readiness::with_max_elections(args.max_elections));
     let mut store = open_history(&args, &db, &serve_metrics).await?;
     super::migrate::same_clusters(&store, &feeds, &db).await?;
+    // Before anything is written anywhere: each etcd is the one its
+    // history recorded under its name (or adopted).
+    super::feed::identity::verify_at_start(&feeds, &store.reader()).await?;
     let own = Own {
         args: &args,
         options: metrics,
@@ -367,6 +384,7 @@ async fn members_of(
             (own.serve_metrics.clone(), own.readiness.clone())
         };
         readiness.set_source(f.source_name());
+        readiness.set_cluster(f.scope().as_ref());
         let resume = f.resume(&store.reader()).await?;
         if let Some(r) = &resume {
             // Terms leading across the restart get their series now: the

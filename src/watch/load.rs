@@ -65,6 +65,15 @@ impl Watcher {
         loop {
             match self.snapshot(loading.asked()).await {
                 Ok((kvs, revision, cluster)) => {
+                    if let Some(recorded) = self.refused(resume.as_ref(), cluster) {
+                        refuse(recorded, cluster, tx).await?;
+                        // Whatever made this load a reset was read from the
+                        // refused etcd: the recorded one, back, is checked
+                        // afresh from the resume point.
+                        loading = Loading::new(resume.as_ref(), false, false);
+                        loading.pause().await;
+                        continue;
+                    }
                     self.check_progress_order().await;
                     let another = match loading.to_check() {
                         Some(r) => {
@@ -96,6 +105,16 @@ impl Watcher {
                 }
             }
         }
+    }
+
+    /// The cluster id recorded in `resume` when etcd answers as `cluster`,
+    /// another one the operator did not adopt (`WatchConfig::adopt`): such
+    /// an etcd is refused, not taken for a new timeline. `None`: the same
+    /// etcd, an adopted one, or nothing to compare (no resume point, no id
+    /// recorded or answered).
+    fn refused(&self, resume: Option<&Resume>, cluster: u64) -> Option<u64> {
+        let recorded = resume?.cluster_id.filter(|&c| c != 0)?;
+        (cluster != 0 && cluster != recorded && self.cfg.adopt != Some(cluster)).then_some(recorded)
     }
 
     /// Whether the snapshot (`kvs` at `revision` of `cluster`) is another
@@ -236,6 +255,22 @@ impl Watcher {
         }
         Ok((kvs, at.unwrap_or_default(), cluster))
     }
+}
+
+/// Says that another etcd than the recorded one answers (`found`, not
+/// `recorded`): refused, nothing loaded or recorded meanwhile.
+async fn refuse(recorded: u64, found: u64, tx: &mpsc::Sender<Update>) -> Result<(), Closed> {
+    tracing::error!(
+        recorded = format_args!("{recorded:x}"),
+        found = format_args!("{found:x}"),
+        "another etcd cluster than the recorded one answers: refused, nothing is loaded or \
+         recorded until the recorded one answers again (serve --adopt-etcd adopts it)"
+    );
+    send(
+        tx,
+        Update::Watch(WatchStatus::NotTheRecordedEtcd { recorded, found }),
+    )
+    .await
 }
 
 /// Where a load stands between its reads, whatever it reads (etcd's

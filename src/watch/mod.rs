@@ -92,6 +92,11 @@ pub struct WatchConfig {
     /// merge them ([`Plan::covering`]). Keys between the sources arrive
     /// and are ignored (`Sources::classify`).
     pub covering: Option<(Vec<u8>, Vec<u8>)>,
+    /// The etcd cluster id the operator adopted (`serve --adopt-etcd`):
+    /// an etcd of another cluster id than the resume point's is taken as
+    /// a new timeline (a reset) only when it is this one; any other is
+    /// refused ([`WatchStatus::NotTheRecordedEtcd`]), never recorded.
+    pub adopt: Option<u64>,
 }
 
 /// How a watcher reads its sources ([`Watcher::sources`]).
@@ -114,6 +119,7 @@ impl Default for WatchConfig {
             forget_after: Duration::from_secs(3600),
             sources: None,
             covering: None,
+            adopt: None,
         }
     }
 }

@@ -69,6 +69,12 @@ pub struct Readiness {
     connect_problem: std::sync::Mutex<Option<String>>,
     /// What the watcher reads, for the messages: `etcd` unless set.
     source: std::sync::OnceLock<&'static str>,
+    /// The cluster's name, for the messages (unset: the one, unnamed).
+    cluster: std::sync::OnceLock<Arc<str>>,
+    /// Another etcd than the recorded one answers at the cluster's
+    /// endpoints (`WatchStatus::NotTheRecordedEtcd`: recorded, found):
+    /// refused, not ready, until a batch is loaded again.
+    not_recorded_etcd: std::sync::Mutex<Option<(u64, u64)>>,
     /// The watcher's live word on its Kubernetes Leases (the election
     /// page's renewals).
     pub leases: renewing::LeaseBoard,
@@ -126,6 +132,7 @@ impl Readiness {
                     .fetch_max(crate::events::now_ms(), Ordering::Relaxed);
                 self.loaded.store(true, Ordering::Relaxed);
                 self.stuck.store(false, Ordering::Relaxed);
+                *self.not_recorded_etcd.locked() = None;
                 let reset = b
                     .events
                     .iter()
@@ -143,6 +150,9 @@ impl Readiness {
             }
             Update::Watch(WatchStatus::EtcdUp(up)) => self.etcd_up.store(*up, Ordering::Relaxed),
             Update::Watch(WatchStatus::Stuck { .. }) => self.stuck.store(true, Ordering::Relaxed),
+            Update::Watch(WatchStatus::NotTheRecordedEtcd { recorded, found }) => {
+                *self.not_recorded_etcd.locked() = Some((*recorded, *found));
+            }
             Update::Watch(WatchStatus::Overflow { .. }) => {
                 self.overflows.fetch_add(1, Ordering::Relaxed);
                 self.last_overflow_ms
@@ -175,6 +185,23 @@ impl Readiness {
             && self.loaded.load(Ordering::Relaxed)
             && !self.stuck.load(Ordering::Relaxed)
             && self.floor_problem().is_none()
+            && self.not_recorded_etcd.locked().is_none()
+    }
+
+    /// Names the cluster in the messages (`None`: the one, unnamed). The
+    /// first name said stays.
+    pub fn set_cluster(&self, name: Option<&Arc<str>>) {
+        if let Some(n) = name {
+            let _ = self.cluster.set(n.clone());
+        }
+    }
+
+    /// Why the etcd at the cluster's endpoints is refused: another than
+    /// the one its history recorded (`None`: it is not).
+    pub fn etcd_refused(&self) -> Option<String> {
+        let (recorded, found) = (*self.not_recorded_etcd.locked())?;
+        let name = self.cluster.get().map(|n| &**n);
+        Some(crate::events::not_the_recorded_etcd(name, recorded, found))
     }
 
     /// Says why the token floor could not be raised (`None`: it was).
@@ -422,7 +449,7 @@ fn readiness_verdict(r: &Readiness) -> (bool, String) {
         .cap_reached()
         .map(|c| format!("{}\n", c.sentence()))
         .unwrap_or_default();
-    if let Some(problem) = r.connect_problem() {
+    if let Some(problem) = r.etcd_refused().or_else(|| r.connect_problem()) {
         (false, format!("not ready: {problem}\n"))
     } else if let Some(problem) = r.floor_problem() {
         (false, format!("not ready: {problem}\n{cap}"))

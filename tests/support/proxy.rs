@@ -35,6 +35,8 @@ struct Shared {
     cut_after: AtomicU64,
     /// Connections closed that way.
     cut: AtomicU64,
+    /// Set: where new connections go instead of the first target.
+    retargeted: Mutex<Option<SocketAddr>>,
 }
 
 pub struct Proxy {
@@ -75,7 +77,12 @@ impl Proxy {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .spawn(async move {
-                            if let Ok(outbound) = TcpStream::connect(target).await {
+                            let to = shared
+                                .retargeted
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .unwrap_or(target);
+                            if let Ok(outbound) = TcpStream::connect(to).await {
                                 let _ = inbound.set_nodelay(true);
                                 let _ = outbound.set_nodelay(true);
                                 let (ri, wi) = inbound.into_split();
@@ -154,6 +161,21 @@ impl Proxy {
             }
         }
         n
+    }
+
+    /// From now on new connections go to `to` (loopback only); open ones
+    /// stay where they are ([`Proxy::close_existing`] ends them): the
+    /// endpoint now leads to another server.
+    pub fn retarget(&self, to: SocketAddr) {
+        assert!(
+            to.ip().is_loopback(),
+            "the proxy only forwards to loopback, not {to}"
+        );
+        *self
+            .shared
+            .retargeted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(to);
     }
 
     /// Closes every connection open now; new connections are forwarded

@@ -18,6 +18,7 @@
 //! campaigns in its own etcd, claims and locks only its own fence row);
 //! a feed's fence row is written only by that feed's writer.
 
+pub mod identity;
 pub mod writer;
 
 use std::sync::{Arc, OnceLock};
@@ -76,7 +77,7 @@ impl Feed {
         for c in clusters {
             let cfg = match &c.client {
                 Some(client) => Some(
-                    watch_config(client, c.sources.clone(), c.sources_only, max_elections)
+                    watch_config(client, &c, max_elections)
                         .await
                         .with_context(|| in_cluster(&c.name))?,
                 ),
@@ -149,17 +150,31 @@ pub(super) fn in_cluster(name: &Option<Arc<str>>) -> String {
 /// (several key ranges need ordered progress notifications).
 pub(super) async fn watch_config(
     client: &Client,
-    sources: Vec<crate::layout::Source>,
-    sources_only: bool,
+    w: &Watched,
     max_elections: usize,
 ) -> anyhow::Result<WatchConfig> {
-    let plan = Watcher::sources(client, sources, sources_only)
+    let plan = Watcher::sources(client, w.sources.clone(), w.sources_only)
         .await
         .context("reading --source")?;
     Ok(WatchConfig {
         max_elections,
         sources: Some(plan.sources),
         covering: plan.covering,
+        adopt: w.adopt,
         ..WatchConfig::default()
     })
+}
+
+/// The key ranges a serve watches in a cluster of this `prefix` and
+/// these sources, for its access check and the message when etcd denies
+/// them (none where the sources overlap: that is refused, with the
+/// reason, by [`watch_config`]).
+pub fn watched_ranges(
+    prefix: &str,
+    sources: &[crate::layout::Source],
+    sources_only: bool,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    crate::layout::Sources::for_serve(prefix, sources.to_vec(), sources_only)
+        .map(|s| s.ranges())
+        .unwrap_or_default()
 }

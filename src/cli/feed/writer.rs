@@ -59,6 +59,9 @@ enum Ended {
     Stop,
     Lost(String),
     Failed(String),
+    /// Won in an etcd that is not the one the feed's history recorded:
+    /// nothing claimed or written (`identity.rs`).
+    Refused(String),
 }
 
 impl FeedWriter {
@@ -118,6 +121,9 @@ impl Term {
             return;
         };
         loop {
+            if !self.identified(&client, &mut stop).await {
+                return;
+            }
             let won = self.campaign(&client, &name, &mut cluster, &mut stop).await;
             let leadership = match won {
                 Ok(Some(l)) => l,
@@ -210,6 +216,11 @@ impl Term {
                 drop(leadership);
                 false
             }
+            Ended::Refused(why) => {
+                eprintln!("tenure: {}: resigning the writer term: {why}", self.who());
+                let _ = leadership.resign().await;
+                paused(stop).await
+            }
             Ended::Failed(e) => {
                 eprintln!(
                     "tenure: {}: stopped writing (token {token}): {e}; resigning and standing by",
@@ -219,6 +230,29 @@ impl Term {
                     .await;
                 let _ = leadership.resign().await;
                 paused(stop).await
+            }
+        }
+    }
+
+    /// Waits while the feed's etcd is not the one its history recorded (or
+    /// adopted): a writer never campaigns in another (`false`: serve
+    /// stopped first). Its watcher says why in `/readyz`; a change of the
+    /// reason is logged.
+    async fn identified(&self, client: &Client, stop: &mut oneshot::Receiver<()>) -> bool {
+        let mut said = String::new();
+        loop {
+            match super::identity::verify(&self.feed.watched, client, &self.reader).await {
+                Ok(()) => return true,
+                Err(e) => {
+                    let why = e.to_string();
+                    if why != said {
+                        eprintln!("tenure: {}: not campaigning: {why}", self.who());
+                        said = why;
+                    }
+                }
+            }
+            if paused(stop).await {
+                return false;
             }
         }
     }
@@ -236,14 +270,8 @@ impl Term {
                 if let Some(cfg) = &self.feed.cfg {
                     return Some((client.clone(), cfg.clone()));
                 }
-                let w = &self.feed.watched;
-                let cfg = super::watch_config(
-                    client,
-                    w.sources.clone(),
-                    w.sources_only,
-                    self.ctx.max_elections,
-                )
-                .await;
+                let cfg =
+                    super::watch_config(client, &self.feed.watched, self.ctx.max_elections).await;
                 if let Ok(cfg) = cfg {
                     return Some((client.clone(), cfg));
                 }
@@ -354,6 +382,11 @@ impl Term {
         stop: &mut oneshot::Receiver<()>,
     ) -> Ended {
         let won = Instant::now();
+        // Won meanwhile in another etcd than the recorded one: its fence
+        // row is not claimed.
+        if let Err(e) = super::identity::verify(&self.feed.watched, client, &self.reader).await {
+            return Ended::Refused(e.to_string());
+        }
         let store = match self.open(client, leadership).await {
             Ok(s) => s,
             Err(e) => return Ended::Failed(e),

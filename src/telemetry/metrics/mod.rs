@@ -282,7 +282,10 @@ impl Metrics {
         // resumes with the next batch or caught-up notice.
         match update {
             Update::Watch(
-                WatchStatus::EtcdUp(false) | WatchStatus::Stuck { .. } | WatchStatus::Restarted(_),
+                WatchStatus::EtcdUp(false)
+                | WatchStatus::Stuck { .. }
+                | WatchStatus::Restarted(_)
+                | WatchStatus::NotTheRecordedEtcd { .. },
             ) if !self.paused.swap(true, Ordering::Relaxed) => {
                 for e in self.lock().values_mut() {
                     e.pause_leaderless(now_ms);
@@ -384,7 +387,9 @@ impl Metrics {
                 WatchStatus::IgnoredKey => self.p.ignored_keys.inc(),
                 WatchStatus::EncryptedValue => self.p.encrypted_values.inc(),
                 // Readiness reports it; restarts are counted already.
-                WatchStatus::Stuck { .. } | WatchStatus::Reconnected { .. } => {}
+                WatchStatus::Stuck { .. }
+                | WatchStatus::Reconnected { .. }
+                | WatchStatus::NotTheRecordedEtcd { .. } => {}
             },
             Update::Renewing { lapsed, changed } => {
                 self.p.leases_lapsed.set(*lapsed as i64);

@@ -826,3 +826,40 @@ async fn a_replayed_duration_is_given_as_its_bounds() {
     assert!(ended.contains('–'), "the event names the range: {ended}");
     s.stop().await;
 }
+
+/// The bearer scheme is case-insensitive (RFC 7235): `bearer TOKEN` is
+/// the token, for a mutating call as for a read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_scheme_is_taken_in_any_case() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = serve(&etcd, &dir, &["--api-token", TOKEN, "--read-token", "r"]).await;
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let resp = http()
+            .post(s.url("/api/v1/elections/cased/campaign"))
+            .header(reqwest::header::AUTHORIZATION, format!("{scheme} {TOKEN}"))
+            .json(&json!({"candidate": "c", "ttl_seconds": 5}))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        assert_eq!(status, StatusCode::OK, "{scheme}: {v}");
+        let token = v["token"].as_i64().unwrap();
+        let resp = http()
+            .post(s.url("/api/v1/elections/cased/resign"))
+            .header(reqwest::header::AUTHORIZATION, format!("{scheme} {TOKEN}"))
+            .json(&json!({"token": token}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{scheme}");
+        let read = http()
+            .get(s.url("/api/v1/elections"))
+            .header(reqwest::header::AUTHORIZATION, format!("{scheme} r"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(read.status(), StatusCode::OK, "{scheme}");
+    }
+}

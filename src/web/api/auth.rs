@@ -1,6 +1,6 @@
 //! Who may call the mutating API ([`Auth`]): the bearer token checked in
 //! constant time, and [`Mutation`], the one extractor every mutating
-//! handler takes (credential, body, name); who may read ([`guard_reads`]:
+//! handler takes (where the call comes from, credential, body, name); who may read ([`guard_reads`]:
 //! everyone, or with `--read-token` only those who send it).
 
 use std::sync::Arc;
@@ -15,11 +15,15 @@ use super::ApiError;
 use crate::election::ElectionName;
 use crate::web::{AppState, Auth};
 
-/// A mutating call on one election, checked in this order: the credential
-/// is valid (403 `api_disabled`, 401: before anything of the request is
-/// read, so a caller without it learns nothing of the body's schema), the
-/// route's name decodes, the JSON body parses (413, 415, 400
-/// `invalid_body`), the name is valid (400 `invalid_name`).
+/// A mutating call on one election, checked in this order: where it comes
+/// from (`origin.rs`: with `--no-auth` a Host that is a name must be
+/// `localhost` or an `--allowed-host`, 403 `host_not_allowed`; an Origin,
+/// if any, must be the Host's own or an `--allowed-host`, 403
+/// `origin_not_allowed`), the credential is valid (403 `api_disabled`,
+/// 401); both before anything of the request is read, so a caller without
+/// them learns nothing of the body's schema; then the route's name
+/// decodes, the JSON body parses (413, 415, 400 `invalid_body`), the name
+/// is valid (400 `invalid_name`).
 pub(super) struct Mutation<T> {
     pub(super) name: ElectionName,
     /// The client of the election's cluster.
@@ -33,6 +37,8 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for Mutation<T> {
     type Rejection = Response;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        super::origin::check(state, req.headers(), req.uri())
+            .map_err(IntoResponse::into_response)?;
         authorize(state, req.headers()).map_err(IntoResponse::into_response)?;
         let (mut parts, body) = req.into_parts();
         let raw = raw_name(&mut parts).await?;

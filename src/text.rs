@@ -1,8 +1,9 @@
 //! Small pure helpers on text that several floors share: cutting a string
 //! on a character boundary (to a number of bytes, marked or not, or of
-//! characters), the FNV-1a hash, base64 decoding, and percent-encoding
-//! one URL component.
-//! Nothing here allocates but [`label_of`] on a long name.
+//! characters), the FNV-1a hash, base64 decoding, percent-encoding
+//! one URL component, and showing what a value would hide ([`visible`]).
+//! Nothing here allocates but [`label_of`] on a long name and [`visible`]
+//! on a value with something to show.
 
 /// `s` cut to at most `max` bytes, on a character boundary (never panics,
 /// whatever `s` and `max`).
@@ -70,6 +71,49 @@ pub fn label_of(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
     format!("{}~{:016x}", cut(s, room), fnv1a(s.as_bytes())).into()
 }
 
+/// Whether `c` is written escaped wherever a holder or a name is shown
+/// ([`visible`]): a control (C0 U+0000–U+001F, DEL, C1 U+0080–U+009F),
+/// which a terminal obeys (ESC) or a display drops (NUL), or a
+/// bidirectional formatting character (the marks U+200E, U+200F, U+061C,
+/// the embeddings and overrides U+202A–U+202E, the isolates
+/// U+2066–U+2069), which reorders the text around it as it is displayed:
+/// `adm\u{202e}nimda` reads as `admadmin`.
+pub fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// Writes `c` as its escape: `\u{HEX}`, Rust's own form, lower-case hex
+/// without leading zeros (NUL `\u{0}`, ESC `\u{1b}`, U+202E `\u{202e}`).
+/// The one form, in every view; a value that holds those six characters
+/// literally reads the same (it is shown, not hidden).
+pub fn write_escape(out: &mut impl std::fmt::Write, c: char) -> std::fmt::Result {
+    write!(out, "\\u{{{:x}}}", u32::from(c))
+}
+
+/// `s` with every [`hidden`] character written as its escape
+/// ([`write_escape`]), so that what a holder or a name holds is what is
+/// shown: the pages (their escaper), the Markdown report, the command
+/// line's text. Borrowed when there is nothing to escape. The JSON API
+/// gives values as they are.
+pub fn visible(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(hidden) {
+        return s.into();
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if hidden(c) {
+            let _ = write_escape(&mut out, c);
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
+}
+
 /// Percent-encodes everything but unreserved characters (RFC 3986): a
 /// name becomes one URL path segment (`team/db` → `team%2Fdb`) or a query
 /// value (a page's link, a Kubernetes API continue token).
@@ -122,6 +166,28 @@ pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn controls_and_bidi_characters_are_shown_escaped() {
+        assert_eq!(
+            visible("a\0b\u{1b}[31mc\u{202e}d"),
+            "a\\u{0}b\\u{1b}[31mc\\u{202e}d"
+        );
+        for c in [
+            '\n', '\t', '\u{7f}', '\u{85}', '\u{9f}', '\u{200e}', '\u{200f}', '\u{202a}',
+            '\u{2066}', '\u{2069}', '\u{061c}',
+        ] {
+            assert!(hidden(c), "{c:?}");
+            assert!(!visible(&c.to_string()).chars().any(hidden), "{c:?}");
+        }
+        for c in ['a', 'é', '→', '\u{a0}', '\u{2065}', '\u{202f}', '日'] {
+            assert!(!hidden(c), "{c:?}");
+        }
+        assert!(matches!(
+            visible("plain → text"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
 
     #[test]
     fn cut_keeps_characters_whole() {

@@ -501,3 +501,81 @@ async fn a_library_holder_deposed_and_dropped_reports_its_end_without_claiming_i
     assert!(t["margin_ms"].is_null(), "{t}");
     assert_eq!(t["overlap_ms"], 0, "{t}");
 }
+
+/// The terms API's term of `token`, once `done` holds for it.
+async fn term_when(
+    serve: &Serve,
+    election: &str,
+    token: i64,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let url = serve.url(&format!("/api/v1/elections/{election}/terms"));
+    support::wait::poll(
+        what,
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || {
+            let url = url.clone();
+            let done = &done;
+            async move {
+                let body: Value = reqwest::get(&url).await.ok()?.json().await.ok()?;
+                body["terms"]
+                    .as_array()?
+                    .iter()
+                    .find(|t| t["token"] == token)
+                    .filter(|t| done(t))
+                    .cloned()
+            }
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// An early end written into a term's record while it runs (the record's
+/// key is writable by any client that may write `election/`) hides the
+/// overlap the holder reports later neither from the history nor from
+/// `tenure_overlap_seconds_total`: one rule for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_early_end_hides_the_overlap_neither_from_the_history_nor_from_the_metric() {
+    let (etcd, _dir, s) = world().await;
+    let c = Client::connect(&[etcd.endpoint()], "").await.unwrap();
+    let name = ElectionName::new("act-forged").unwrap();
+    let opts = tenure::election::CampaignOptions::new(tenure::election::Ttl::from_secs(4).unwrap());
+    let l = c.campaign_wait(&name, "lib", &opts, None).await.unwrap();
+    let token = l.token();
+    term_when(&s, "act-forged", token, "the term recorded", |_| true).await;
+    // "Acting ended 1 ms after it began", written during the term.
+    let forged = serde_json::json!({
+        "v": 1, "token": token, "holder": "lib", "window_ms": 1, "began_ms": 0,
+        "ended_ms": 1, "lease_end_ms": 4_000, "sent_ms": 1, "late": false,
+    });
+    let mut raw = etcd.client().await;
+    raw.put("election/~acting/act-forged", forged.to_string(), None)
+        .await
+        .unwrap();
+    // Deposed, a next holder at once; the first acts on 300 ms, then
+    // drops its leadership, which reports its true end.
+    c.depose(&name).await.unwrap().expect("deposed");
+    let next = c.campaign_wait(&name, "next", &opts, None).await.unwrap();
+    l.lost().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(l);
+    let t = term_when(&s, "act-forged", token, "the overlap shown", |t| {
+        t["overlap_ms"].as_i64().is_some_and(|o| o > 0)
+    })
+    .await;
+    let shown = t["overlap_ms"].as_i64().unwrap();
+    println!("[figure] forged early end: the history shows {shown} ms of overlap");
+    assert!(shown >= 250, "{t}");
+    let counted = s
+        .metric("tenure_overlap_seconds_total")
+        .await
+        .expect("the overlap counter");
+    assert!(
+        (counted * 1000.0 - shown as f64).abs() < 2.0,
+        "the counter's {counted} s vs the history's {shown} ms"
+    );
+    next.resign().await.unwrap();
+}

@@ -367,3 +367,35 @@ async fn bad_input_gets_a_clear_error() {
         text(&down.stderr)
     );
 }
+
+/// A holder with NUL, ESC (a terminal obeys `ESC[2J`) and U+202E (it
+/// reverses what follows as displayed), written into a real leader key:
+/// `tenure leader` and `depose` print each as its escape, never raw; with
+/// `--json` the value is given as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holders_controls_and_bidi_characters_are_printed_escaped() {
+    const HOLDER: &str = "adm\0in\u{1b}[2J\u{202e}evil";
+    let etcd = Etcd::start().await;
+    let mut raw = etcd.client().await;
+    let lease = raw.lease_grant(60, None).await.expect("grant").id();
+    raw.put(
+        "election/ctl",
+        HOLDER,
+        Some(etcd_client::PutOptions::new().with_lease(lease)),
+    )
+    .await
+    .expect("put");
+    let raw_hidden = |s: &str| s.chars().any(|c| matches!(c, '\0' | '\u{1b}' | '\u{202e}'));
+    let escaped = "adm\\u{0}in\\u{1b}[2J\\u{202e}evil";
+    let out = run(&etcd, &["leader", "ctl"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.contains(escaped) && !raw_hidden(&said), "{said:?}");
+    let json = run(&etcd, &["leader", "ctl", "--json"]).await;
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(v["holder"], HOLDER);
+    let out = run(&etcd, &["depose", "ctl"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.contains(escaped) && !raw_hidden(&said), "{said:?}");
+}

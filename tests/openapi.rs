@@ -377,3 +377,25 @@ async fn schemathesis_catches_a_body_unlike_the_document() {
     assert!(!ok, "a body unlike the document passed:\n{said}");
     assert!(said.contains("pages"), "{said}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_auth_the_document_says_which_hosts_a_mutating_call_may_name() {
+    let etcd = Etcd::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(&etcd, dir.path(), &["--no-auth"]).await;
+    let doc = document(&s).await;
+    for call in ["campaign", "renew", "resign", "fence"] {
+        let op = &doc["paths"][format!("/api/v1/elections/{{name}}/{call}")]["post"];
+        assert!(
+            op["description"]
+                .as_str()
+                .unwrap()
+                .contains("host_not_allowed"),
+            "{call}: {op}"
+        );
+        let forbidden = op["responses"]["403"]["description"].as_str().unwrap();
+        for code in ["host_not_allowed", "origin_not_allowed", "--allowed-host"] {
+            assert!(forbidden.contains(code), "{call}: {forbidden}");
+        }
+    }
+}

@@ -172,6 +172,7 @@ fn serve_args(args: &DevArgs, dir: &Path, etcdctl: bool) -> anyhow::Result<Serve
         api_token: None,
         read_token: None,
         no_auth: true,
+        allowed_hosts: Vec::new(),
         max_ttl: 3600,
         campaign_rate: 100,
         max_body: 16 * 1024,

@@ -92,7 +92,7 @@ pub fn run(args: HistoryArgs) -> anyhow::Result<i32> {
                     .map(|d| format!("{d:.1} s"))
                     .unwrap_or_default(),
                 r.end_cause.map(|c| c.as_str()).unwrap_or(""),
-                r.holder
+                crate::text::visible(&r.holder)
             );
         }
     }

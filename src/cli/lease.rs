@@ -224,12 +224,16 @@ impl<'a> Answer<'a> {
             format!(
                 "token not known: {} is its value's revision, the write that gave it to {} \
                  is not read",
-                self.revision, self.holder
+                self.revision,
+                crate::text::visible(&self.holder)
             )
         };
         println!(
             "{} leads {} ({token}; {} layout, read from {})",
-            self.holder, self.name, self.layout, self.read_from
+            crate::text::visible(&self.holder),
+            crate::text::visible(self.name),
+            self.layout,
+            self.read_from
         );
         let time = |us: Option<i64>| us.map_or("not written".to_owned(), format_us);
         println!(

@@ -7,6 +7,7 @@ use anyhow::Context;
 
 use super::{stderr, EXIT_ERROR, EXIT_OK, EXIT_REFUSED};
 use crate::election::{Client, ElectionName};
+use crate::text::visible;
 
 /// How `tenure observe` prints: JSON lines or text, the queue too or not.
 pub struct Shown {
@@ -39,7 +40,11 @@ pub async fn leader(
             .unwrap_or_else(|| "no lease".to_owned());
         println!(
             "{} leads {} (token {}, lease {:x}, {ttl}, {} layout)",
-            l.holder, l.name, l.token, l.lease_id, l.layout
+            visible(&l.holder),
+            l.name,
+            l.token,
+            l.lease_id,
+            l.layout
         );
         print_waiting(&status.waiting);
     }
@@ -56,7 +61,12 @@ pub async fn leader(
 
 fn print_waiting(waiting: &[crate::election::Leader]) {
     for (i, w) in waiting.iter().enumerate() {
-        println!("  {}. {} waits (token {})", i + 1, w.holder, w.token);
+        println!(
+            "  {}. {} waits (token {})",
+            i + 1,
+            visible(&w.holder),
+            w.token
+        );
     }
 }
 
@@ -112,7 +122,12 @@ fn print_observed(
         (true, false) => println!("{}", serde_json::to_string(&seen.leader)?),
         (false, _) => {
             match &seen.leader {
-                Some(l) => println!("{} leads {} (token {})", l.holder, l.name, l.token),
+                Some(l) => println!(
+                    "{} leads {} (token {})",
+                    visible(&l.holder),
+                    l.name,
+                    l.token
+                ),
                 None => println!("nobody leads {name}"),
             }
             print_waiting(&seen.waiting);
@@ -161,7 +176,9 @@ pub async fn resign(client: &Client, name: &ElectionName, token: i64) -> anyhow:
     let l = client.resign(name, token).await?;
     println!(
         "resigned: {} (token {}) no longer leads {}",
-        l.holder, l.token, l.name
+        visible(&l.holder),
+        l.token,
+        l.name
     );
     Ok(EXIT_OK)
 }
@@ -172,7 +189,10 @@ pub async fn depose(client: &Client, name: &ElectionName) -> anyhow::Result<i32>
         Some(l) => {
             println!(
                 "deposed {} (token {}, lease {:x}) from {}",
-                l.holder, l.token, l.lease_id, l.name
+                visible(&l.holder),
+                l.token,
+                l.lease_id,
+                l.name
             );
             Ok(EXIT_OK)
         }

@@ -95,6 +95,13 @@ pub struct ServeArgs {
     #[arg(long, conflicts_with = "api_token")]
     pub no_auth: bool,
 
+    /// A name mutating calls may be addressed to (the Host header), repeatable: NAME or
+    /// NAME:PORT. With --no-auth only IP addresses and localhost are taken otherwise (a web
+    /// page could lead a browser here by another name: DNS rebinding); give the names callers
+    /// use (an ingress's, a Service's). An Origin must be the Host's own or one of these.
+    #[arg(long = "allowed-host", env = "TENURE_ALLOWED_HOSTS", value_delimiter = ',', value_name = "NAME", value_parser = crate::web::api::AllowedHost::parse)]
+    pub allowed_hosts: Vec<crate::web::api::AllowedHost>,
+
     /// Largest TTL a campaign over HTTP may ask for, in seconds.
     #[arg(long, env = "TENURE_MAX_TTL", default_value = "3600")]
     pub max_ttl: u64,
@@ -474,6 +481,7 @@ fn app_state(
         live,
         cluster_live,
         auth: auth_of(args),
+        allowed_hosts: args.allowed_hosts.clone(),
         read_token: args.read_token.clone(),
         api_rate: RateLimiter::new(args.campaign_rate),
         limits: limits_of(args),

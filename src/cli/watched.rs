@@ -13,6 +13,7 @@ use super::EXIT_ERROR;
 use crate::election::keys::holder_of;
 use crate::election::Client;
 use crate::layout::{lead_order, token_at_rest, Role, Source};
+use crate::text::visible;
 
 #[derive(Serialize)]
 struct Candidate {
@@ -96,10 +97,17 @@ pub(super) async fn leader(
     }
     println!(
         "{} leads {path} (token {}, lease {:x}, {layout} layout)",
-        leader.holder, leader.token, leader.lease_id
+        visible(&leader.holder),
+        leader.token,
+        leader.lease_id
     );
     for (i, w) in waiting.iter().enumerate() {
-        println!("  {}. {} waits (token {})", i + 1, w.holder, w.token);
+        println!(
+            "  {}. {} waits (token {})",
+            i + 1,
+            visible(&w.holder),
+            w.token
+        );
     }
     Ok(0)
 }

@@ -33,6 +33,12 @@ use crate::election::acting::ActingRecord;
 /// is of a moment that had not come when it was written, and is not taken.
 pub const ARRIVAL_SLACK_MS: i64 = 1_000;
 
+/// How long after its term's end a version of the holder's record is still
+/// taken (a holder cut off from etcd retries for twice its TTL): the
+/// history reads versions that late, and the metrics keep a term that long
+/// for them, so both take the same versions and the same end.
+pub const LATE_MS: i64 = 10 * 60 * 1000;
+
 /// The versions of one term's record, merged: later versions fill in what
 /// earlier ones did not say. `late` per part: as the version that first
 /// said it. Every version that says acting ended is kept as a claim: the

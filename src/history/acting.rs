@@ -7,12 +7,8 @@ use std::collections::HashMap;
 
 use super::query::TermRow;
 use crate::election::acting::ActingRecord;
-use crate::events::acting::{self, Merged, Next, TermFacts};
+use crate::events::acting::{self, Merged, Next, TermFacts, LATE_MS};
 use crate::events::{Event, EventKind};
-
-/// How long after its term's end a holder's acting record is looked for
-/// (a holder cut off from etcd retries for twice its TTL).
-const LATE_MS: i64 = 10 * 60 * 1000;
 
 /// The events to read for a page of terms: recorded in `from..=to`, of
 /// tokens `lo..=hi`, at most `limit`.

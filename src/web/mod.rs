@@ -379,6 +379,9 @@ pub struct AppState {
     /// etcd's own events as they are recorded, for the same feed.
     pub cluster_live: broadcast::Sender<Arc<crate::events::cluster::ClusterEvent>>,
     pub auth: Auth,
+    /// `--allowed-host`: names a mutating call may be addressed to besides
+    /// IP literals and `localhost` (`api/origin.rs`).
+    pub allowed_hosts: Vec<api::AllowedHost>,
     /// `--read-token`: every read but the probes needs it (or the API
     /// token); `None`: reads are open.
     pub read_token: Option<String>,

@@ -176,7 +176,11 @@ fn credentials(method: &str, op: &mut Value, state: &AppState) {
             Auth::Disabled => {
                 "This server has no `--api-token`: this call answers 403 `api_disabled`."
             }
-            Auth::Open => "This server runs with `--no-auth`: no credential is needed.",
+            Auth::Open => {
+                "This server runs with `--no-auth`: no credential is needed; a Host that is a \
+                 name must be `localhost` or one given with `--allowed-host` (403 \
+                 `host_not_allowed`)."
+            }
         };
         *security = vec![none];
         if let Value::Object(op) = op {

@@ -78,6 +78,7 @@ pub async fn serve(store: &Store) -> (String, tokio::task::JoinHandle<()>) {
         live: tokio::sync::broadcast::channel(16).0,
         cluster_live: tokio::sync::broadcast::channel(16).0,
         auth: Auth::Open,
+        allowed_hosts: Vec::new(),
         read_token: None,
         api_rate: web::api::RateLimiter::new(limits.campaigns_per_second),
         limits,

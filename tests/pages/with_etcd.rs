@@ -129,3 +129,74 @@ async fn script_holder_from_etcd_is_escaped_through_tenure_serve() {
     assert_eq!(term_tokens(svg(&body)).len(), 1);
     serve.stop().await;
 }
+
+/// A control or bidirectional character a page or the report shows raw:
+/// any C0 or C1 control or DEL but the line breaks and tabs the text lays
+/// out itself, and the bidirectional marks, embeddings, overrides and
+/// isolates (Unicode's list, not tenure's).
+fn raw_hidden(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| {
+            let control = matches!(c, '\0'..='\u{1f}' | '\u{7f}'..='\u{9f}') && !matches!(c, '\n' | '\t');
+            let bidi = matches!(
+                c,
+                '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+            );
+            control || bidi
+        })
+        .collect()
+}
+
+/// NUL, ESC and U+202E (which reverses what follows it as displayed) in
+/// the value of a real leader key, through `tenure serve` (watcher →
+/// history → pages, report): each shown as its escape (`\u{1b}`), none
+/// raw, on the overview, the election page (its SVG), /timeline and the
+/// Markdown report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_with_controls_and_bidi_characters_is_shown_escaped_everywhere() {
+    const HOLDER: &str = "adm\0in\u{1b}[2J\u{202e}evil\u{85}";
+    let etcd = support::Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let serve = support::Serve::start(&[etcd.endpoint()], &dir.path().join("h.db"), &[], &[]).await;
+    let mut raw = etcd.client().await;
+    let lease = raw.lease_grant(60, None).await.expect("grant").id();
+    let put = raw
+        .put(
+            "election/ctl",
+            HOLDER,
+            Some(etcd_client::PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .expect("put");
+    serve
+        .caught_up(put.header().expect("header").revision())
+        .await;
+    let get = |path: String| {
+        let url = serve.url(&path);
+        async move {
+            let resp = http().get(url).send().await.expect("GET");
+            assert_eq!(resp.status(), StatusCode::OK, "{path}");
+            resp.text().await.expect("body")
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !get("/".into()).await.contains("href=\"/elections/ctl\"") {
+        assert!(Instant::now() < deadline, "ctl never listed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let from = now_ms() / 1000 - 600;
+    let to = from + 1200;
+    for path in [
+        "/".to_owned(),
+        "/elections/ctl?window=1h".to_owned(),
+        format!("/timeline?from={from}&to={to}"),
+        format!("/api/v1/report?from={from}&to={to}&format=md"),
+    ] {
+        let body = get(path.clone()).await;
+        assert_eq!(raw_hidden(&body), Vec::<char>::new(), "{path}: {body}");
+        for escaped in ["\\u{0}", "\\u{1b}", "\\u{202e}", "\\u{85}"] {
+            assert!(body.contains(escaped), "{path} lacks {escaped}: {body}");
+        }
+    }
+    serve.stop().await;
+}

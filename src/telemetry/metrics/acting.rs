@@ -8,11 +8,25 @@
 //! in etcd, and either the next term started or the time when a next term
 //! could still have lowered it has passed (its start would now come after
 //! the margin's reference). Kept per election: the last few terms only.
+//!
+//! One rule with the history: both take every version of a term's record
+//! and read it through `events::acting::view`, which takes the latest end
+//! no version's own arrival contradicts. So a version arriving after the
+//! margin was observed (the holder's true end, later than an early end
+//! someone wrote into the record during the term) still counts: an
+//! observed term is kept for [`LATE_MS`] after its end, as long as the
+//! history looks for its versions, and its overlap is read again at each
+//! version; what it grew by is added to `tenure_overlap_seconds_total`.
+//! It can only grow: a version arriving after the term's end is never
+//! written before it, so it can only move the end later. The margin's
+//! histogram is observed once (a histogram takes nothing back): a margin
+//! lowered by such a version afterwards is not observed again, the
+//! overlap is.
 
 use std::collections::{HashMap, HashSet};
 
 use crate::election::acting::ActingRecord;
-use crate::events::acting::{self, ActingView, Merged, Next, TermFacts};
+use crate::events::acting::{self, ActingView, Merged, Next, TermFacts, LATE_MS};
 use crate::events::{EndCause, Event, EventKind};
 
 /// Terms kept per election while their margin is not final.
@@ -32,13 +46,17 @@ struct Term {
     replayed: bool,
     merged: Merged,
     observed: bool,
+    /// The overlap already added to the counter (ms).
+    counted_overlap_ms: i64,
 }
 
-/// A term's final margin and overlap (ms), and whether it ended by a
-/// resign (its margin is then the holder's own round trip).
+/// What to add to the metrics for one term: its margin once final (ms;
+/// `None`: observed before, only its overlap grew), the overlap (ms) not
+/// counted yet, and whether it ended by a resign (its margin is then the
+/// holder's own round trip).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Final {
-    pub margin_ms: i64,
+    pub margin_ms: Option<i64>,
     pub overlap_ms: i64,
     pub resigned: bool,
 }
@@ -139,15 +157,19 @@ impl Margins {
             let Some(terms) = self.elections.get_mut(&name) else {
                 continue;
             };
-            for t in terms.iter_mut().filter(|t| !t.observed) {
-                if let Some(m) = final_margin(t, now_ms) {
+            terms.retain(|t| kept(t, now_ms));
+            for t in terms.iter_mut() {
+                let found = if t.observed {
+                    overlap_grown(t)
+                } else {
+                    final_margin(t, now_ms)
+                };
+                if let Some(f) = found {
                     t.observed = true;
-                    out.push(m);
+                    t.counted_overlap_ms = t.counted_overlap_ms.saturating_add(f.overlap_ms);
+                    out.push(f);
                 }
             }
-            // Observed, or never to be (replayed): kept only as the latest
-            // term, whose successor's start is still to come.
-            terms.retain(|t| !(t.observed || t.replayed) || t.next_started_at_ms.is_none());
             if terms.is_empty() {
                 self.elections.remove(&name);
             } else if terms.iter().any(waits_for_time) {
@@ -171,13 +193,22 @@ fn waits_for_time(t: &Term) -> bool {
             .is_some_and(|r| r.ended_ms.is_some())
 }
 
-fn final_margin(t: &Term, now_ms: i64) -> Option<Final> {
-    let record = t.merged.record.as_ref()?;
-    record.ended_ms?;
-    t.ended_at_ms?;
-    if t.replayed {
-        return None;
-    }
+/// Whether a term is kept: the latest (its successor's start is still to
+/// come); one whose margin is not final yet (not replayed: it never will
+/// be); one observed, for the versions that may still come
+/// ([`LATE_MS`] after its end, as the history reads them).
+fn kept(t: &Term, now_ms: i64) -> bool {
+    let late_versions_due = t
+        .ended_at_ms
+        .is_some_and(|end| now_ms < end.saturating_add(LATE_MS));
+    t.next_started_at_ms.is_none()
+        || (!t.observed && !t.replayed)
+        || (t.observed && late_versions_due)
+}
+
+/// The term's acting as the history reads it: the same facts, the same
+/// versions, the same function.
+fn view(t: &Term) -> ActingView {
     let facts = TermFacts {
         started_at_ms: t.started_at_ms,
         ended_at_ms: t.ended_at_ms,
@@ -186,14 +217,38 @@ fn final_margin(t: &Term, now_ms: i64) -> Option<Final> {
         end_cause: t.end_cause,
         next_started_at_ms: Next::Known(t.next_started_at_ms),
     };
-    let v: ActingView = acting::view(&facts, &t.merged);
+    acting::view(&facts, &t.merged)
+}
+
+fn final_margin(t: &Term, now_ms: i64) -> Option<Final> {
+    let record = t.merged.record.as_ref()?;
+    record.ended_ms?;
+    t.ended_at_ms?;
+    if t.replayed {
+        return None;
+    }
+    let v = view(t);
     let margin = v.margin_ms?;
     let stopped = v.acting_stopped_ms?;
     // A next term starting later than this would not lower the margin.
     let settled = t.next_started_at_ms.is_some() || now_ms >= stopped.saturating_add(margin);
     settled.then_some(Final {
-        margin_ms: margin,
-        overlap_ms: v.overlap_ms.unwrap_or(0),
+        margin_ms: Some(margin),
+        overlap_ms: v.overlap_ms.unwrap_or(0).max(0),
+        resigned: t.end_cause == Some(EndCause::Resigned),
+    })
+}
+
+/// An observed term's overlap, read again with the versions since: what
+/// it grew by, if it did.
+fn overlap_grown(t: &Term) -> Option<Final> {
+    if t.replayed {
+        return None;
+    }
+    let now = view(t).overlap_ms.unwrap_or(0);
+    (now > t.counted_overlap_ms).then(|| Final {
+        margin_ms: None,
+        overlap_ms: now.saturating_sub(t.counted_overlap_ms),
         resigned: t.end_cause == Some(EndCause::Resigned),
     })
 }
@@ -277,7 +332,7 @@ mod tests {
         assert_eq!(
             f,
             [Final {
-                margin_ms: 500,
+                margin_ms: Some(500),
                 overlap_ms: 0,
                 resigned: false
             }]
@@ -301,7 +356,7 @@ mod tests {
         );
         let f = m.apply(&[], 4_000);
         assert_eq!(f.len(), 1);
-        assert_eq!(f[0].margin_ms, 2_100);
+        assert_eq!(f[0].margin_ms, Some(2_100));
     }
 
     #[test]
@@ -316,7 +371,7 @@ mod tests {
         assert_eq!(
             f,
             [Final {
-                margin_ms: -800,
+                margin_ms: Some(-800),
                 overlap_ms: 690,
                 resigned: false
             }]
@@ -341,11 +396,56 @@ mod tests {
         assert_eq!(
             f,
             [Final {
-                margin_ms: 0,
+                margin_ms: Some(0),
                 overlap_ms: 0,
                 resigned: true
             }]
         );
+    }
+
+    #[test]
+    fn an_early_end_written_during_the_term_does_not_hide_the_overlap_the_history_shows() {
+        let mut m = Margins::default();
+        m.apply(&[started(1_000, 5)], 1_000);
+        // Someone writes "acting ended at 500" during the term (revision
+        // 1,500); the term expires at 3,000 and the next begins then.
+        m.apply(&[record(1_500, 5, 500, 2_000)], 1_500);
+        let at_the_end = m.apply(
+            &[ended(3_000, 5, EndCause::Expired), started(3_000, 9)],
+            3_000,
+        );
+        // The holder's own record, after the end: it acted until 3,750.
+        let later = m.apply(&[record(3_100, 5, 2_750, 2_000)], 3_100);
+        // What the history shows: every version, through the same view.
+        let mut every = Merged::default();
+        for e in [record(1_500, 5, 500, 2_000), record(3_100, 5, 2_750, 2_000)] {
+            if let EventKind::Acting { record } = &e.kind {
+                every.add(record, e.revision, e.at_ms);
+            }
+        }
+        let facts = TermFacts {
+            started_at_ms: Some(1_000),
+            ended_at_ms: Some(3_000),
+            ended_revision: Some(3_000),
+            end_seen_live: true,
+            end_cause: Some(EndCause::Expired),
+            next_started_at_ms: Next::Known(Some(3_000)),
+        };
+        assert_eq!(acting::view(&facts, &every).overlap_ms, Some(750));
+        let counted: i64 = at_the_end.iter().chain(&later).map(|f| f.overlap_ms).sum();
+        assert_eq!(counted, 750, "{at_the_end:?} then {later:?}");
+        let margins = at_the_end
+            .iter()
+            .chain(&later)
+            .filter(|f| f.margin_ms.is_some());
+        assert_eq!(margins.count(), 1, "the margin is observed once");
+        // A version no earlier end can hide changes nothing more; one
+        // arriving past LATE_MS is not taken, as the history does not.
+        assert!(m.apply(&[record(3_200, 5, 600, 2_000)], 3_200).is_empty());
+        let too_late = 3_000 + LATE_MS;
+        assert!(m
+            .apply(&[record(too_late, 5, 9_000, 2_000)], too_late)
+            .is_empty());
     }
 
     #[test]
@@ -376,7 +476,7 @@ mod tests {
         other.election = "other".into();
         let f = m.apply(&[other], 9_000);
         assert_eq!(f.len(), 1);
-        assert_eq!(f[0].margin_ms, 1_000);
+        assert_eq!(f[0].margin_ms, Some(1_000));
         assert!(m.waiting.is_empty());
     }
 }

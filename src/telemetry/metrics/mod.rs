@@ -344,8 +344,11 @@ impl Metrics {
                 let finals = self.margins.locked().apply(&batch.events, now_ms);
                 for f in finals {
                     let ended = if f.resigned { "resigned" } else { "lost" };
-                    if let Ok(h) = self.p.margin.get_metric_with_label_values(&[ended]) {
-                        h.observe(f.margin_ms as f64 / 1000.0);
+                    if let (Some(margin), Ok(h)) = (
+                        f.margin_ms,
+                        self.p.margin.get_metric_with_label_values(&[ended]),
+                    ) {
+                        h.observe(margin as f64 / 1000.0);
                     }
                     if f.overlap_ms > 0 {
                         self.p.overlap.inc_by(f.overlap_ms as f64 / 1000.0);

@@ -1,6 +1,6 @@
 //! Who may call the mutating API ([`Auth`]): the bearer token checked in
 //! constant time, and [`Mutation`], the one extractor every mutating
-//! handler takes (credential, body, name); who may read ([`guard_reads`]:
+//! handler takes (where the call comes from, credential, body, name); who may read ([`guard_reads`]:
 //! everyone, or with `--read-token` only those who send it).
 
 use std::sync::Arc;
@@ -15,11 +15,15 @@ use super::ApiError;
 use crate::election::ElectionName;
 use crate::web::{AppState, Auth};
 
-/// A mutating call on one election, checked in this order: the credential
-/// is valid (403 `api_disabled`, 401: before anything of the request is
-/// read, so a caller without it learns nothing of the body's schema), the
-/// route's name decodes, the JSON body parses (413, 415, 400
-/// `invalid_body`), the name is valid (400 `invalid_name`).
+/// A mutating call on one election, checked in this order: where it comes
+/// from (`origin.rs`: with `--no-auth` a Host that is a name must be
+/// `localhost` or an `--allowed-host`, 403 `host_not_allowed`; an Origin,
+/// if any, must be the Host's own or an `--allowed-host`, 403
+/// `origin_not_allowed`), the credential is valid (403 `api_disabled`,
+/// 401); both before anything of the request is read, so a caller without
+/// them learns nothing of the body's schema; then the route's name
+/// decodes, the JSON body parses (413, 415, 400 `invalid_body`), the name
+/// is valid (400 `invalid_name`).
 pub(super) struct Mutation<T> {
     pub(super) name: ElectionName,
     /// The client of the election's cluster.
@@ -33,6 +37,8 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for Mutation<T> {
     type Rejection = Response;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        super::origin::check(state, req.headers(), req.uri())
+            .map_err(IntoResponse::into_response)?;
         authorize(state, req.headers()).map_err(IntoResponse::into_response)?;
         let (mut parts, body) = req.into_parts();
         let raw = raw_name(&mut parts).await?;
@@ -66,22 +72,19 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
             "mutating calls are disabled: start tenure serve with --api-token TOKEN (or TENURE_API_TOKEN) \
              and send Authorization: Bearer TOKEN, or with --no-auth on a trusted network",
         )),
-        Auth::Token(expected) => {
-            let given = headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::trim);
-            match given {
-                None => Err(ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    "unauthorized",
-                    "missing credentials: send Authorization: Bearer <api token>",
-                )),
-                Some(g) if constant_time_eq(g.as_bytes(), expected.as_bytes()) => Ok(()),
-                Some(_) => Err(ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "invalid API token")),
-            }
-        }
+        Auth::Token(expected) => match presented(headers) {
+            Some(Presented::Bearer(g)) if constant_time_eq(&g, expected.as_bytes()) => Ok(()),
+            Some(Presented::Bearer(_)) => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "invalid API token",
+            )),
+            Some(Presented::Basic(_)) | None => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "missing credentials: send Authorization: Bearer <api token>",
+            )),
+        },
     }
 }
 
@@ -107,7 +110,7 @@ pub async fn guard_reads(
     if open || mutating {
         return next.run(req).await;
     }
-    let given = presented(req.headers());
+    let given = presented(req.headers()).map(Presented::token);
     let api = match &state.auth {
         Auth::Token(t) => Some(t.as_bytes()),
         _ => None,
@@ -132,15 +135,40 @@ pub async fn guard_reads(
     refused
 }
 
-/// The token a request presents: a bearer token, or HTTP Basic's password.
-fn presented(headers: &HeaderMap) -> Option<Vec<u8>> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    if let Some(t) = value.strip_prefix("Bearer ") {
-        return Some(t.trim().as_bytes().to_vec());
+/// What a request's `Authorization` header presents.
+#[derive(Debug, PartialEq, Eq)]
+enum Presented {
+    /// `Bearer TOKEN`.
+    Bearer(Vec<u8>),
+    /// HTTP Basic's password (the user name is not read).
+    Basic(Vec<u8>),
+}
+
+impl Presented {
+    fn token(self) -> Vec<u8> {
+        match self {
+            Presented::Bearer(t) | Presented::Basic(t) => t,
+        }
     }
-    let pair = crate::text::base64_decode(value.strip_prefix("Basic ")?.trim())?;
+}
+
+/// The one reading of the `Authorization` header: its scheme is
+/// case-insensitive (RFC 7235 §2.1: `bearer`, `BEARER` and `Bearer` are
+/// one), then one or more spaces and the credentials. `None`: no header,
+/// another scheme, or Basic credentials that do not decode.
+fn presented(headers: &HeaderMap) -> Option<Presented> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, rest) = value.trim_start().split_once(' ')?;
+    let credentials = rest.trim();
+    if scheme.eq_ignore_ascii_case("Bearer") {
+        return Some(Presented::Bearer(credentials.as_bytes().to_vec()));
+    }
+    if !scheme.eq_ignore_ascii_case("Basic") {
+        return None;
+    }
+    let pair = crate::text::base64_decode(credentials)?;
     let colon = pair.iter().position(|&b| b == b':')?;
-    Some(pair[colon + 1..].to_vec())
+    Some(Presented::Basic(pair[colon + 1..].to_vec()))
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -170,11 +198,31 @@ mod tests {
             header::AUTHORIZATION,
             "Basic dXNlcjpzM2NyZXQ=".parse().expect("header"),
         );
-        assert_eq!(presented(&h).as_deref(), Some(&b"s3cret"[..]));
+        assert_eq!(presented(&h), Some(Presented::Basic(b"s3cret".to_vec())));
         h.insert(
             header::AUTHORIZATION,
             "Bearer tok ".parse().expect("header"),
         );
-        assert_eq!(presented(&h).as_deref(), Some(&b"tok"[..]));
+        assert_eq!(presented(&h), Some(Presented::Bearer(b"tok".to_vec())));
+    }
+
+    #[test]
+    fn the_scheme_is_case_insensitive() {
+        let mut h = HeaderMap::new();
+        for value in ["bearer tok", "BEARER tok", "bEaReR  tok"] {
+            h.insert(header::AUTHORIZATION, value.parse().expect("header"));
+            assert_eq!(
+                presented(&h),
+                Some(Presented::Bearer(b"tok".to_vec())),
+                "{value}"
+            );
+        }
+        h.insert(
+            header::AUTHORIZATION,
+            "basic dXNlcjpzM2NyZXQ=".parse().expect("header"),
+        );
+        assert_eq!(presented(&h), Some(Presented::Basic(b"s3cret".to_vec())));
+        h.insert(header::AUTHORIZATION, "Bearertok".parse().expect("header"));
+        assert_eq!(presented(&h), None);
     }
 }

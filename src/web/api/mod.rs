@@ -5,7 +5,8 @@
 //!
 //! Files: `error.rs` (ApiError and the mapping of the library's errors),
 //! `extract.rs` (JSON body, election name), `auth.rs` (the bearer token,
-//! the `Mutation` extractor of the mutating calls), `limit.rs` (the
+//! the `Mutation` extractor of the mutating calls), `origin.rs` (their
+//! Host and Origin: no DNS rebinding), `limit.rs` (the
 //! campaign rate limit), `trace.rs` (request spans), `schema.rs` (the
 //! names', times' and resources' grammar as JSON Schema), and the handlers
 //! by resource: `elections.rs` (list, detail), `leadership.rs` (campaign,
@@ -20,6 +21,7 @@ mod error;
 mod extract;
 mod leadership;
 mod limit;
+mod origin;
 mod records;
 pub mod schema;
 mod trace;
@@ -38,6 +40,7 @@ pub use auth::guard_reads;
 pub use error::{ApiError, ErrorBody};
 pub use extract::{ApiQuery, JsonBody};
 pub use limit::RateLimiter;
+pub use origin::AllowedHost;
 pub use records::Window;
 pub use trace::trace_requests;
 

@@ -374,13 +374,16 @@ fn who_acted_when(o: &mut String, r: &Report) {
 }
 
 /// Markdown table cells: pipes and newlines would break the table, and a
-/// holder's `<…>` must stay text, not become HTML where the report is pasted.
+/// holder's `<…>` must stay text, not become HTML where the report is pasted;
+/// controls (a newline too) and bidirectional characters are shown as their
+/// escapes (`crate::text::visible`: `\u{1b}`), whose backslash Markdown
+/// keeps by its own escape.
 fn cell(s: &str) -> String {
-    s.replace('\\', "\\\\")
+    crate::text::visible(s)
+        .replace('\\', "\\\\")
         .replace('|', "\\|")
         .replace('<', "\\<")
         .replace('>', "\\>")
-        .replace(['\n', '\r'], " ")
         .replace('`', "'")
 }
 
@@ -801,7 +804,9 @@ mod tests {
 
     #[test]
     fn markdown_cells_cannot_break_the_table() {
-        assert_eq!(cell("a|b\nc"), "a\\|b c");
+        assert_eq!(cell("a|b\nc"), "a\\|b\\\\u{a}c");
         assert_eq!(cell("<script>"), "\\<script\\>");
+        // Shown as `\u{1b}` where the Markdown is rendered.
+        assert_eq!(cell("\0\u{1b}\u{202e}"), "\\\\u{0}\\\\u{1b}\\\\u{202e}");
     }
 }

@@ -256,7 +256,7 @@ pub enum Command {
     /// Operator action: delete the leader key, whoever holds it.
     Depose { name: ElectionName },
     /// Watch every election under the prefix: metrics, traces, history, HTTP.
-    Serve(serve::ServeCommand),
+    Serve(Box<serve::ServeCommand>),
     /// Print the recorded terms of an election from the history file.
     History(history::HistoryArgs),
     /// Local etcd + dashboard + a demo fleet: see tenure working with one command.
@@ -507,7 +507,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Dev(args) => return dev::run(args).await,
         // Leases through the Kubernetes API: no etcd.
         Command::Serve(cmd) if cmd.args.kubeconfig.is_some() || cmd.args.in_cluster => {
-            return serve::run_kube(cmd).await
+            return serve::run_kube(*cmd).await
         }
         Command::Leader {
             name,
@@ -520,7 +520,7 @@ async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         // Several clusters: each its own connection.
         Command::Serve(cmd) if !cmd.args.clusters.is_empty() || cmd.args.config.is_some() => {
-            return Ok(serve::run_many(&cli.global, cmd)
+            return Ok(serve::run_many(&cli.global, *cmd)
                 .await?
                 .unwrap_or(EXIT_USAGE));
         }
@@ -551,7 +551,7 @@ async fn run_connected(client: &Client, cli: Cli) -> anyhow::Result<i32> {
     let at = cli.global.endpoints.join(",");
     match cli.command {
         Command::Campaign(args) => campaign::run(&client, args).await,
-        Command::Serve(cmd) => serve::run(client, cmd).await,
+        Command::Serve(cmd) => serve::run(client, *cmd).await,
         Command::History(args) => history::run(args),
         Command::Dev(args) => dev::run(args).await,
         Command::Leader {

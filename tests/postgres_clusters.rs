@@ -1152,9 +1152,9 @@ async fn a_replica_with_the_cluster_names_swapped_is_refused_and_writes_nothing(
 }
 
 /// The same on a reconnect (issue 43.1): cluster b's endpoint (a proxy)
-/// now leads to another etcd Z. The running replica records nothing of Z
-/// and writes nothing into it (no floor, no writer campaign, b's fence row
-/// kept, no reset), and `/readyz` names both ids within 20 s; when the
+/// now leads to another etcd Z. The running replicas (b's writer and a
+/// standby) record nothing of Z and write nothing into it (no floor, no
+/// writer campaign, b's fence row kept, no reset), and `/readyz` names both ids within 20 s; when the
 /// endpoint leads back to b's etcd, b is recorded again without a reset.
 /// Z is taken for b only by the operator's step: served again with
 /// `--adopt-etcd b=Z`, its first load is a reset, and b's token floor is
@@ -1170,9 +1170,15 @@ async fn an_endpoint_that_leads_to_another_etcd_is_refused_until_adopted() {
     let pg = Postgres::start();
     let db = "moved";
     let url = pg.create_database(db);
-    let replicas = vec![Some(replica(&ea.endpoint(), &proxy.endpoint(), &url).await)];
+    // Two replicas: one writes b, the other stands by in b's election.
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        replicas.push(Some(replica(&ea.endpoint(), &proxy.endpoint(), &url).await));
+    }
     let r = replicas[0].as_ref().expect("replica");
-    r.ready().await;
+    for r in replicas.iter().flatten() {
+        r.ready().await;
+    }
     writer_of(&pg, db, "a", &replicas).await;
     writer_of(&pg, db, "b", &replicas).await;
     let cb = Client::connect(&[eb.endpoint()], "")

@@ -76,7 +76,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
         Duration::from_secs(args.story_every.max(30)),
     );
     announce(&args, &endpoint, etcdctl.is_some());
-    let serve_args = serve_args(&args, &dir, etcdctl.is_some())?;
+    let mut serve_args = serve_args(&args, &dir, etcdctl.is_some())?;
+    // A kept history (--db) was written over an earlier run's etcd: this
+    // one is new at every start, and adopted as that history's etcd.
+    let key = client.keys().elections_root().into_bytes();
+    if let Some(id) = super::feed::identity::etcd_cluster_id(&client, key).await {
+        serve_args.adopt_etcd = vec![format!("{id:x}")];
+    }
     let code = serve::run_until(client, serve_args, async {
         let _ = shutdown_signal().await;
     })

@@ -50,6 +50,14 @@ pub enum Error {
     )]
     NameCollision { name: String, key: String },
 
+    /// The client is pinned to one etcd cluster ([`crate::election::Client::only_in_cluster`])
+    /// and its endpoints answer as another: nothing was written.
+    #[error(
+        "etcd answers as cluster id {found:x}, not {expected:x} where this election belongs: \
+         nothing was written there; point the endpoints at the etcd cluster {expected:x}"
+    )]
+    OtherCluster { expected: u64, found: u64 },
+
     /// A token at or below tenure's token floor: etcd was restored from a
     /// snapshot and its revisions repeat tokens handed out before.
     #[error("{}", describe_floor(*.token, *.floor, *.revision))]

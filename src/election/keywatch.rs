@@ -72,8 +72,9 @@ pub enum WatchItem {
     /// The stream broke and is being reopened from the next revision.
     Reopening(Reopened),
     /// A stream was created (the first, or one reopened): etcd member
-    /// `member_id` serves it (0: its header did not say).
-    Opened { member_id: u64 },
+    /// `member_id` of cluster `cluster_id` serves it (0: its header did
+    /// not say).
+    Opened { member_id: u64, cluster_id: u64 },
     /// Opening the stream failed (etcd unreachable); retrying with backoff.
     Unavailable(String),
     /// etcd cancelled the watch for want of permission or authentication
@@ -365,6 +366,7 @@ impl RangeWatch {
             if resp.events().is_empty() {
                 return Some(WatchItem::Opened {
                     member_id: resp.header().map_or(0, |h| h.member_id()),
+                    cluster_id: resp.header().map_or(0, |h| h.cluster_id()),
                 });
             }
         }

@@ -119,6 +119,9 @@ pub struct Client {
     /// Campaigns refuse a token at or below tenure's token floor (see
     /// `floor.rs`); off only for terms whose token fences nothing.
     token_floor: bool,
+    /// `Some`: campaigns run only in the etcd cluster of this id (asked
+    /// before each attempt; see [`Client::only_in_cluster`]).
+    pinned_cluster: Option<u64>,
 }
 
 impl Client {
@@ -186,6 +189,7 @@ impl Client {
             keys: Keys::new(prefix),
             op_timeout: DEFAULT_OP_TIMEOUT,
             token_floor: true,
+            pinned_cluster: None,
             endpoints: std::sync::Arc::from(Vec::new()),
             config: std::sync::Arc::new(ConnectConfig::plain()),
         }
@@ -204,6 +208,41 @@ impl Client {
     pub fn without_token_floor(mut self) -> Self {
         self.token_floor = false;
         self
+    }
+
+    /// The same client, whose campaigns ask etcd's cluster id before each
+    /// attempt (one count-only read) and fail with [`Error::OtherCluster`]
+    /// when the endpoints answer as another etcd cluster than `id`: no key
+    /// is written there (a lease granted for the attempt runs out). For a caller that knows
+    /// which etcd its election belongs in (`tenure serve`'s history
+    /// writer, by its history's record). Between that read and the txn the
+    /// endpoints may still change (one round trip).
+    pub fn only_in_cluster(mut self, id: u64) -> Self {
+        self.pinned_cluster = Some(id);
+        self
+    }
+
+    /// Fails with [`Error::OtherCluster`] when the client is pinned to an
+    /// etcd cluster and its endpoints answer as another.
+    pub(crate) async fn check_pinned_cluster(&self, name: &ElectionName) -> Result<(), Error> {
+        let Some(expected) = self.pinned_cluster else {
+            return Ok(());
+        };
+        let count = etcd_client::GetOptions::new().with_count_only();
+        let key = self.keys.leader_key(name);
+        let answer = match self.op(self.etcd().clone().get(key, Some(count))).await {
+            Ok(a) => a,
+            // Not answering: the session's grant retries (and this asks
+            // again before the attempt after it).
+            Err(e) if e.is_retryable() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let found = answer.header().map_or(0, |h| h.cluster_id());
+        if found == expected {
+            Ok(())
+        } else {
+            Err(Error::OtherCluster { expected, found })
+        }
     }
 
     pub fn keys(&self) -> &Keys {

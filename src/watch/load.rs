@@ -70,7 +70,7 @@ impl Watcher {
                         // Whatever made this load a reset was read from the
                         // refused etcd: the recorded one, back, is checked
                         // afresh from the resume point.
-                        loading = Loading::new(resume.as_ref(), false, false);
+                        loading.afresh();
                         loading.pause().await;
                         continue;
                     }
@@ -108,13 +108,13 @@ impl Watcher {
     }
 
     /// The cluster id recorded in `resume` when etcd answers as `cluster`,
-    /// another one the operator did not adopt (`WatchConfig::adopt`): such
-    /// an etcd is refused, not taken for a new timeline. `None`: the same
-    /// etcd, an adopted one, or nothing to compare (no resume point, no id
-    /// recorded or answered).
+    /// another one the operator did not adopt (`WatchConfig::adopt`), or
+    /// none (0: its answer had no header): such an etcd is refused, not
+    /// taken for a new timeline. `None`: the same etcd, an adopted one, or
+    /// nothing to compare (no resume point, no id recorded).
     fn refused(&self, resume: Option<&Resume>, cluster: u64) -> Option<u64> {
         let recorded = resume?.cluster_id.filter(|&c| c != 0)?;
-        (cluster != 0 && cluster != recorded && self.cfg.adopt != Some(cluster)).then_some(recorded)
+        (cluster != recorded && self.cfg.adopt != Some(cluster)).then_some(recorded)
     }
 
     /// Whether the snapshot (`kvs` at `revision` of `cluster`) is another
@@ -329,6 +329,14 @@ impl<'r> Loading<'r> {
     /// timeline?): `None` once the load is a reset, or without one.
     pub(super) fn to_check(&self) -> Option<&'r Resume> {
         self.resume.filter(|_| !self.reset)
+    }
+
+    /// Starts over from the resume point, as a load that is no reset,
+    /// keeping the pause: what was read so far came from a refused etcd.
+    pub(super) fn afresh(&mut self) {
+        self.at_resume = self.resume.is_some();
+        self.reset = false;
+        self.kept.clear();
     }
 
     /// The resume revision is gone: the present is read next.

@@ -99,6 +99,17 @@ pub struct WatchConfig {
     pub adopt: Option<u64>,
 }
 
+/// What [`Watcher::replaced`] found of etcd now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Replaced {
+    /// The same cluster, not behind the applied revision.
+    No,
+    /// The same cluster id, its revision behind the applied one: a restore.
+    Behind,
+    /// Another cluster id.
+    Another,
+}
+
 /// How a watcher reads its sources ([`Watcher::sources`]).
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -311,7 +322,11 @@ impl Watcher {
 
     /// Whether etcd now is another timeline than the one applied so far:
     /// another cluster id, or a revision behind `applied`. `None` when etcd
-    /// does not answer. Asked with a count of the watch range's first key
+    /// does not answer.
+    ///
+    /// Another cluster id is [`Replaced::Another`]: not a reset by itself
+    /// (another etcd is refused unless adopted, and one endpoint of several
+    /// may lead elsewhere), but a load checked as a start's is. Asked with a count of the watch range's first key
     /// (its header has both), not `Status`: etcd 3.5 with authentication
     /// answers `Status` to root only, and serve's role may only read.
     async fn replaced(
@@ -319,7 +334,7 @@ impl Watcher {
         asker: &etcd_client::Client,
         applied: i64,
         cluster: u64,
-    ) -> Option<bool> {
+    ) -> Option<Replaced> {
         let mut etcd = asker.clone();
         let start = self.sources.ranges().into_iter().next()?.0;
         let count = etcd_client::GetOptions::new().with_count_only();
@@ -328,10 +343,14 @@ impl Watcher {
         let Ok(Ok(resp)) = asked else {
             return None;
         };
-        Some(
-            resp.header()
-                .is_some_and(|h| h.cluster_id() != cluster || h.revision() < applied),
-        )
+        let h = resp.header()?;
+        Some(if h.cluster_id() != cluster {
+            Replaced::Another
+        } else if h.revision() < applied {
+            Replaced::Behind
+        } else {
+            Replaced::No
+        })
     }
 
     /// Sends statuses on, logging overflows (the first ten, then every

@@ -19,7 +19,9 @@ use tokio::time::Instant;
 
 use super::merge::{Opening, Watch};
 use super::replay::Replay;
-use super::{open_terms, send, Closed, RenewReports, Resume, State, Watcher, STUCK_AFTER_ATTEMPTS};
+use super::{
+    open_terms, send, Closed, RenewReports, Replaced, Resume, State, Watcher, STUCK_AFTER_ATTEMPTS,
+};
 use crate::election::keywatch::{Reopened, Repeats, WatchItem, REPEAT_LOG_EVERY};
 use crate::events::{now_ms, Batch, RestartReason, Update, WatchStatus};
 
@@ -139,7 +141,10 @@ impl<'w> Stream<'w> {
                 }
                 // Turned into a reopen by `next_item`.
                 WatchItem::Denied(_) => {}
-                WatchItem::Opened { member_id } => self.on_opened(member_id).await?,
+                WatchItem::Opened {
+                    member_id,
+                    cluster_id,
+                } => self.on_opened(member_id, cluster_id).await?,
             }
             self.forget_idle().await?;
             self.report_renewing().await?;
@@ -240,7 +245,8 @@ impl<'w> Stream<'w> {
             .replaced(&self.asker, self.applied, self.cluster)
             .await
         {
-            Some(true) => self.reset(Some(self.live_at_ms)).await,
+            Some(Replaced::Behind) => self.reset(Some(self.live_at_ms)).await,
+            Some(Replaced::Another) => self.reload().await,
             answer => {
                 // Not behind, or no answer: a restored etcd's next progress
                 // notification is behind again, and asks again.
@@ -267,6 +273,13 @@ impl<'w> Stream<'w> {
         )))
         .await?;
         self.reconnecting.get_or_insert(RestartReason::Compacted);
+        self.reload().await
+    }
+
+    /// Loads again from the applied revision, checked as a start's load is
+    /// (the same timeline, another one, or another etcd: refused unless
+    /// adopted), and streams on from what it loaded.
+    async fn reload(&mut self) -> Result<(), Closed> {
         let resume = Resume {
             revision: self.applied,
             open_terms: open_terms(&self.state),
@@ -329,10 +342,17 @@ impl<'w> Stream<'w> {
         // Not answered (etcd is restarting): asked again as soon as the
         // new stream exists, not a probe later.
         self.ask_replaced = replaced.is_none();
-        if replaced == Some(true) {
-            self.reset(self.replay.since_ms).await?;
+        self.on_replaced(replaced).await
+    }
+
+    /// What a check for a replaced etcd found: a restore is a reset,
+    /// another cluster id a checked reload.
+    async fn on_replaced(&mut self, replaced: Option<Replaced>) -> Result<(), Closed> {
+        match replaced {
+            Some(Replaced::Behind) => self.reset(self.replay.since_ms).await,
+            Some(Replaced::Another) => self.reload().await,
+            Some(Replaced::No) | None => Ok(()),
         }
-        Ok(())
     }
 
     /// One more reopen at `next`: after [`STUCK_AFTER_ATTEMPTS`] in a row
@@ -362,8 +382,21 @@ impl<'w> Stream<'w> {
     }
 
     /// A new stream exists: the reconnect is recorded, and a check for a
-    /// replaced etcd that went unanswered is asked again.
-    async fn on_opened(&mut self, member_id: u64) -> Result<(), Closed> {
+    /// replaced etcd that went unanswered is asked again. A stream of
+    /// another etcd cluster than the one applied so far (an endpoint of
+    /// several that leads elsewhere, a check that got no answer) is that
+    /// check's answer: reloaded, where another etcd is refused unless
+    /// adopted.
+    async fn on_opened(&mut self, member_id: u64, cluster_id: u64) -> Result<(), Closed> {
+        if cluster_id != 0 && cluster_id != self.cluster {
+            tracing::warn!(
+                cluster = format_args!("{:x}", self.cluster),
+                stream = format_args!("{cluster_id:x}"),
+                "a watch stream of another etcd cluster: reloading from the applied revision"
+            );
+            self.ask_replaced = false;
+            return self.reload().await;
+        }
         if let Some(reason) = self.reconnecting.take() {
             tracing::info!(
                 reason = reason.as_str(),
@@ -376,14 +409,12 @@ impl<'w> Stream<'w> {
             }))
             .await?;
         }
-        if std::mem::take(&mut self.ask_replaced)
-            && self
+        if std::mem::take(&mut self.ask_replaced) {
+            let replaced = self
                 .w
                 .replaced(&self.asker, self.applied, self.cluster)
-                .await
-                == Some(true)
-        {
-            self.reset(self.replay.since_ms).await?;
+                .await;
+            self.on_replaced(replaced).await?;
         }
         Ok(())
     }

@@ -80,21 +80,23 @@ async fn recorded(w: &Watched, reader: &Reader) -> Result<Option<u64>, String> {
 }
 
 /// Whether `client`'s etcd may be recorded as `w`'s cluster: the one its
-/// history recorded, one the operator adopted, or any while none is.
-pub async fn verify(w: &Watched, client: &Client, reader: &Reader) -> Result<(), Refused> {
+/// history recorded, one the operator adopted, or any while none is. Its
+/// cluster id when it may.
+pub async fn verify(w: &Watched, client: &Client, reader: &Reader) -> Result<u64, Refused> {
     let recorded = recorded(w, reader).await.map_err(Refused::Unknown)?;
-    let Some(recorded) = recorded else {
-        return Ok(());
-    };
     let Some(found) = etcd_cluster_id(client, first_key(w, client)).await else {
         return Err(Refused::Unknown(format!(
-            "{}'s etcd did not say its cluster id within {ASK_TIMEOUT:?}: it is recorded \
-             once it says it is the etcd its history recorded ({recorded:x})",
-            in_cluster(&w.name)
+            "{}'s etcd did not say its cluster id within {ASK_TIMEOUT:?}: nothing of it is \
+             written until it says it is the etcd its history recorded{}",
+            in_cluster(&w.name),
+            recorded.map(|r| format!(" ({r:x})")).unwrap_or_default()
         )));
     };
+    let Some(recorded) = recorded else {
+        return Ok(found);
+    };
     if found == recorded || w.adopt == Some(found) {
-        return Ok(());
+        return Ok(found);
     }
     Err(Refused::NotRecorded(not_the_recorded_etcd(
         w.name.as_deref(),
@@ -113,7 +115,7 @@ pub async fn verify_at_start(feeds: &[Feed], reader: &Reader) -> anyhow::Result<
             continue;
         };
         match verify(&feed.watched, client, reader).await {
-            Ok(()) => {}
+            Ok(_) => {}
             Err(Refused::Unknown(why)) => {
                 eprintln!("tenure: {why}; checked again before anything of it is written");
             }
@@ -131,7 +133,7 @@ pub async fn verify_at_start(feeds: &[Feed], reader: &Reader) -> anyhow::Result<
 pub async fn confirmed(w: &Watched, client: &Client, reader: &Reader) -> bool {
     loop {
         match verify(w, client, reader).await {
-            Ok(()) => return true,
+            Ok(_) => return true,
             Err(Refused::NotRecorded(_)) => return false,
             Err(Refused::Unknown(_)) => tokio::time::sleep(Duration::from_secs(1)).await,
         }
@@ -159,14 +161,16 @@ pub fn adopt(feeds: &mut [Feed], flags: &[String]) -> anyhow::Result<()> {
             })?;
         let feed = match name {
             Some(n) => feeds.iter_mut().find(|f| f.scope().as_deref() == Some(n)),
-            None if feeds.len() == 1 => feeds.first_mut(),
+            None if feeds.len() == 1 && feeds.iter().all(|f| f.scope().is_none()) => {
+                feeds.first_mut()
+            }
             None => None,
         };
         let Some(feed) = feed.filter(|f| f.watched.api.is_none()) else {
             anyhow::bail!(
                 "--adopt-etcd {flag}: no such etcd cluster in this serve: give NAME=ID with the \
                  name of a --cluster (or of a [[cluster]] table) watching etcd, or ID alone \
-                 with one cluster"
+                 for the one cluster of a serve without --cluster"
             );
         };
         feed.watched.adopt = Some(id);

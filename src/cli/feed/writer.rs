@@ -55,6 +55,16 @@ struct Term {
     reader: Reader,
 }
 
+/// How a standby's campaign ends.
+enum Won {
+    Term(Box<Leadership>),
+    /// Serve stopped first.
+    Stopped,
+    /// The feed's endpoints now answer as another etcd than its history
+    /// recorded: not campaigned in.
+    Moved,
+}
+
 enum Ended {
     Stop,
     Lost(String),
@@ -121,13 +131,18 @@ impl Term {
             return;
         };
         loop {
-            if !self.identified(&client, &mut stop).await {
+            let Some(etcd) = self.identified(&client, &mut stop).await else {
                 return;
-            }
-            let won = self.campaign(&client, &name, &mut cluster, &mut stop).await;
+            };
+            let pinned = client.clone().only_in_cluster(etcd);
+            let won = self.campaign(&pinned, &name, &mut cluster, &mut stop).await;
             let leadership = match won {
-                Ok(Some(l)) => l,
-                Ok(None) => return,
+                Ok(Won::Term(l)) => *l,
+                Ok(Won::Stopped) => return,
+                // Another etcd answers now: the campaign is dropped (its
+                // lease there is not kept alive) until the recorded one is
+                // back.
+                Ok(Won::Moved) | Err(crate::election::Error::OtherCluster { .. }) => continue,
                 Err(e) => {
                     eprintln!(
                         "tenure: {}: campaign for {WRITER_ELECTION} failed: {e}; retrying",
@@ -235,14 +250,14 @@ impl Term {
     }
 
     /// Waits while the feed's etcd is not the one its history recorded (or
-    /// adopted): a writer never campaigns in another (`false`: serve
+    /// adopted): a writer never campaigns in another (`None`: serve
     /// stopped first). Its watcher says why in `/readyz`; a change of the
     /// reason is logged.
-    async fn identified(&self, client: &Client, stop: &mut oneshot::Receiver<()>) -> bool {
+    async fn identified(&self, client: &Client, stop: &mut oneshot::Receiver<()>) -> Option<u64> {
         let mut said = String::new();
         loop {
             match super::identity::verify(&self.feed.watched, client, &self.reader).await {
-                Ok(()) => return true,
+                Ok(id) => return Some(id),
                 Err(e) => {
                     let why = e.to_string();
                     if why != said {
@@ -252,7 +267,7 @@ impl Term {
                 }
             }
             if paused(stop).await {
-                return false;
+                return None;
             }
         }
     }
@@ -286,14 +301,16 @@ impl Term {
 
     /// Standby: waits for the term (a watch on the key), draining etcd's
     /// events, which the writer records. Stopping ends the wait cleanly
-    /// (its lease revoked): `Ok(None)`.
+    /// (its lease revoked): `Won::Stopped`; another etcd answering ends it
+    /// too (`Won::Moved`: asked every poll, so a campaign may reach it
+    /// within one poll's time).
     async fn campaign(
         &self,
         client: &Client,
         name: &ElectionName,
         cluster: &mut mpsc::Receiver<ClusterEvent>,
         stop: &mut oneshot::Receiver<()>,
-    ) -> Result<Option<Leadership>, crate::election::Error> {
+    ) -> Result<Won, crate::election::Error> {
         let opts = CampaignOptions::new(self.ctx.ttl);
         let stopped = async {
             let _ = stop.await;
@@ -316,9 +333,19 @@ impl Term {
         }
         loop {
             tokio::select! {
-                l = &mut campaign => return l,
+                l = &mut campaign => {
+                    return l.map(|l| l.map_or(Won::Stopped, |l| Won::Term(Box::new(l))));
+                }
                 Some(_) = cluster.recv() => {}
-                _ = look.tick() => self.look(client, name).await,
+                _ = look.tick() => {
+                    // A standby waits long: its etcd is asked again each
+                    // poll (a campaign in another would queue there).
+                    let asked = super::identity::verify(&self.feed.watched, client, &self.reader);
+                    if let Err(super::identity::Refused::NotRecorded(_)) = asked.await {
+                        return Ok(Won::Moved);
+                    }
+                    self.look(client, name).await;
+                }
             }
         }
     }

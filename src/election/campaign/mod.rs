@@ -384,6 +384,8 @@ impl Client {
         queued: Option<i64>,
         opts: &CampaignOptions,
     ) -> Result<Attempt, Error> {
+        // Before any key: the etcd the election belongs in, if pinned.
+        self.check_pinned_cluster(name).await?;
         if queued == Some(s.lease_id) {
             if let Some(a) = self.queue_recheck(name, s.lease_id).await? {
                 return Ok(a);

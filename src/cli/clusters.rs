@@ -22,26 +22,68 @@ use crate::layout::Source;
 /// Longest cluster name, in bytes.
 const MAX_NAME: usize = 64;
 
-/// `--cluster NAME=ENDPOINTS`, as given.
+/// `--cluster NAME=ENDPOINTS` (or `NAME=kubeconfig:PATH[#CONTEXT]`,
+/// `NAME=in-cluster`), as given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterFlag {
     pub name: String,
+    /// Empty when its Leases are read through the Kubernetes API.
     pub endpoints: Vec<String>,
+    pub api: Option<ApiSource>,
+}
+
+/// Where a cluster's Kubernetes API is: a kubeconfig and one of its
+/// contexts, or the pod's own service account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiSource {
+    /// `None`: the pod's service account (`in-cluster`).
+    pub kubeconfig: Option<PathBuf>,
+    /// `None`: the kubeconfig's current context.
+    pub context: Option<String>,
 }
 
 impl ClusterFlag {
-    /// Parses `NAME=URL[,URL...]`.
+    /// Parses `NAME=URL[,URL...]`, `NAME=kubeconfig:PATH[#CONTEXT]` or
+    /// `NAME=in-cluster`.
     pub fn parse(s: &str) -> Result<ClusterFlag, String> {
-        let Some((name, endpoints)) = s.split_once('=') else {
+        let Some((name, rest)) = s.split_once('=') else {
             return Err(format!(
-                "{s:?}: give NAME=ENDPOINTS, e.g. prod=https://10.0.0.1:2379,https://10.0.0.2:2379"
+                "{s:?}: give NAME=ENDPOINTS, e.g. prod=https://10.0.0.1:2379,https://10.0.0.2:2379, \
+                 or NAME=kubeconfig:PATH[#CONTEXT], or NAME=in-cluster"
             ));
         };
         check_name(name)?;
-        let endpoints = endpoints_of(endpoints.split(','))?;
+        let (endpoints, api) = if let Some(path) = rest.strip_prefix("kubeconfig:") {
+            let (path, context) = match path.split_once('#') {
+                Some((p, c)) => (p, Some(c.to_owned()).filter(|c| !c.is_empty())),
+                None => (path, None),
+            };
+            if path.is_empty() {
+                return Err(format!(
+                    "{s:?}: give the kubeconfig's path after kubeconfig:"
+                ));
+            }
+            let kubeconfig = Some(PathBuf::from(path));
+            (
+                Vec::new(),
+                Some(ApiSource {
+                    kubeconfig,
+                    context,
+                }),
+            )
+        } else if rest == "in-cluster" {
+            let api = ApiSource {
+                kubeconfig: None,
+                context: None,
+            };
+            (Vec::new(), Some(api))
+        } else {
+            (endpoints_of(rest.split(','))?, None)
+        };
         Ok(ClusterFlag {
             name: name.to_owned(),
             endpoints,
+            api,
         })
     }
 }
@@ -87,7 +129,15 @@ fn check_name(name: &str) -> Result<(), String> {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct Table {
     name: String,
-    endpoints: Endpoints,
+    /// etcd's endpoints; or, instead, `kubeconfig` (and `context`) or
+    /// `in-cluster`: its Leases through the Kubernetes API.
+    endpoints: Option<Endpoints>,
+    kubeconfig: Option<PathBuf>,
+    context: Option<String>,
+    #[serde(default)]
+    in_cluster: bool,
+    #[serde(default)]
+    kube_heartbeats: bool,
     #[serde(default)]
     prefix: String,
     /// Seconds, as `--timeout`.
@@ -192,6 +242,9 @@ struct Spec {
     access: Access,
     sources: Vec<Source>,
     sources_only: bool,
+    /// `Some`: read through the Kubernetes API (no endpoints), with
+    /// heartbeat leases or not.
+    api: Option<(ApiSource, bool)>,
 }
 
 /// The clusters of `--cluster` and `--config` (`None`: neither given).
@@ -200,10 +253,10 @@ pub async fn connect(
     global: &Global,
     flags: &[ClusterFlag],
     config: Option<&Path>,
-    sources: &[Source],
-    sources_only: bool,
+    (sources, sources_only): (&[Source], bool),
+    (heartbeats, max_elections): (bool, usize),
 ) -> anyhow::Result<Option<Vec<Watched>>> {
-    let Some(specs) = specs_of(global, flags, config, sources, sources_only)? else {
+    let Some(specs) = specs_of(global, flags, config, sources, sources_only, heartbeats)? else {
         return Ok(None);
     };
     let mut seen = std::collections::BTreeSet::new();
@@ -216,7 +269,10 @@ pub async fn connect(
     }
     let mut out = Vec::with_capacity(specs.len());
     for s in specs {
-        out.push(connect_one(s).await?);
+        out.push(match s.api.clone() {
+            Some((api, heartbeats)) => through_api(s.name, &api, heartbeats, max_elections)?,
+            None => connect_one(s).await?,
+        });
     }
     Ok(Some(out))
 }
@@ -229,6 +285,7 @@ fn specs_of(
     config: Option<&Path>,
     sources: &[Source],
     sources_only: bool,
+    heartbeats: bool,
 ) -> anyhow::Result<Option<Vec<Spec>>> {
     let specs = match (flags.is_empty(), config) {
         (true, None) => return Ok(None),
@@ -246,6 +303,7 @@ fn specs_of(
                 access: access_of(global),
                 sources: sources.to_vec(),
                 sources_only,
+                api: f.api.clone().map(|a| (a, heartbeats)),
             })
             .collect::<Vec<_>>(),
         (true, Some(path)) => {
@@ -261,6 +319,7 @@ fn specs_of(
                 ("--password-file", global.password_file.is_some()),
                 ("--source", !sources.is_empty()),
                 ("--sources-only", sources_only),
+                ("--kube-heartbeats", heartbeats),
             ]
             .into_iter()
             .filter_map(|(flag, set)| set.then_some(flag))
@@ -268,8 +327,8 @@ fn specs_of(
             anyhow::ensure!(
                 given.is_empty(),
                 "{} given with --config: set it in each [[cluster]] table of {} (prefix, cacert, \
-                 cert, key, user, password-file, source, sources-only), where it applies to that \
-                 cluster alone",
+                 cert, key, user, password-file, source, sources-only, kube-heartbeats), where it \
+                 applies to that cluster alone",
                 given.join(", "),
                 path.display()
             );
@@ -277,6 +336,41 @@ fn specs_of(
         }
     };
     Ok(Some(specs))
+}
+
+/// One cluster read through the Kubernetes API: no etcd, no client.
+fn through_api(
+    name: String,
+    api: &ApiSource,
+    heartbeats: bool,
+    max_elections: usize,
+) -> anyhow::Result<Watched> {
+    let config = super::kube::config(
+        api.kubeconfig.as_deref(),
+        api.context.as_deref(),
+        heartbeats,
+        max_elections,
+    )
+    .with_context(|| format!("cluster {name:?}"))?;
+    Ok(Watched::through_api(Some(Arc::from(name)), config))
+}
+
+impl Watched {
+    /// A cluster whose Leases are read through `api`: no etcd.
+    pub fn through_api(
+        name: Option<Arc<str>>,
+        api: Arc<crate::watch::kube::KubeConfig>,
+    ) -> Watched {
+        Watched {
+            name,
+            client: None,
+            connector: Connector::none(),
+            sources: Vec::new(),
+            sources_only: true,
+            api: Some(api),
+            adopt: None,
+        }
+    }
 }
 
 /// One cluster's connection: connected now, or (etcd not answering) later.
@@ -324,63 +418,126 @@ fn read_file(path: &Path, timeout: Duration) -> anyhow::Result<Vec<Spec>> {
     let file: File = toml::from_str(&text).map_err(|e| {
         anyhow::anyhow!(
             "the configuration {} is not valid: {e}\nexpected [[cluster]] tables with \
-             name, endpoints and optionally prefix, timeout, cacert, cert, key, user, \
-             password-file, source, sources-only",
+             name, and endpoints (with optionally prefix, timeout, cacert, cert, key, user, \
+             password-file, source, sources-only) or kubeconfig (with optionally context, \
+             kube-heartbeats) or in-cluster = true",
             path.display()
         )
     })?;
     anyhow::ensure!(
         !file.cluster.is_empty(),
-        "the configuration {} names no cluster: add a [[cluster]] table with name and endpoints",
+        "the configuration {} names no cluster: add a [[cluster]] table with name and endpoints \
+         (or kubeconfig)",
         path.display()
     );
     let dir = path.parent().unwrap_or(Path::new("."));
-    let here = |p: Option<PathBuf>| p.map(|p| dir.join(p));
     file.cluster
         .into_iter()
         .map(|t| {
             let what = format!("{}: cluster {:?}", path.display(), t.name);
             check_name(&t.name).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            let endpoints = match &t.endpoints {
-                Endpoints::One(s) => endpoints_of(s.split(',')),
-                Endpoints::Many(v) => endpoints_of(v.iter().map(String::as_str)),
-            }
-            .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
-            let sources = t
-                .source
-                .iter()
-                .map(|s| Source::parse(s))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| anyhow::anyhow!("{what}: source: {e}"))?;
-            anyhow::ensure!(
-                !t.sources_only || !sources.is_empty(),
-                "{what}: sources-only needs at least one source"
-            );
-            let timeout = match t.timeout {
-                None => timeout,
-                Some(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Duration::from_secs_f64(s),
-                Some(s) => {
-                    anyhow::bail!("{what}: timeout {s}: give seconds, above 0 and at most 3600")
-                }
-            };
-            Ok(Spec {
-                name: t.name,
-                endpoints,
-                prefix: t.prefix,
-                timeout,
-                access: Access {
-                    cacert: here(t.cacert),
-                    cert: here(t.cert),
-                    key: here(t.key),
-                    user: t.user,
-                    password: None,
-                    password_file: here(t.password_file),
-                },
-                sources,
-                sources_only: t.sources_only,
-            })
+            spec_of(t, &what, dir, timeout)
         })
         .collect()
+}
+
+/// One table's cluster (`what` names it in errors; paths from `dir`).
+fn spec_of(t: Table, what: &str, dir: &Path, timeout: Duration) -> anyhow::Result<Spec> {
+    let here = |p: Option<PathBuf>| p.map(|p| dir.join(p));
+    let api = api_of(&t, what, dir)?;
+    let endpoints = match (&t.endpoints, &api) {
+        (Some(Endpoints::One(s)), None) => endpoints_of(s.split(',')),
+        (Some(Endpoints::Many(v)), None) => endpoints_of(v.iter().map(String::as_str)),
+        (None, Some(_)) => Ok(Vec::new()),
+        (None, None) => Err(
+            "give endpoints (etcd), or kubeconfig or in-cluster = true (the \
+             Kubernetes API)"
+                .to_owned(),
+        ),
+        (Some(_), Some(_)) => Err("endpoints and kubeconfig (or in-cluster) both name where \
+             it is: give one"
+            .to_owned()),
+    }
+    .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+    let sources = t
+        .source
+        .iter()
+        .map(|s| Source::parse(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("{what}: source: {e}"))?;
+    anyhow::ensure!(
+        !t.sources_only || !sources.is_empty(),
+        "{what}: sources-only needs at least one source"
+    );
+    let timeout = match t.timeout {
+        None => timeout,
+        Some(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Duration::from_secs_f64(s),
+        Some(s) => anyhow::bail!("{what}: timeout {s}: give seconds, above 0 and at most 3600"),
+    };
+    Ok(Spec {
+        name: t.name,
+        endpoints,
+        prefix: t.prefix,
+        timeout,
+        access: Access {
+            cacert: here(t.cacert),
+            cert: here(t.cert),
+            key: here(t.key),
+            user: t.user,
+            password: None,
+            password_file: here(t.password_file),
+        },
+        sources,
+        sources_only: t.sources_only,
+        api,
+    })
+}
+
+/// Whether a table reads its Leases through the Kubernetes API: its
+/// kubeconfig (and context) or the pod's account, with heartbeat leases or
+/// not. etcd's settings beside it are refused, not silently dropped.
+fn api_of(t: &Table, what: &str, dir: &Path) -> anyhow::Result<Option<(ApiSource, bool)>> {
+    let api = match (&t.kubeconfig, t.in_cluster) {
+        (Some(path), false) => ApiSource {
+            kubeconfig: Some(dir.join(path)),
+            context: t.context.clone(),
+        },
+        (None, true) if t.context.is_none() => ApiSource {
+            kubeconfig: None,
+            context: None,
+        },
+        (Some(_), true) => anyhow::bail!("{what}: kubeconfig and in-cluster: give one"),
+        (None, true) => anyhow::bail!("{what}: context is a kubeconfig's: give kubeconfig too"),
+        (None, false) => {
+            let etcd_only = t.context.is_some() || t.kube_heartbeats;
+            anyhow::ensure!(
+                !etcd_only,
+                "{what}: context and kube-heartbeats need kubeconfig or in-cluster"
+            );
+            return Ok(None);
+        }
+    };
+    let etcd: Vec<&str> = [
+        ("prefix", !t.prefix.is_empty()),
+        ("timeout", t.timeout.is_some()),
+        ("cacert", t.cacert.is_some()),
+        ("cert", t.cert.is_some()),
+        ("key", t.key.is_some()),
+        ("user", t.user.is_some()),
+        ("password-file", t.password_file.is_some()),
+        ("source", !t.source.is_empty()),
+        ("sources-only", t.sources_only),
+    ]
+    .into_iter()
+    .filter_map(|(k, set)| set.then_some(k))
+    .collect();
+    anyhow::ensure!(
+        etcd.is_empty(),
+        "{what}: {} set for a cluster read through the Kubernetes API: those are etcd's \
+         (its kubeconfig says how to reach and trust the API)",
+        etcd.join(", ")
+    );
+    Ok(Some((api, t.kube_heartbeats)))
 }
 
 /// Key ranges, `[start, end)`.
@@ -469,6 +626,25 @@ mod tests {
         ] {
             assert!(ClusterFlag::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_flag_names_a_kubeconfig_and_its_context_or_the_pods_account() {
+        let f = ClusterFlag::parse("eks=kubeconfig:/home/me/.kube/config#prod-admin").unwrap();
+        assert_eq!((f.name.as_str(), f.endpoints.len()), ("eks", 0));
+        assert_eq!(
+            f.api,
+            Some(ApiSource {
+                kubeconfig: Some(PathBuf::from("/home/me/.kube/config")),
+                context: Some("prod-admin".to_owned()),
+            })
+        );
+        let f = ClusterFlag::parse("k=kubeconfig:kc").unwrap();
+        assert_eq!(f.api.and_then(|a| a.context), None);
+        let f = ClusterFlag::parse("here=in-cluster").unwrap();
+        assert_eq!(f.api.map(|a| a.kubeconfig), Some(None));
+        assert!(ClusterFlag::parse("k=kubeconfig:").is_err());
+        assert!(ClusterFlag::parse("k=kubeconfig:#ctx").is_err());
     }
 
     #[test]

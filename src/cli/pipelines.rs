@@ -207,6 +207,12 @@ pub(super) async fn start(
     let (all, rx) = mpsc::channel::<(usize, Option<Update>)>(4096);
     for (i, (f, resume)) in feeds.iter().zip(resumes).enumerate() {
         let (m, c) = (&members[i], &f.watched);
+        if let Some(api) = &c.api {
+            let span = tracing::warn_span!("cluster", name = c.name.as_deref().unwrap_or(""));
+            let _entered = span.enter();
+            start_api_in(i, api, resume, &m.readiness, &all, &stopped, &tasks)?;
+            continue;
+        }
         let p = Pipeline {
             i,
             watched: c.clone(),
@@ -236,21 +242,71 @@ fn start_api(
     resume: Option<ResumePoint>,
     readiness: &Arc<Readiness>,
 ) -> anyhow::Result<(Inbox, Running)> {
+    let (tx, rx) = mpsc::channel::<Update>(4096);
+    let task = api_watcher(api, resume, readiness, tx)?;
+    Ok((Inbox::One(rx), Running::of(task.abort_handle())))
+}
+
+/// One of several clusters read through the Kubernetes API: its watcher
+/// from `resume`, its updates into the inbox as cluster `i`'s. A watcher
+/// that stops for good (an answer no retry changes: said in `/readyz` and
+/// on stderr) leaves its cluster down and the others recording; its end
+/// reaches the serve loop only at the stop.
+fn start_api_in(
+    i: usize,
+    api: &crate::watch::kube::KubeConfig,
+    resume: Option<ResumePoint>,
+    readiness: &Arc<Readiness>,
+    all: &mpsc::Sender<(usize, Option<Update>)>,
+    stop: &watch::Receiver<bool>,
+    tasks: &Mutex<Vec<AbortHandle>>,
+) -> anyhow::Result<()> {
+    let (tx, mut own) = mpsc::channel::<Update>(1024);
+    let watcher = api_watcher(api, resume, readiness, tx)?;
+    register(tasks, &watcher);
+    let (all, mut stop) = (all.clone(), stop.clone());
+    let forward = async move {
+        while let Some(u) = own.recv().await {
+            if all.send((i, Some(u))).await.is_err() {
+                return;
+            }
+        }
+        while !*stop.borrow() {
+            if stop.changed().await.is_err() {
+                break;
+            }
+        }
+        let _ = all.send((i, None)).await;
+    };
+    crate::task::spawn("cluster pipeline", forward.in_current_span());
+    Ok(())
+}
+
+/// The Kubernetes API's Lease watcher from `resume` into `tx`; why the API
+/// cannot be read is `readiness`'s problem (`/readyz`) until it can.
+fn api_watcher(
+    api: &crate::watch::kube::KubeConfig,
+    resume: Option<ResumePoint>,
+    readiness: &Arc<Readiness>,
+    tx: mpsc::Sender<Update>,
+) -> anyhow::Result<JoinHandle<()>> {
     use crate::watch::kube::{KubeWatcher, Problems, Stopped};
     let said = readiness.clone();
     let problems: Problems = Arc::new(move |p| said.set_connect_problem(p.map(|e| e.to_string())));
     let watcher = KubeWatcher::new(api.clone())
         .context("the Lease source")?
         .with_problems(problems);
-    let (tx, rx) = mpsc::channel::<Update>(4096);
     let readiness = readiness.clone();
-    let task = crate::task::spawn("kubernetes lease watcher", async move {
+    let run = async move {
         if let Err(Stopped::Api(e)) = watcher.run(resume, tx).await {
             readiness.set_connect_problem(Some(e.to_string()));
             super::stderr::say(format_args!("error: {e}"));
         }
-    });
-    Ok((Inbox::One(rx), Running::of(task.abort_handle())))
+    };
+    Ok(crate::task::spawn(
+        "kubernetes lease watcher",
+        run.in_current_span(),
+    ))
 }
 
 fn register<T>(tasks: &Mutex<Vec<AbortHandle>>, task: &JoinHandle<T>) {
@@ -435,6 +491,7 @@ impl Pipeline {
         self.retried(|| async {
             identity::verify(&w, client, &reader)
                 .await
+                .map(|_| ())
                 .map_err(|e| e.to_string())
         })
         .await

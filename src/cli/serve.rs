@@ -54,15 +54,17 @@ pub struct ServeArgs {
     #[arg(long = "source", env = "TENURE_SOURCES", value_delimiter = ',', value_name = "LAYOUT:PREFIX", value_parser = crate::layout::Source::parse)]
     pub sources: Vec<crate::layout::Source>,
 
-    /// Watch several etcd clusters in one serve: NAME=ENDPOINTS, repeatable (TENURE_CLUSTERS:
+    /// Watch several clusters in one serve: NAME=ENDPOINTS (an etcd), NAME=kubeconfig:PATH[#CONTEXT]
+    /// or NAME=in-cluster (its Leases through the Kubernetes API), repeatable (TENURE_CLUSTERS:
     /// separated by ';'). Their elections are named NAME/ELECTION; TLS, user, prefix and
-    /// sources are the other flags', the same for all (per cluster: --config).
+    /// sources are the other flags', the same for all etcds (per cluster: --config).
     #[arg(long = "cluster", env = "TENURE_CLUSTERS", value_delimiter = ';', value_name = "NAME=ENDPOINTS", value_parser = ClusterFlag::parse)]
     pub clusters: Vec<ClusterFlag>,
 
     /// A TOML file of [[cluster]] tables, each with name, endpoints and its own prefix,
     /// timeout, cacert, cert, key, user, password-file, source, sources-only (the flags'
-    /// names); instead of --cluster.
+    /// names), or with kubeconfig (context, kube-heartbeats) or in-cluster = true instead of
+    /// endpoints; instead of --cluster.
     #[arg(
         long,
         env = "TENURE_CONFIG",
@@ -209,14 +211,19 @@ pub async fn run_kube(cmd: ServeCommand) -> anyhow::Result<i32> {
     let metrics = cmd.metrics();
     let args = cmd.args;
     let api = super::kube::config(
-        &args.db,
         args.kubeconfig.as_deref(),
+        None,
         args.kube_heartbeats,
         args.max_elections,
     )?;
-    run_clusters(vec![super::kube::watched(api)], args, metrics, async {
-        let _ = shutdown_signal().await;
-    })
+    run_clusters(
+        vec![Watched::through_api(None, api)],
+        args,
+        metrics,
+        async {
+            let _ = shutdown_signal().await;
+        },
+    )
     .await
 }
 
@@ -229,8 +236,8 @@ pub async fn run_many(global: &super::Global, cmd: ServeCommand) -> anyhow::Resu
         global,
         &args.clusters,
         args.config.as_deref(),
-        &args.sources,
-        args.sources_only,
+        (&args.sources, args.sources_only),
+        (args.kube_heartbeats, args.max_elections),
     )
     .await?
     else {
@@ -299,6 +306,12 @@ pub async fn run_clusters(
         anyhow::bail!("no cluster to watch");
     }
     let db = Db::from_arg(&args.db);
+    anyhow::ensure!(
+        !(matches!(db, Db::Postgres(_)) && clusters.iter().any(|c| c.api.is_some())),
+        "a cluster read through the Kubernetes API (--kubeconfig, --in-cluster, a kubeconfig \
+         cluster) with a PostgreSQL history is not supported yet: its replicas elect their \
+         writer in etcd; give a SQLite history (--db FILE)"
+    );
     // Before anything is opened: a --source etcd cannot serve is refused
     // (a cluster that did not answer reads its own once it does).
     let mut feeds = Feed::prepare(clusters, args.max_elections).await?;

@@ -131,6 +131,15 @@ impl std::fmt::Debug for ApiConfig {
 impl ApiConfig {
     /// The current context of the kubeconfig at `path`.
     pub fn from_kubeconfig(path: &Path) -> Result<Self, ConfigError> {
+        Self::from_kubeconfig_context(path, None)
+    }
+
+    /// The context `context` of the kubeconfig at `path` (`None`: its
+    /// current context).
+    pub fn from_kubeconfig_context(
+        path: &Path,
+        context: Option<&str>,
+    ) -> Result<Self, ConfigError> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: shown.clone(),
@@ -141,7 +150,7 @@ impl ApiConfig {
             reason: e.to_string(),
         })?;
         let dir = path.parent().unwrap_or(Path::new("."));
-        let (cluster, user) = kc.current(&shown)?;
+        let (cluster, user) = kc.current(&shown, context)?;
         if cluster.insecure_skip_tls_verify {
             return Err(ConfigError::Insecure);
         }
@@ -487,14 +496,15 @@ struct Context {
 }
 
 impl Kubeconfig {
-    fn current(self, path: &str) -> Result<(Cluster, User), ConfigError> {
+    fn current(self, path: &str, context: Option<&str>) -> Result<(Cluster, User), ConfigError> {
         let missing = |what, name: &str| ConfigError::Missing {
             path: path.to_owned(),
             what,
             name: name.to_owned(),
         };
-        let name = self
-            .current_context
+        let name = context
+            .map(str::to_owned)
+            .or(self.current_context)
             .filter(|c| !c.is_empty())
             .ok_or_else(|| ConfigError::NoContext {
                 path: path.to_owned(),

@@ -1,0 +1,225 @@
+//! A cluster read through the Kubernetes API beside an etcd cluster, in
+//! one `tenure serve --config` (`[[cluster]] kubeconfig = …` and
+//! `endpoints = …`), with the real parts: kube-apiserver v1.37 over its
+//! own etcd (a Lease renewed client-go's way), a second etcd with a tenure
+//! election. Each is recorded as its own cluster (`CLUSTER/…` names,
+//! `/readyz` lines, the metrics' `cluster` label), the kubeconfig's
+//! context chosen by the table (its current context names nothing), and
+//! the API going away stops only its own cluster. The reference is what
+//! the test wrote itself: the Lease's holder, the tenure term's token.
+//!
+//! Also: a table that names both etcd endpoints and a kubeconfig, or an
+//! etcd setting beside a kubeconfig, is refused at start, saying which.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::fixtures::lead;
+use support::kube::{self, JsonRenewer, KubeApiserver, RENEWED};
+use support::{Etcd, Serve};
+use tenure::election::Client;
+
+/// No etcd of the serve's own: the endpoints given are never used.
+fn nowhere() -> [String; 1] {
+    ["http://127.0.0.1:9".to_owned()]
+}
+
+/// The terms serve recorded of `name`: (holder, token, ended).
+async fn terms(serve: &Serve, name: &str) -> Vec<(String, i64, bool)> {
+    let url = serve.url(&format!(
+        "/api/v1/elections/{}/terms",
+        name.replace('/', "%2F")
+    ));
+    let v: Value = reqwest::get(url)
+        .await
+        .expect("terms")
+        .json()
+        .await
+        .expect("json");
+    v["terms"]
+        .as_array()
+        .map(|ts| {
+            ts.iter()
+                .map(|t| {
+                    (
+                        t["holder"].as_str().unwrap_or_default().to_owned(),
+                        t["token"].as_i64().unwrap_or_default(),
+                        !t["ended_at_ms"].is_null(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Polls `f` until it holds, for at most 30 s.
+async fn until(what: &str, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `/readyz`: status and text.
+async fn readyz(serve: &Serve) -> (u16, String) {
+    let r = reqwest::get(serve.url("/readyz")).await.expect("readyz");
+    (r.status().as_u16(), r.text().await.expect("text"))
+}
+
+/// A kubeconfig for tenure's lease-reading account whose current context
+/// names nothing: only a table's `context = "reader"` makes it usable.
+async fn kubeconfig(api: &KubeApiserver, dir: &Path) -> String {
+    let token = api.lease_reader_token().await;
+    std::fs::write(dir.join("token"), &token).expect("token");
+    let path = dir.join("kubeconfig");
+    api.kubeconfig_for("token", &path);
+    let text = std::fs::read_to_string(&path).expect("kubeconfig");
+    let text = text.replace("current-context: reader", "current-context: elsewhere");
+    std::fs::write(&path, text).expect("kubeconfig");
+    path.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_cluster_and_an_etcd_cluster_in_one_serve_each_its_own() {
+    if !kube::available() {
+        return;
+    }
+    let kube_etcd = Etcd::start().await;
+    let api = KubeApiserver::start(&kube_etcd.endpoint()).await;
+    let plain = Etcd::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = kubeconfig(&api, dir.path()).await;
+    let config = dir.path().join("clusters.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[cluster]]\nname = \"k8s\"\nkubeconfig = {kubeconfig:?}\ncontext = \"reader\"\n\n\
+             [[cluster]]\nname = \"plain\"\nendpoints = {:?}\n",
+            plain.endpoint()
+        ),
+    )
+    .expect("config");
+    let renewer = JsonRenewer::start(&kube_etcd).await;
+    let cfg = config.display().to_string();
+    let serve = Serve::start(
+        &nowhere(),
+        &dir.path().join("history.db"),
+        &["--config", &cfg, "--cluster-poll", "0"],
+        &[],
+    )
+    .await;
+    serve.ready().await;
+    let c = Client::connect(&[plain.endpoint()], "")
+        .await
+        .expect("connect");
+    let p1 = lead(&c, "jobs", "p1", 30).await;
+
+    // Each recorded under its own cluster's name. The Lease's token is the
+    // revision of its acquiring write: the renewer's first, its key's
+    // create revision in kube-apiserver's etcd.
+    let acquired = kube_etcd
+        .client()
+        .await
+        .get("/registry/leases/kube-system/kcm", None)
+        .await
+        .expect("get")
+        .kvs()
+        .first()
+        .expect("the Lease")
+        .create_revision();
+    let lease = format!("k8s/{RENEWED}");
+    until("both clusters' terms", async || {
+        terms(&serve, &lease).await == [("a".to_owned(), acquired, false)]
+            && terms(&serve, "plain/jobs").await == [("p1".to_owned(), p1.token(), false)]
+    })
+    .await;
+    let (status, text) = readyz(&serve).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("cluster k8s: ready") && text.contains("cluster plain: ready"),
+        "{text}"
+    );
+    let metrics = serve.metrics().await;
+    for c in ["k8s", "plain"] {
+        assert!(
+            metrics.contains(&format!("cluster=\"{c}\"")),
+            "metrics label cluster {c}"
+        );
+    }
+
+    // The API gone: its cluster only is not ready; the etcd cluster goes
+    // on being recorded.
+    renewer.stop().await;
+    drop(api);
+    p1.resign().await.expect("resign");
+    let p2 = lead(&c, "jobs", "p2", 30).await;
+    until("p2's term through the API's outage", async || {
+        terms(&serve, "plain/jobs")
+            .await
+            .iter()
+            .any(|t| t.0 == "p2" && t.1 == p2.token())
+    })
+    .await;
+    until("the API cluster said not ready", async || {
+        let (status, text) = readyz(&serve).await;
+        status == 503
+            && text.contains("cluster k8s: not ready")
+            && text.contains("cluster plain: ready")
+    })
+    .await;
+    assert_eq!(serve.stop().await, Some(0));
+}
+
+/// `tenure serve --config FILE` fails at once: its stderr.
+async fn refused(config: &Path) -> String {
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(support::tenure_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+            .arg(config.with_extension("db"))
+            .arg("--config")
+            .arg(config)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("refused at once")
+    .expect("run tenure serve");
+    assert!(!out.status.success(), "refused: {out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_that_mixes_etcd_and_the_api_is_refused_saying_which() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("c.toml");
+    for (table, says) in [
+        (
+            "endpoints = \"http://127.0.0.1:9\"\nkubeconfig = \"k\"",
+            "endpoints and kubeconfig",
+        ),
+        (
+            "kubeconfig = \"k\"\nprefix = \"p/\"",
+            "prefix set for a cluster read through the Kubernetes API",
+        ),
+        (
+            "context = \"c\"\nendpoints = \"http://127.0.0.1:9\"",
+            "context and kube-heartbeats need kubeconfig",
+        ),
+        (
+            "in-cluster = true\nkubeconfig = \"k\"",
+            "kubeconfig and in-cluster",
+        ),
+        ("name2 = 1", "expected [[cluster]] tables"),
+        ("", "give endpoints (etcd), or kubeconfig"),
+    ] {
+        std::fs::write(&path, format!("[[cluster]]\nname = \"x\"\n{table}\n")).expect("write");
+        let err = refused(&path).await;
+        assert!(err.contains(says), "{table:?}: {err}");
+    }
+}

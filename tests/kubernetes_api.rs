@@ -748,3 +748,51 @@ async fn serving_cert(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
         dir.join("server.key"),
     )
 }
+
+/// A tenant who may create Leases in one namespace (`default`) writes 55
+/// of them, each held by a 1.3 MB holderIdentity (kube-apiserver accepts
+/// it; etcd's default request limit is 1.5 MiB): one list of them all
+/// passes 64 MiB. A controller renews its Lease in another namespace
+/// (`kube-system/kcm`) throughout. `serve --kubeconfig` loads anyway,
+/// records the controller's term and is ready; the tenant's Leases are
+/// read one at a time, their holders cut as from etcd (256 bytes, `…`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_huge_leases_never_blind_the_record_of_another_namespace() {
+    if !kube::available() {
+        return;
+    }
+    let began = Instant::now();
+    let etcd = Etcd::start().await;
+    let api = KubeApiserver::start(&etcd.endpoint()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = reader(&api, dir.path()).await;
+    api.create_big_leases("default", 55, 1_300_000).await;
+    let renewer = kube::JsonRenewer::start(&etcd).await;
+    eprintln!("55 Leases of 1.3 MB written after {:?}", began.elapsed());
+    let args = ["--kubeconfig", kubeconfig.as_str()];
+    let nowhere = ["http://127.0.0.1:9".to_owned()];
+    let serve = Serve::start(&nowhere, &dir.path().join("h.db"), &args, &[]).await;
+    serve.ready().await;
+    let loaded = began.elapsed();
+    kube::renewing_read(&serve).await;
+    let terms = kube::recorded(&serve, kube::RENEWED).await;
+    assert!(
+        matches!(terms.as_slice(), [(holder, _, None, None)] if holder == "a"),
+        "{terms:?}\n{}",
+        serve.log_text()
+    );
+    // The tenant's own Leases are recorded too, their holders cut.
+    let big = kube::recorded(&serve, "/registry/default/big-7").await;
+    let cut = format!("{}…", "h".repeat(256));
+    assert!(
+        matches!(big.as_slice(), [(holder, _, None, None)] if *holder == cut),
+        "{:?}",
+        big.iter().map(|t| t.0.len()).collect::<Vec<_>>()
+    );
+    renewer.stop().await;
+    serve.stop().await;
+    eprintln!(
+        "ready after {loaded:?}, the test took {:?}",
+        began.elapsed()
+    );
+}

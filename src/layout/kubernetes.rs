@@ -152,10 +152,17 @@ struct Spec {
 }
 
 impl Spec {
+    /// The claim it makes; a holder cut as every holder is kept
+    /// ([`holder_of`](crate::election::keys::holder_of): a value may be
+    /// 1.5 MiB), so a Lease read from etcd or through the API is the same.
     fn claim(self) -> Claim {
         match self.holder {
             Some(holder) if !holder.is_empty() => Claim::Held(Hold {
-                holder,
+                holder: if holder.len() > crate::election::keys::MAX_CANDIDATE_LEN {
+                    crate::election::keys::holder_of(holder.as_bytes())
+                } else {
+                    holder
+                },
                 acquired_us: self.acquired_us,
                 renewed_us: self.renewed_us,
                 duration_s: self.duration_s,

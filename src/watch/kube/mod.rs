@@ -29,12 +29,22 @@
 //!   older list, so a restore behind the stored revision is retried until
 //!   its new timeline passes it (docs/layouts.md, a known limit).
 //!
+//! - **Untrusted sizes**: a list is read piece by piece, one object at a
+//!   time (`list.rs`, `split.rs`), holders cut as the layout cuts them; an
+//!   object or a watch event that cannot be read (too big, malformed) is
+//!   named in the log and counted (`tenure_watch_ignored_keys_total`), an
+//!   unreadable write at its key when its first bytes name it: what one
+//!   namespace holds never stops the record of another.
+//!
 //! By job: `config` the kubeconfig and the pod's service account, `http`
-//! the requests, `lease` the API's objects as keys and values.
+//! the requests, `list` and `split` a list read piece by piece, `lease`
+//! the API's objects as keys and values.
 
 pub mod config;
 mod http;
 mod lease;
+mod list;
+mod split;
 
 use std::time::Duration;
 
@@ -184,33 +194,6 @@ impl KubeWatcher {
         }
     }
 
-    /// Every Lease at `revision` (exactly), or now; the revision read.
-    async fn list(&self, revision: Option<i64>) -> Result<(Vec<Kv>, i64), ApiError> {
-        let mut kvs = Vec::new();
-        let mut next: Option<String> = None;
-        let mut at = None;
-        loop {
-            let path = match (&next, revision) {
-                (Some(c), _) => format!(
-                    "{LEASES}?limit={PAGE}&continue={}",
-                    crate::text::encode_component(c)
-                ),
-                (None, Some(r)) => {
-                    format!("{LEASES}?limit={PAGE}&resourceVersion={r}&resourceVersionMatch=Exact")
-                }
-                (None, None) => format!("{LEASES}?limit={PAGE}"),
-            };
-            let body = http::get(&self.cfg.api, &path).await?.whole().await?;
-            let page = self.keys().page(&body).map_err(|e| e.answer_to(&path))?;
-            at = at.or(Some(page.revision));
-            kvs.extend(page.kvs);
-            match page.next {
-                Some(c) => next = Some(c),
-                None => return Ok((kvs, at.unwrap_or_default())),
-            }
-        }
-    }
-
     /// Loads the state: at the resume revision when the API still has it
     /// (`gone`: it does not, the watch said so), else from a fresh list
     /// with a gap first; a list behind the stored revision, or
@@ -226,9 +209,11 @@ impl KubeWatcher {
     ) -> Result<i64, Stopped> {
         let mut loading = Loading::new(resume.as_ref(), gone, false);
         loop {
-            match self.list(loading.asked()).await {
-                Ok((kvs, revision)) => {
+            match list::list(&self.cfg.api, &self.keys(), loading.asked()).await {
+                Ok(listed) => {
                     self.said(None);
+                    unreadable_listed(&listed, tx).await?;
+                    let (kvs, revision) = (listed.kvs, listed.revision);
                     let max = self.cfg.max_elections;
                     let why = loading.to_check().and_then(|r| {
                         contradicted(&self.sources, r, loading.at_resume(), &kvs, revision, max)
@@ -352,17 +337,10 @@ impl Run<'_> {
     /// had before it opened (what it delivers up to there is a replay).
     async fn open(&mut self) -> Result<(http::Answer, i64), ApiError> {
         let api = &self.w.cfg.api;
-        let probe = format!("{LEASES}?limit=1");
-        let now = http::get(api, &probe).await?.whole().await?;
         // Unreadable, it is no revision to bound the replay by: the watch
         // is not opened (retried) rather than every change of it marked
         // replayed for good.
-        let opened_at = self
-            .w
-            .keys()
-            .page(&now)
-            .map_err(|e| e.answer_to(&probe))?
-            .revision;
+        let opened_at = list::revision_now(api, &self.w.keys()).await?;
         let path = format!(
             "{LEASES}?watch=1&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={WATCH_SECONDS}",
             self.applied
@@ -404,37 +382,72 @@ impl Run<'_> {
                 Ok(Ok(Some(line))) => line,
             };
             silent_since = Instant::now();
-            let event = self.w.keys().event(&line);
-            if !matches!(event, Ok(Watched::Change(..))) {
-                self.apply(std::mem::take(&mut group), opened_at).await?;
-            }
-            match event {
-                // At or below what was applied (a reopened watch): known.
-                Ok(Watched::Change(revision, change)) => {
-                    let last = group.last().map_or(self.applied, |g| g.0);
-                    if revision > last {
-                        group.push((revision, change));
-                    }
-                }
-                Ok(Watched::Bookmark(revision)) => self.on_bookmark(revision, opened_at).await?,
-                Ok(Watched::Error(410, message)) => {
-                    tracing::warn!(%message, "the Lease watch's resourceVersion is gone");
-                    return Ok(Ended::Gone);
-                }
-                Ok(Watched::Error(code, message)) => {
-                    tracing::warn!(code, %message, "the Lease watch ended with an error; reopening");
-                    return Ok(Ended::Reopen(RestartReason::Cancelled));
-                }
-                Err(e) => {
-                    let e = e.answer_to(LEASES);
-                    if e.is_permanent() {
-                        return Ok(Ended::Stop(e));
-                    }
-                    tracing::warn!(error = %e, "an unreadable watch event; reopening");
-                    return Ok(Ended::Reopen(RestartReason::StreamError));
-                }
+            let event = match line {
+                http::Line::Whole(line) => self.w.keys().event(&line),
+                http::Line::TooBig { head, len } => Ok(self.w.keys().too_big_event(&head, len)),
+            };
+            if let Some(ended) = self.on_event(event, &mut group, opened_at).await? {
+                return Ok(ended);
             }
         }
+    }
+
+    /// One watch event: a change joins `group`; anything else applies it
+    /// first. How the watch ends, if it does.
+    async fn on_event(
+        &mut self,
+        event: Result<Watched, lease::Unreadable>,
+        group: &mut Vec<(i64, Change)>,
+        opened_at: i64,
+    ) -> Result<Option<Ended>, Closed> {
+        let event = match event {
+            Ok(Watched::Unreadable(change, what)) => {
+                tracing::warn!(%what, "a Lease the watch gave cannot be read; counted in tenure_watch_ignored_keys_total, the watch goes on");
+                match change {
+                    Some((revision, change)) => Ok(Watched::Change(revision, change)),
+                    None => {
+                        self.send(Update::Watch(WatchStatus::IgnoredKey)).await?;
+                        return Ok(None);
+                    }
+                }
+            }
+            other => other,
+        };
+        if !matches!(event, Ok(Watched::Change(..))) {
+            self.apply(std::mem::take(group), opened_at).await?;
+        }
+        let ended = match event {
+            // At or below what was applied (a reopened watch): known.
+            Ok(Watched::Change(revision, change)) => {
+                let last = group.last().map_or(self.applied, |g| g.0);
+                if revision > last {
+                    group.push((revision, change));
+                }
+                return Ok(None);
+            }
+            Ok(Watched::Bookmark(revision)) => {
+                self.on_bookmark(revision, opened_at).await?;
+                return Ok(None);
+            }
+            Ok(Watched::Unreadable(..)) => return Ok(None),
+            Ok(Watched::Error(410, message)) => {
+                tracing::warn!(%message, "the Lease watch's resourceVersion is gone");
+                Ended::Gone
+            }
+            Ok(Watched::Error(code, message)) => {
+                tracing::warn!(code, %message, "the Lease watch ended with an error; reopening");
+                Ended::Reopen(RestartReason::Cancelled)
+            }
+            Err(e) => {
+                let e = e.answer_to(LEASES);
+                if e.is_permanent() {
+                    return Ok(Some(Ended::Stop(e)));
+                }
+                tracing::warn!(error = %e, "an unreadable watch event; reopening");
+                Ended::Reopen(RestartReason::StreamError)
+            }
+        };
+        Ok(Some(ended))
     }
 
     /// Leases written or deleted (one revision each, in order): through
@@ -562,6 +575,25 @@ impl Run<'_> {
     async fn send(&self, u: Update) -> Result<(), Closed> {
         send(self.tx, u).await
     }
+}
+
+/// Objects a list gave that cannot be read: named in the log (ten at
+/// most, then how many), counted as ignored keys where the state does not
+/// count them already (those it reads as unreadable writes).
+async fn unreadable_listed(listed: &list::Listed, tx: &mpsc::Sender<Update>) -> Result<(), Closed> {
+    for what in listed.unreadable.iter().take(10) {
+        tracing::warn!(%what, "a Lease the list gave cannot be read; counted in tenure_watch_ignored_keys_total, the others are recorded");
+    }
+    if listed.unreadable.len() > 10 {
+        tracing::warn!(
+            more = listed.unreadable.len() - 10,
+            "more Leases the list gave cannot be read"
+        );
+    }
+    for _ in 0..listed.unnamed {
+        send(tx, Update::Watch(WatchStatus::IgnoredKey)).await?;
+    }
+    Ok(())
 }
 
 /// A pending event as final: a Lease's ends come from its values, never

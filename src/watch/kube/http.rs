@@ -75,6 +75,14 @@ pub enum ApiError {
     },
     #[error("reading the Kubernetes API's answer to {path}: {reason}")]
     Body { path: String, reason: String },
+    /// A watch said nothing past its timeout: its connection stopped
+    /// forwarding.
+    #[error(
+        "the Kubernetes API's watch of Leases said nothing for {seconds} s after resourceVersion \
+         {revision} (a live one bookmarks or ends sooner): its connection stopped forwarding; \
+         watching again on a new one"
+    )]
+    Stalled { seconds: u64, revision: i64 },
 }
 
 /// A GET's answer whose status was 200.

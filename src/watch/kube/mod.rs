@@ -18,7 +18,10 @@
 //!   ERROR event of code 410) is a fresh list and a `Gap` event, as a
 //!   compaction is.
 //! - **Progress**: bookmarks persist their revision (an empty batch) and
-//!   say the watch caught up; a watch silent past [`STALL`] is reopened.
+//!   say the watch caught up. Each watch is asked to end after
+//!   [`WATCH_SECONDS`] (the server bookmarks it 2 s before): one silent
+//!   past [`STALL`] is stalled, reopened on a new connection, and the API
+//!   is said unreadable until the new one proves live.
 //! - **Replays**: what a new watch delivers up to the revision the API
 //!   had when it opened happened while nobody watched (`Unobserved`).
 //! - **Not here**: etcd's lease sampling (a Lease has no etcd lease: its
@@ -68,15 +71,27 @@ const LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
 /// Leases per list page (a list is one revision, whatever its pages).
 const PAGE: usize = 500;
 
-/// A watch with nothing for this long (bookmarks come about every
-/// minute) is reopened.
-pub const STALL: Duration = Duration::from_secs(150);
+/// The server ends each watch after this long (it is reopened at once),
+/// and bookmarks it 2 s before (kube-apiserver's watch cache sends a
+/// watch's bookmark at the sooner of a minute and its end less 2 s): a
+/// live watch says something at least this often.
+const WATCH_SECONDS: u64 = 10;
 
-/// The server ends each watch after this long (it is reopened at once).
-const WATCH_SECONDS: u64 = 290;
+/// A watch with nothing at all for this long (no event, no bookmark, not
+/// ended at its [`WATCH_SECONDS`]) is stalled: a connection that stopped
+/// forwarding. It is reopened on a new one, and the API said to be
+/// unreadable (`/readyz`) until the new watch bookmarks or ends as asked.
+pub const STALL: Duration = Duration::from_secs(WATCH_SECONDS + 2);
 
-/// At most this many watch events in one batch.
+/// At most this many watch events in one batch (the objects of one
+/// revision are never split for it).
 const GROUP: usize = 1000;
+
+/// Events are applied once the watch said nothing more for this long:
+/// the objects of one revision (one etcd transaction may write several
+/// Leases) arrive one by one, and the history takes one batch per
+/// revision.
+const HOLD: Duration = Duration::from_millis(50);
 
 /// The longest pause between two tries.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -184,6 +199,11 @@ impl KubeWatcher {
             last_forget: Instant::now(),
             renew_reports: RenewReports::new(),
             backoff: Duration::from_millis(100),
+            proving: false,
+            applied_keys: Vec::new(),
+            complete: true,
+            carried: Vec::new(),
+            from: applied,
         };
         run.watch().await
     }
@@ -268,6 +288,21 @@ struct Run<'w> {
     last_forget: Instant,
     renew_reports: RenewReports,
     backoff: Duration,
+    /// A watch stalled: the API is said unreadable until a new one
+    /// bookmarks or ends at its timeout.
+    proving: bool,
+    /// The keys the watch applied at `applied`: several objects may share
+    /// one revision (one etcd transaction), and may arrive apart.
+    applied_keys: Vec<Vec<u8>>,
+    /// Whether every object of `applied` is known applied (a list or a
+    /// bookmark at it): else the next watch starts one revision before it
+    /// and passes by `applied_keys`.
+    complete: bool,
+    /// Events of objects that came after their revision's batch was sent,
+    /// sent with the next batch.
+    carried: Vec<Event>,
+    /// The resourceVersion the current watch started after.
+    from: i64,
 }
 
 /// How one watch ended.
@@ -288,8 +323,10 @@ impl Run<'_> {
             let began = Instant::now();
             let ended = match self.open().await {
                 Ok((answer, opened_at)) => {
-                    self.w.said(None);
-                    self.set_up(true).await?;
+                    if !self.proving {
+                        self.w.said(None);
+                        self.set_up(true).await?;
+                    }
                     self.stream(answer, opened_at).await?
                 }
                 Err(ApiError::Gone { .. }) => Ended::Gone,
@@ -317,7 +354,7 @@ impl Run<'_> {
                 }
                 // The server's own end of a watch (`timeoutSeconds`): the
                 // next one goes on from the same revision, unannounced.
-                Ended::Closed => {}
+                Ended::Closed => self.proven().await?,
                 Ended::Reopen(reason) => {
                     if reason != RestartReason::StreamError || self.up {
                         self.send(Update::Watch(WatchStatus::Restarted(reason)))
@@ -341,9 +378,15 @@ impl Run<'_> {
         // is not opened (retried) rather than every change of it marked
         // replayed for good.
         let opened_at = list::revision_now(api, &self.w.keys()).await?;
+        // The last revision may have more objects than those applied.
+        self.from = if self.complete {
+            self.applied
+        } else {
+            self.applied - 1
+        };
         let path = format!(
             "{LEASES}?watch=1&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={WATCH_SECONDS}",
-            self.applied
+            self.from
         );
         Ok((http::get(api, &path).await?, opened_at))
     }
@@ -357,20 +400,23 @@ impl Run<'_> {
             let wait = if group.is_empty() {
                 Duration::from_secs(1)
             } else {
-                Duration::ZERO
+                HOLD
             };
             let line = tokio::time::timeout(wait, answer.line()).await;
-            if !matches!(line, Ok(Ok(Some(_)))) || group.len() >= GROUP {
+            if !matches!(line, Ok(Ok(Some(_)))) {
                 self.apply(std::mem::take(&mut group), opened_at).await?;
+            } else if group.len() >= GROUP {
+                // Whole revisions only: the last one may have more.
+                let last = group.last().map_or(0, |g| g.0);
+                let rest = group.split_off(group.partition_point(|g| g.0 < last));
+                self.apply(std::mem::replace(&mut group, rest), opened_at)
+                    .await?;
             }
             self.forget_idle().await?;
             self.report_renewing().await?;
             let line = match line {
                 Err(_) if silent_since.elapsed() > STALL => {
-                    tracing::warn!(
-                        applied = self.applied,
-                        "the Lease watch went silent; reopening"
-                    );
+                    self.stalled().await?;
                     return Ok(Ended::Reopen(RestartReason::Stalled));
                 }
                 Err(_) => continue,
@@ -417,10 +463,8 @@ impl Run<'_> {
             self.apply(std::mem::take(group), opened_at).await?;
         }
         let ended = match event {
-            // At or below what was applied (a reopened watch): known.
             Ok(Watched::Change(revision, change)) => {
-                let last = group.last().map_or(self.applied, |g| g.0);
-                if revision > last {
+                if !self.known(revision, &change) {
                     group.push((revision, change));
                 }
                 return Ok(None);
@@ -450,14 +494,43 @@ impl Run<'_> {
         Ok(Some(ended))
     }
 
-    /// Leases written or deleted (one revision each, in order): through
-    /// the state machine, one batch.
+    /// Whether a change was applied already: at or before where the watch
+    /// started, or one of the objects applied at `applied` (a watch
+    /// started one revision before it).
+    fn known(&self, revision: i64, change: &Change) -> bool {
+        let key = match change {
+            Change::Put(kv) => &kv.key,
+            Change::Delete { key, .. } => key,
+        };
+        revision <= self.from || (revision == self.applied && self.applied_keys.contains(key))
+    }
+
+    /// The keys of `group` at `revision`, as applied there.
+    fn note_applied(&mut self, group: &[(i64, Change)], revision: i64) {
+        if revision > self.applied {
+            self.applied_keys.clear();
+        }
+        for (_, change) in group.iter().filter(|g| g.0 == revision) {
+            let key = match change {
+                Change::Put(kv) => kv.key.clone(),
+                Change::Delete { key, .. } => key.clone(),
+            };
+            self.applied_keys.push(key);
+        }
+        self.complete = false;
+    }
+
+    /// Leases written or deleted (in revision order, several objects of
+    /// one revision apart): through the state machine, one batch. Objects
+    /// of a revision whose batch was sent already are carried into the
+    /// next one (the history takes one batch per revision).
     async fn apply(&mut self, group: Vec<(i64, Change)>, opened_at: i64) -> Result<(), Closed> {
         let Some(&(revision, _)) = group.last() else {
             return Ok(());
         };
         let at_ms = now_ms();
         let revisions: Vec<i64> = group.iter().map(|g| g.0).collect();
+        self.note_applied(&group, revision);
         let mut pending = Vec::new();
         for (rev, change) in group {
             let mut changes = vec![change];
@@ -482,7 +555,7 @@ impl Run<'_> {
                     since_ms: Some(previous_arrival),
                 })
             });
-        let mut events: Vec<Event> = Vec::with_capacity(pending.len() + 1);
+        let mut events = std::mem::take(&mut self.carried);
         if let Some(kind @ EventKind::Unobserved { from_revision, .. }) = unobserved {
             if !pending.is_empty() {
                 events.push(Event {
@@ -494,26 +567,54 @@ impl Run<'_> {
             }
         }
         events.extend(pending.into_iter().map(final_event));
-        self.applied = revision;
         self.live_at_ms = at_ms;
+        if revision <= self.applied {
+            self.carried = events;
+            return Ok(());
+        }
+        self.applied = revision;
         self.send(Update::Batch(Batch { revision, events })).await?;
         report_waiting(&mut self.state, self.tx).await
     }
 
+    /// The watch said nothing for [`STALL`]: said to serve (`/readyz`)
+    /// until a new one proves live.
+    async fn stalled(&mut self) -> Result<(), Closed> {
+        let e = ApiError::Stalled {
+            seconds: STALL.as_secs(),
+            revision: self.applied,
+        };
+        tracing::warn!(error = %e, "reopening the Lease watch on a new connection");
+        self.w.said(Some(&e));
+        self.proving = true;
+        self.set_up(false).await
+    }
+
+    /// A watch after a stalled one bookmarked or ended as asked: live.
+    async fn proven(&mut self) -> Result<(), Closed> {
+        if self.proving {
+            self.proving = false;
+            self.w.said(None);
+            self.set_up(true).await?;
+        }
+        Ok(())
+    }
+
     /// Everything up to `revision` was sent: persisted, and caught up.
     async fn on_bookmark(&mut self, revision: i64, opened_at: i64) -> Result<(), Closed> {
+        self.proven().await?;
         self.live_at_ms = now_ms();
         if revision >= opened_at {
             self.replay.active = false;
         }
         if revision > self.applied {
             self.applied = revision;
-            self.send(Update::Batch(Batch {
-                revision,
-                events: Vec::new(),
-            }))
-            .await?;
+            self.applied_keys.clear();
+            let events = std::mem::take(&mut self.carried);
+            self.send(Update::Batch(Batch { revision, events })).await?;
         }
+        // Every object up to it was sent.
+        self.complete |= revision >= self.applied;
         self.send(Update::Watch(WatchStatus::CaughtUp { revision }))
             .await
     }
@@ -538,6 +639,8 @@ impl Run<'_> {
             .w
             .load(&mut self.state, Some(resume), self.tx, true)
             .await?;
+        // A list is whole at its revision.
+        (self.complete, self.applied_keys) = (true, Vec::new());
         self.live_at_ms = now_ms();
         self.replay = Replay::since(self.live_at_ms);
         Ok(())

@@ -27,6 +27,12 @@
 //! answers (/readyz names the API, not etcd) and one whose
 //! resourceVersions are not integers (serve exits 1 saying what to do).
 //!
+//! Beside it, what the API's sizes and connections may do: a tenant's 55
+//! Leases with a 1.3 MB holderIdentity (a 72 MB list) beside a renewed
+//! Lease in another namespace (recorded, ready); a proxy whose open
+//! connections stop forwarding (noticed within 12 s, the handover
+//! recorded); 100 Leases per etcd transaction (every one recorded).
+//!
 //! Wall time: 39-45 s on 2 shared cores (kube-apiserver started three
 //! times, 3-6 s each; three 4 s Leases run out).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]

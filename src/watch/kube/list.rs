@@ -56,7 +56,9 @@ pub(super) async fn list(
         };
         let page = match page(api, keys, &path).await {
             Ok(p) => p,
-            Err(e @ (ApiError::Body { .. } | ApiError::Timeout { .. })) if limit > 1 => {
+            // Begun but not whole: smaller pages. (No answer at all is
+            // no page's fault: said at once.)
+            Err(e @ ApiError::Body { .. }) if limit > 1 => {
                 limit /= 2;
                 tracing::warn!(error = %e, limit, "a page of Leases did not arrive whole; asking for smaller pages");
                 continue;

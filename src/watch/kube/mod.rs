@@ -294,9 +294,10 @@ struct Run<'w> {
     /// The keys the watch applied at `applied`: several objects may share
     /// one revision (one etcd transaction), and may arrive apart.
     applied_keys: Vec<Vec<u8>>,
-    /// Whether every object of `applied` is known applied (a list or a
-    /// bookmark at it): else the next watch starts one revision before it
-    /// and passes by `applied_keys`.
+    /// Whether every object of `applied` is known applied (a list at it;
+    /// a bookmark may come between two objects of its revision): else the
+    /// next watch starts one revision before it and passes by
+    /// `applied_keys`.
     complete: bool,
     /// Events of objects that came after their revision's batch was sent,
     /// sent with the next batch.
@@ -613,8 +614,9 @@ impl Run<'_> {
             let events = std::mem::take(&mut self.carried);
             self.send(Update::Batch(Batch { revision, events })).await?;
         }
-        // Every object up to it was sent.
-        self.complete |= revision >= self.applied;
+        // Not `complete`: kube-apiserver's watch cache bookmarks at the
+        // last revision it dispatched, which may be between two objects
+        // of that revision; only a list is whole at its revision.
         self.send(Update::Watch(WatchStatus::CaughtUp { revision }))
             .await
     }

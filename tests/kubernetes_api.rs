@@ -773,6 +773,11 @@ async fn a_tenants_huge_leases_never_blind_the_record_of_another_namespace() {
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = reader(&api, dir.path()).await;
     api.create_big_leases("default", 55, 1_300_000).await;
+    // And one the layout cannot read (a time before 1970): named, counted.
+    let old = r#"{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"old","namespace":"default"},"spec":{"holderIdentity":"o","acquireTime":"1969-12-31T23:59:59.000000Z"}}"#;
+    let path = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+    let (status, body) = api.curl("POST", path, Some(old)).await;
+    assert_eq!(status, 201, "{body}");
     let renewer = kube::JsonRenewer::start(&etcd).await;
     eprintln!("55 Leases of 1.3 MB written after {:?}", began.elapsed());
     let args = ["--kubeconfig", kubeconfig.as_str()];
@@ -795,6 +800,11 @@ async fn a_tenants_huge_leases_never_blind_the_record_of_another_namespace() {
         "{:?}",
         big.iter().map(|t| t.0.len()).collect::<Vec<_>>()
     );
+    let said = "/registry/leases/default/old: a Lease whose spec cannot be read";
+    assert!(serve.log_text().contains(said), "{}", serve.log_text());
+    let ignored = serve.metric("tenure_watch_ignored_keys_total").await;
+    assert!(ignored >= Some(1.0), "{ignored:?}");
+    assert_eq!(kube::recorded(&serve, "/registry/default/old").await, []);
     renewer.stop().await;
     serve.stop().await;
     eprintln!(

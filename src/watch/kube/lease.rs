@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 
 use super::http::ApiError;
 use super::split::Piece;
+use crate::layout::{Claim, Reading, Sources};
 use crate::watch::state::{Change, Kv};
 
 /// A list's page read whole (tests): its Leases, the revision it was read
@@ -302,6 +303,36 @@ impl Keys<'_> {
     }
 }
 
+/// `"NAME: why"` when the layout cannot read the value of `kv`, a key it
+/// reads (a field of another type, a time outside 1970..9999): counted by
+/// the state as every unreadable value is, named here. Heartbeats, which
+/// the layout never decodes, are not read here either.
+pub(super) fn unreadable_value(sources: &Sources, kv: &Kv) -> Option<String> {
+    if kv.value.is_empty() {
+        // An object already named as unreadable (`as_write`).
+        return None;
+    }
+    let (Some(source), role) = sources.classify(&kv.key, 0) else {
+        return None;
+    };
+    match source.read(&role, &kv.value) {
+        Some(Reading::Claim(Claim::Unreadable(_))) => Some(format!(
+            "{}: a Lease whose spec cannot be read (a field of another type, or a time \
+             outside 1970..9999)",
+            String::from_utf8_lossy(&kv.key)
+        )),
+        _ => None,
+    }
+}
+
+/// [`unreadable_value`] of a write.
+pub(super) fn unreadable_value_of(sources: &Sources, change: &Change) -> Option<String> {
+    match change {
+        Change::Put(kv) => unreadable_value(sources, kv),
+        Change::Delete { .. } => None,
+    }
+}
+
 /// A Lease written or deleted, as a change at its revision.
 fn change(kind: &str, mut kv: Kv) -> Watched {
     let revision = kv.mod_revision;
@@ -515,5 +546,29 @@ mod tests {
             K.too_big_event(b"{\"type\":\"MOD", 30_000_000),
             Watched::Unreadable(None, _)
         ));
+    }
+
+    #[test]
+    fn a_value_the_layout_cannot_read_is_named_heartbeats_are_not_read() {
+        let sources = Sources::new(vec![
+            crate::layout::Source::parse("kubernetes:/registry/").unwrap()
+        ]);
+        let lease = |ns: &str, t: &str| {
+            let one = format!(
+                r#"{{"metadata":{{"name":"x","namespace":"{ns}","resourceVersion":"5"}},"spec":{{"holderIdentity":"a","acquireTime":"{t}"}}}}"#
+            );
+            K.item(Piece::Item(one.into_bytes())).unwrap()
+        };
+        let old = lease("default", "1969-12-31T23:59:59.000000Z");
+        let said = unreadable_value(&sources, &old).unwrap();
+        assert!(
+            said.starts_with("/registry/leases/default/x: a Lease whose spec cannot be read"),
+            "{said}"
+        );
+        let fine = lease("default", "2026-12-06T02:55:52.584261Z");
+        assert_eq!(unreadable_value(&sources, &fine), None);
+        // A heartbeat is never decoded, so never named.
+        let node = lease("kube-node-lease", "1969-12-31T23:59:59.000000Z");
+        assert_eq!(unreadable_value(&sources, &node), None);
     }
 }

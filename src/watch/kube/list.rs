@@ -14,6 +14,7 @@ use super::http::{self, ApiError, BODY_TIMEOUT};
 use super::lease::Keys;
 use super::split::{Piece, Splitter};
 use super::{ApiConfig, Kv, LEASES, PAGE};
+use crate::layout::Sources;
 
 /// A list read: every object, the revision, and what could not be read.
 #[derive(Debug, Default)]
@@ -37,6 +38,7 @@ struct Page {
 pub(super) async fn list(
     api: &ApiConfig,
     keys: &Keys<'_>,
+    sources: &Sources,
     revision: Option<i64>,
 ) -> Result<Listed, ApiError> {
     let mut all = Listed::default();
@@ -54,7 +56,7 @@ pub(super) async fn list(
             }
             (None, None) => format!("{LEASES}?limit={limit}"),
         };
-        let page = match page(api, keys, &path).await {
+        let page = match page(api, keys, sources, &path).await {
             Ok(p) => p,
             // Begun but not whole: smaller pages. (No answer at all is
             // no page's fault: said at once.)
@@ -83,11 +85,19 @@ pub(super) async fn list(
 /// The revision the API has now (a list of one object).
 pub(super) async fn revision_now(api: &ApiConfig, keys: &Keys<'_>) -> Result<i64, ApiError> {
     let path = format!("{LEASES}?limit=1");
-    Ok(page(api, keys, &path).await?.listed.revision)
+    Ok(page(api, keys, &Sources::new(Vec::new()), &path)
+        .await?
+        .listed
+        .revision)
 }
 
 /// One page at `path`, read piece by piece within [`BODY_TIMEOUT`].
-async fn page(api: &ApiConfig, keys: &Keys<'_>, path: &str) -> Result<Page, ApiError> {
+async fn page(
+    api: &ApiConfig,
+    keys: &Keys<'_>,
+    sources: &Sources,
+    path: &str,
+) -> Result<Page, ApiError> {
     let mut answer = http::get(api, path).await?;
     let deadline = Instant::now() + BODY_TIMEOUT;
     let mut split = Splitter::new();
@@ -108,7 +118,7 @@ async fn page(api: &ApiConfig, keys: &Keys<'_>, path: &str) -> Result<Page, ApiE
         split.feed(&chunk, &mut pieces);
         for piece in pieces.drain(..) {
             meta |= matches!(piece, Piece::Metadata(_));
-            read(keys, piece, &mut page).map_err(|e| e.answer_to(path))?;
+            read(keys, sources, piece, &mut page).map_err(|e| e.answer_to(path))?;
         }
     }
     if !split.whole() || !meta {
@@ -124,13 +134,23 @@ async fn page(api: &ApiConfig, keys: &Keys<'_>, path: &str) -> Result<Page, ApiE
 /// One piece into `page`. The list's metadata unreadable, or an object's
 /// resourceVersion no integer (an API server not backed by etcd), fail
 /// the page; an object that cannot be read is named and counted.
-fn read(keys: &Keys<'_>, piece: Piece, page: &mut Page) -> Result<(), super::lease::Unreadable> {
+fn read(
+    keys: &Keys<'_>,
+    sources: &Sources,
+    piece: Piece,
+    page: &mut Page,
+) -> Result<(), super::lease::Unreadable> {
     if let Piece::Metadata(m) = piece {
         (page.listed.revision, page.next) = keys.list_meta(&m)?;
         return Ok(());
     }
     match keys.item(piece) {
-        Ok(kv) => page.listed.kvs.push(kv),
+        Ok(kv) => {
+            page.listed
+                .unreadable
+                .extend(super::lease::unreadable_value(sources, &kv));
+            page.listed.kvs.push(kv);
+        }
         Err(e) if e.is_no_revision() => return Err(e),
         Err(e) => {
             match e.as_write() {

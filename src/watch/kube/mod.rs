@@ -229,7 +229,7 @@ impl KubeWatcher {
     ) -> Result<i64, Stopped> {
         let mut loading = Loading::new(resume.as_ref(), gone, false);
         loop {
-            match list::list(&self.cfg.api, &self.keys(), loading.asked()).await {
+            match list::list(&self.cfg.api, &self.keys(), &self.sources, loading.asked()).await {
                 Ok(listed) => {
                     self.said(None);
                     unreadable_listed(&listed, tx).await?;
@@ -465,6 +465,9 @@ impl Run<'_> {
         }
         let ended = match event {
             Ok(Watched::Change(revision, change)) => {
+                if let Some(what) = lease::unreadable_value_of(&self.w.sources, &change) {
+                    tracing::warn!(%what, "a Lease the watch gave cannot be read; counted in tenure_watch_ignored_keys_total");
+                }
                 if !self.known(revision, &change) {
                     group.push((revision, change));
                 }

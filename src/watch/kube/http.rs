@@ -89,11 +89,18 @@ pub enum ApiError {
 pub(super) struct Answer {
     body: Incoming,
     path: String,
+    lines: Lines,
+}
+
+/// A watch's body cut into lines as it arrives, none held past a limit.
+#[derive(Debug)]
+struct Lines {
+    max: usize,
     pending: Vec<u8>,
     /// How much of `pending` holds no newline (searched already).
     searched: usize,
-    /// A line past [`MAX_LINE_BYTES`] is being passed by: its head and its
-    /// length so far.
+    /// A line past `max` is being passed by: its head and its length so
+    /// far.
     skipping: Option<(Vec<u8>, usize)>,
 }
 
@@ -119,9 +126,7 @@ pub(super) async fn get(cfg: &ApiConfig, path_and_query: &str) -> Result<Answer,
         return Ok(Answer {
             body: resp.into_body(),
             path,
-            pending: Vec::new(),
-            searched: 0,
-            skipping: None,
+            lines: Lines::new(MAX_LINE_BYTES),
         });
     }
     let body = match tokio::time::timeout(CONNECT_TIMEOUT, resp.into_body().collect()).await {
@@ -229,18 +234,36 @@ impl Answer {
     /// further than its head: the stream goes on after it.
     pub(super) async fn line(&mut self) -> Result<Option<Line>, ApiError> {
         loop {
-            if let Some(line) = self.take_line() {
+            if let Some(line) = self.lines.take() {
                 return Ok(Some(line));
             }
             match self.chunk().await? {
                 None => return Ok(None),
-                Some(data) => self.pending.extend_from_slice(&data),
+                Some(data) => self.lines.pending.extend_from_slice(&data),
             }
         }
     }
 
+    fn body_error(&self, reason: String) -> ApiError {
+        ApiError::Body {
+            path: self.path.clone(),
+            reason,
+        }
+    }
+}
+
+impl Lines {
+    fn new(max: usize) -> Self {
+        Self {
+            max,
+            pending: Vec::new(),
+            searched: 0,
+            skipping: None,
+        }
+    }
+
     /// A line complete in what was read, if any (blank lines passed by).
-    fn take_line(&mut self) -> Option<Line> {
+    fn take(&mut self) -> Option<Line> {
         loop {
             let newline = self.pending[self.searched..]
                 .iter()
@@ -272,26 +295,47 @@ impl Answer {
             *len += self.pending.len();
             self.pending.clear();
             self.searched = 0;
-        } else if self.pending.len() > MAX_LINE_BYTES {
+        } else if self.pending.len() > self.max {
             let len = self.pending.len();
             let mut head = std::mem::take(&mut self.pending);
-            head.truncate(super::split::HEAD);
+            head.truncate(super::split::HEAD.min(self.max));
             self.searched = 0;
             self.skipping = Some((head, len));
-        }
-    }
-
-    fn body_error(&self, reason: String) -> ApiError {
-        ApiError::Body {
-            path: self.path.clone(),
-            reason,
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::ApiError;
+    use super::{ApiError, Line, Lines};
+
+    #[test]
+    fn a_line_past_the_limit_is_passed_by_and_the_next_is_read_whole() {
+        let mut lines = Lines::new(10);
+        let mut got = Vec::new();
+        for chunk in [
+            &b"{\"a\":1}\n\n{\"type\":\"MOD"[..],
+            b"IFIED\",\"obj",
+            b"ect\":{}}\n{\"b\":2}\n",
+        ] {
+            lines.pending.extend_from_slice(chunk);
+            while let Some(l) = lines.take() {
+                got.push(l);
+            }
+        }
+        assert_eq!(
+            got,
+            [
+                Line::Whole(b"{\"a\":1}".to_vec()),
+                Line::TooBig {
+                    head: b"{\"type\":\"M".to_vec(),
+                    len: 31
+                },
+                Line::Whole(b"{\"b\":2}".to_vec()),
+            ]
+        );
+        assert!(lines.pending.is_empty() && lines.skipping.is_none());
+    }
 
     #[test]
     fn a_gone_names_the_resource_version_asked_for() {

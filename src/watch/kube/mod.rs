@@ -335,6 +335,10 @@ impl Run<'_> {
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot watch Leases; retrying");
                     self.w.said(Some(&e));
+                    // No answer at all (a connection that stopped
+                    // forwarding, as a stalled watch): said until a
+                    // watch proves live, not at the next one's opening.
+                    self.proving |= matches!(e, ApiError::Timeout { .. });
                     self.set_up(false).await?;
                     Ended::Reopen(RestartReason::StreamError)
                 }

@@ -226,7 +226,8 @@ pub enum EventKind {
     /// watcher saw them: transitions in between are not known one by one.
     /// With an election named: that election's lease (a key whose value
     /// defines its terms) counts more handovers between the writes of those
-    /// two revisions than tenure saw, or its `key`-layout key was written
+    /// two revisions than tenure saw (or fewer than before: its count went
+    /// back, which contradicts it), or its `key`-layout key was written
     /// up to `to_revision` under its term's lease while those revisions
     /// were compacted (it may have changed hands and back); the terms
     /// between are not known.

@@ -140,6 +140,19 @@ pub fn read(value: &[u8]) -> Claim {
     spec.map_or(Claim::Unreadable(Unreadable::Malformed), Spec::claim)
 }
 
+/// The earliest time a Lease is read with (1970-01-01, µs): a writer's
+/// clock before the epoch is no clock a term can be measured on.
+const EARLIEST_US: i64 = 0;
+/// The latest (9999-12-31T23:59:59.999999Z): past it kube-apiserver's own
+/// RFC 3339 has no four-digit year.
+const LATEST_US: i64 = 253_402_300_799_999_999;
+
+/// A time read, if it lies between [`EARLIEST_US`] and [`LATEST_US`]: a
+/// value with a time outside is unreadable (counted, never a term's time).
+fn in_range(us: i64) -> Option<i64> {
+    (EARLIEST_US..=LATEST_US).contains(&us).then_some(us)
+}
+
 /// The fields of a LeaseSpec a term is read from; times in µs since the
 /// epoch, on the writer's clock.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -152,10 +165,17 @@ struct Spec {
 }
 
 impl Spec {
+    /// The claim it makes; a holder cut as every holder is kept
+    /// ([`holder_of`](crate::election::keys::holder_of): a value may be
+    /// 1.5 MiB), so a Lease read from etcd or through the API is the same.
     fn claim(self) -> Claim {
         match self.holder {
             Some(holder) if !holder.is_empty() => Claim::Held(Hold {
-                holder,
+                holder: if holder.len() > crate::election::keys::MAX_CANDIDATE_LEN {
+                    crate::election::keys::holder_of(holder.as_bytes())
+                } else {
+                    holder
+                },
                 acquired_us: self.acquired_us,
                 renewed_us: self.renewed_us,
                 duration_s: self.duration_s,
@@ -221,11 +241,53 @@ mod proto {
         nanos: Option<i32>,
     }
 
+    /// Go's zero time (0001-01-01T00:00:00Z) in seconds since the epoch:
+    /// what a MicroTime set to nothing carries (its JSON is `null`).
+    const GO_ZERO_SECONDS: i64 = -62_135_596_800;
+
     impl MicroTime {
-        fn micros(self) -> Option<i64> {
-            let s = self.seconds.unwrap_or(0).checked_mul(1_000_000)?;
-            s.checked_add(i64::from(self.nanos.unwrap_or(0)) / 1000)
+        /// `Some(None)`: Go's zero time, no time (as its JSON, `null`);
+        /// `None`: out of range, the value is unreadable.
+        fn micros(self) -> Option<Option<i64>> {
+            let (seconds, nanos) = (self.seconds.unwrap_or(0), self.nanos.unwrap_or(0));
+            if seconds == GO_ZERO_SECONDS && nanos == 0 {
+                return Some(None);
+            }
+            if !(0..1_000_000_000).contains(&nanos) {
+                return None;
+            }
+            let s = seconds.checked_mul(1_000_000)?;
+            super::in_range(s.checked_add(i64::from(nanos) / 1000)?).map(Some)
         }
+    }
+
+    /// A time as read: absent, or in range; `None` when unreadable.
+    fn time(t: Option<MicroTime>) -> Option<Option<i64>> {
+        t.map_or(Some(None), MicroTime::micros)
+    }
+
+    /// A stored value (magic included) of a Lease held by `holder`,
+    /// acquired at `seconds` and `nanos` (tests).
+    #[cfg(test)]
+    pub(super) fn value(holder: &str, seconds: i64, nanos: i32) -> Vec<u8> {
+        let spec = LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(15),
+            acquire_time: Some(MicroTime {
+                seconds: Some(seconds),
+                nanos: Some(nanos),
+            }),
+            renew_time: None,
+            lease_transitions: Some(0),
+        };
+        let unknown = Unknown {
+            type_meta: Some(TypeMeta {
+                api_version: Some("coordination.k8s.io/v1".into()),
+                kind: Some("Lease".into()),
+            }),
+            raw: Some(Lease { spec: Some(spec) }.encode_to_vec()),
+        };
+        [super::MAGIC, &unknown.encode_to_vec()].concat()
     }
 
     /// The spec of the Lease in `body` (after the magic); `None` when it is
@@ -244,8 +306,8 @@ mod proto {
         Some(super::Spec {
             holder: spec.holder_identity,
             duration_s: spec.lease_duration_seconds.map(i64::from),
-            acquired_us: spec.acquire_time.and_then(MicroTime::micros),
-            renewed_us: spec.renew_time.and_then(MicroTime::micros),
+            acquired_us: time(spec.acquire_time)?,
+            renewed_us: time(spec.renew_time)?,
             transitions: spec.lease_transitions.map(i64::from),
         })
     }
@@ -284,7 +346,7 @@ mod json {
         // `Some(None)`: no time written; `None`: one that is not a time.
         let time = |t: Option<String>| match t {
             None => Some(None),
-            Some(t) => rfc3339_micros(&t).map(Some),
+            Some(t) => rfc3339_micros(&t).and_then(super::in_range).map(Some),
         };
         Some(super::Spec {
             holder: s.holder_identity,
@@ -310,7 +372,10 @@ mod json {
         }
         let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
         let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
-        if b[13] != b':' || b[16] != b':' || !(1..=12).contains(&mo) || !(1..=31).contains(&d) {
+        if b[13] != b':' || b[16] != b':' || !(1..=12).contains(&mo) {
+            return None;
+        }
+        if d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || s > 59 {
             return None;
         }
         let mut i = 19;
@@ -326,13 +391,27 @@ mod json {
             "Z" | "z" => 0,
             o if o.len() == 6 && (o.starts_with('+') || o.starts_with('-')) => {
                 let sign = if o.starts_with('-') { -1 } else { 1 };
-                sign * (num(i + 1..i + 3)? * 3600 + num(i + 4..i + 6)? * 60)
+                let (oh, om) = (num(i + 1..i + 3)?, num(i + 4..i + 6)?);
+                if oh > 23 || om > 59 || o.as_bytes()[3] != b':' {
+                    return None;
+                }
+                sign * (oh * 3600 + om * 60)
             }
             _ => return None,
         };
         let days = days_from_civil(y, mo, d);
         let secs = days * 86_400 + h * 3600 + mi * 60 + s - offset_s;
         Some(secs * 1_000_000 + micros)
+    }
+
+    /// The days of month `m` of year `y` (proleptic Gregorian).
+    fn days_in_month(y: i64, m: i64) -> i64 {
+        match m {
+            2 if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) => 29,
+            2 => 28,
+            4 | 6 | 9 | 11 => 30,
+            _ => 31,
+        }
     }
 
     /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's

@@ -196,6 +196,37 @@ impl KubeApiserver {
     }
 }
 
+impl KubeApiserver {
+    /// Creates `n` Leases `big-0`… in `namespace` through the API, each
+    /// held by a holderIdentity of `holder_bytes` bytes (what anyone who
+    /// may create Leases in that one namespace may write; etcd's default
+    /// request limit, 1.5 MiB, bounds it). The body goes through a file:
+    /// one argument may not pass 128 KiB.
+    pub async fn create_big_leases(&self, namespace: &str, n: usize, holder_bytes: usize) {
+        let body = self.dir.path().join("big-lease.json");
+        let path = format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases");
+        for i in 0..n {
+            let lease = serde_json::json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": format!("big-{i}"), "namespace": namespace},
+                "spec": {"holderIdentity": "h".repeat(holder_bytes), "leaseDurationSeconds": 3600}
+            });
+            std::fs::write(&body, lease.to_string()).expect("the Lease's body");
+            let (status, answer) = self
+                .curl_as(
+                    "POST",
+                    &path,
+                    "application/json",
+                    Some(&format!("@{}", body.display())),
+                )
+                .await;
+            let head: String = answer.chars().take(300).collect();
+            assert_eq!(status, 201, "Lease big-{i}: {head}");
+        }
+    }
+}
+
 impl Drop for KubeApiserver {
     fn drop(&mut self) {
         kill9(&self.child);

@@ -141,6 +141,55 @@ fn json_values_read_the_same() {
     assert_eq!(json::rfc3339_micros("2026-12-06T02:55:52"), None);
 }
 
+/// A time no writer's clock gives (before 1970, past year 9999, a 30th
+/// of February, a 25th hour) makes the value unreadable, from JSON and
+/// from protobuf alike, never a term's time; Go's zero time is no time
+/// (its JSON is `null`).
+#[test]
+fn an_out_of_range_time_is_unreadable_never_a_time() {
+    let json = |t: &str| {
+        let v = format!(
+            r#"{{"kind":"Lease","apiVersion":"coordination.k8s.io/v1","spec":{{"holderIdentity":"a","acquireTime":"{t}"}}}}"#
+        );
+        read(v.as_bytes())
+    };
+    let malformed = Claim::Unreadable(Unreadable::Malformed);
+    for t in [
+        "99999-01-01T00:00:00.000000Z",
+        "1969-12-31T23:59:59.000000Z",
+        "0001-01-01T00:00:00Z",
+        "2026-02-30T00:00:00Z",
+        "2026-12-06T25:00:00Z",
+        "2026-12-06T02:60:00Z",
+        "2026-12-06T02:55:52+25:00",
+        "1970-01-01T00:30:00+01:00",
+    ] {
+        assert_eq!(json(t), malformed, "{t}");
+    }
+    assert!(matches!(json("2024-02-29T00:00:00Z"), Claim::Held(_)));
+    assert!(matches!(
+        json("9999-12-31T23:59:59.999999Z"),
+        Claim::Held(_)
+    ));
+    // Protobuf: seconds since the epoch.
+    let at = |seconds: i64, nanos: i32| match read(&proto::value("a", seconds, nanos)) {
+        Claim::Held(h) => Ok(h.acquired_us),
+        other => Err(other),
+    };
+    assert_eq!(at(1_796_525_752, 5_000), Ok(Some(1_796_525_752_000_005)));
+    assert_eq!(at(-62_135_596_800, 0), Ok(None));
+    for (s, n) in [
+        (-1, 0),
+        (3_093_527_980_800, 0),
+        (i64::MAX, 0),
+        (i64::MIN, 0),
+        (5, -1),
+        (5, 1_000_000_000),
+    ] {
+        assert_eq!(at(s, n), Err(malformed.clone()), "{s} {n}");
+    }
+}
+
 #[test]
 fn encrypted_and_malformed_values_are_named_never_guessed() {
     let encrypted = b"k8s:enc:aescbc:v1:key1:\x8f\x01\x02\x03";

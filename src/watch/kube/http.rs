@@ -15,17 +15,16 @@ use super::config::{ApiConfig, ConfigError};
 /// Connecting and the answer's head may take this long.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The largest list page read (a page is at most 500 Leases, a few kB
-/// each).
-const MAX_LIST_BYTES: usize = 64 * 1024 * 1024;
+/// A body read whole (one Lease) must arrive within this: an API server
+/// that froze, or a path that dropped, mid-answer fails the read
+/// (retried) instead of holding the watcher forever. A list page is read
+/// piece by piece within the same time (`list.rs`).
+pub(super) const BODY_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A whole list page must arrive within this: an API server that froze,
-/// or a path that dropped, mid-answer fails the read (retried) instead of
-/// holding the watcher forever.
-const BODY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The longest watch event line (one Lease: a few kB; managedFields grow).
-const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+/// The longest body read whole (one Lease) and the longest watch event
+/// line kept whole: a longer one is passed by (its head kept), never a
+/// reason to stop.
+const MAX_LINE_BYTES: usize = super::split::MAX_PIECE;
 
 /// Why a request to the API failed.
 #[derive(Debug, thiserror::Error)]
@@ -76,13 +75,44 @@ pub enum ApiError {
     },
     #[error("reading the Kubernetes API's answer to {path}: {reason}")]
     Body { path: String, reason: String },
+    /// A watch said nothing past its timeout: its connection stopped
+    /// forwarding.
+    #[error(
+        "the Kubernetes API's watch of Leases said nothing for {seconds} s after resourceVersion \
+         {revision} (a live one bookmarks or ends sooner): its connection stopped forwarding; \
+         watching again on a new one"
+    )]
+    Stalled { seconds: u64, revision: i64 },
 }
 
 /// A GET's answer whose status was 200.
 pub(super) struct Answer {
     body: Incoming,
     path: String,
+    lines: Lines,
+}
+
+/// A watch's body cut into lines as it arrives, none held past a limit.
+#[derive(Debug)]
+struct Lines {
+    max: usize,
     pending: Vec<u8>,
+    /// How much of `pending` holds no newline (searched already).
+    searched: usize,
+    /// A line past `max` is being passed by: its head and its length so
+    /// far.
+    skipping: Option<(Vec<u8>, usize)>,
+}
+
+/// One line of a watch.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Line {
+    Whole(Vec<u8>),
+    /// Longer than [`MAX_LINE_BYTES`]: its first bytes and its length.
+    TooBig {
+        head: Vec<u8>,
+        len: usize,
+    },
 }
 
 /// One GET of `path_and_query` (after the server URL's own path).
@@ -96,7 +126,7 @@ pub(super) async fn get(cfg: &ApiConfig, path_and_query: &str) -> Result<Answer,
         return Ok(Answer {
             body: resp.into_body(),
             path,
-            pending: Vec::new(),
+            lines: Lines::new(MAX_LINE_BYTES),
         });
     }
     let body = match tokio::time::timeout(CONNECT_TIMEOUT, resp.into_body().collect()).await {
@@ -172,7 +202,7 @@ async fn request(
 impl Answer {
     /// The whole body (a list), bounded.
     pub(super) async fn whole(self) -> Result<Bytes, ApiError> {
-        let limited = http_body_util::Limited::new(self.body, MAX_LIST_BYTES);
+        let limited = http_body_util::Limited::new(self.body, MAX_LINE_BYTES);
         let reason = match tokio::time::timeout(BODY_TIMEOUT, limited.collect()).await {
             Ok(Ok(b)) => return Ok(b.to_bytes()),
             Ok(Err(e)) => e.to_string(),
@@ -184,30 +214,32 @@ impl Answer {
         })
     }
 
-    /// The next complete line (a watch event); `None` when the server
-    /// closed the stream.
-    pub(super) async fn line(&mut self) -> Result<Option<Vec<u8>>, ApiError> {
+    /// The next chunk of the body; `None` at its end.
+    pub(super) async fn chunk(&mut self) -> Result<Option<Bytes>, ApiError> {
         loop {
-            if let Some(i) = self.pending.iter().position(|b| *b == b'\n') {
-                let rest = self.pending.split_off(i + 1);
-                let mut line = std::mem::replace(&mut self.pending, rest);
-                line.pop();
-                if line.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                return Ok(Some(line));
-            }
-            if self.pending.len() > MAX_LINE_BYTES {
-                return Err(self.body_error("a watch event over 16 MiB".into()));
-            }
             match self.body.frame().await {
                 None => return Ok(None),
                 Some(Err(e)) => return Err(self.body_error(e.to_string())),
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        self.pending.extend_from_slice(&data);
+                        return Ok(Some(data));
                     }
                 }
+            }
+        }
+    }
+
+    /// The next complete line (a watch event); `None` when the server
+    /// closed the stream. A line past [`MAX_LINE_BYTES`] is read no
+    /// further than its head: the stream goes on after it.
+    pub(super) async fn line(&mut self) -> Result<Option<Line>, ApiError> {
+        loop {
+            if let Some(line) = self.lines.take() {
+                return Ok(Some(line));
+            }
+            match self.chunk().await? {
+                None => return Ok(None),
+                Some(data) => self.lines.pending.extend_from_slice(&data),
             }
         }
     }
@@ -220,9 +252,90 @@ impl Answer {
     }
 }
 
+impl Lines {
+    fn new(max: usize) -> Self {
+        Self {
+            max,
+            pending: Vec::new(),
+            searched: 0,
+            skipping: None,
+        }
+    }
+
+    /// A line complete in what was read, if any (blank lines passed by).
+    fn take(&mut self) -> Option<Line> {
+        loop {
+            let newline = self.pending[self.searched..]
+                .iter()
+                .position(|b| *b == b'\n');
+            let Some(i) = newline.map(|i| i + self.searched) else {
+                self.searched = self.pending.len();
+                self.skip_long();
+                return None;
+            };
+            self.searched = 0;
+            let rest = self.pending.split_off(i + 1);
+            let mut line = std::mem::replace(&mut self.pending, rest);
+            line.pop();
+            if let Some((head, len)) = self.skipping.take() {
+                return Some(Line::TooBig {
+                    head,
+                    len: len + line.len(),
+                });
+            }
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                return Some(Line::Whole(line));
+            }
+        }
+    }
+
+    /// Past the longest line: keep its head, drop the rest as it comes.
+    fn skip_long(&mut self) {
+        if let Some((_, len)) = &mut self.skipping {
+            *len += self.pending.len();
+            self.pending.clear();
+            self.searched = 0;
+        } else if self.pending.len() > self.max {
+            let len = self.pending.len();
+            let mut head = std::mem::take(&mut self.pending);
+            head.truncate(super::split::HEAD.min(self.max));
+            self.searched = 0;
+            self.skipping = Some((head, len));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ApiError;
+    use super::{ApiError, Line, Lines};
+
+    #[test]
+    fn a_line_past_the_limit_is_passed_by_and_the_next_is_read_whole() {
+        let mut lines = Lines::new(10);
+        let mut got = Vec::new();
+        for chunk in [
+            &b"{\"a\":1}\n\n{\"type\":\"MOD"[..],
+            b"IFIED\",\"obj",
+            b"ect\":{}}\n{\"b\":2}\n",
+        ] {
+            lines.pending.extend_from_slice(chunk);
+            while let Some(l) = lines.take() {
+                got.push(l);
+            }
+        }
+        assert_eq!(
+            got,
+            [
+                Line::Whole(b"{\"a\":1}".to_vec()),
+                Line::TooBig {
+                    head: b"{\"type\":\"M".to_vec(),
+                    len: 31
+                },
+                Line::Whole(b"{\"b\":2}".to_vec()),
+            ]
+        );
+        assert!(lines.pending.is_empty() && lines.skipping.is_none());
+    }
 
     #[test]
     fn a_gone_names_the_resource_version_asked_for() {

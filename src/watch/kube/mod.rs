@@ -18,7 +18,10 @@
 //!   ERROR event of code 410) is a fresh list and a `Gap` event, as a
 //!   compaction is.
 //! - **Progress**: bookmarks persist their revision (an empty batch) and
-//!   say the watch caught up; a watch silent past [`STALL`] is reopened.
+//!   say the watch caught up. Each watch is asked to end after
+//!   [`WATCH_SECONDS`] (the server bookmarks it 2 s before): one silent
+//!   past [`STALL`] is stalled, reopened on a new connection, and the API
+//!   is said unreadable until the new one proves live.
 //! - **Replays**: what a new watch delivers up to the revision the API
 //!   had when it opened happened while nobody watched (`Unobserved`).
 //! - **Not here**: etcd's lease sampling (a Lease has no etcd lease: its
@@ -29,12 +32,22 @@
 //!   older list, so a restore behind the stored revision is retried until
 //!   its new timeline passes it (docs/layouts.md, a known limit).
 //!
+//! - **Untrusted sizes**: a list is read piece by piece, one object at a
+//!   time (`list.rs`, `split.rs`), holders cut as the layout cuts them; an
+//!   object or a watch event that cannot be read (too big, malformed) is
+//!   named in the log and counted (`tenure_watch_ignored_keys_total`), an
+//!   unreadable write at its key when its first bytes name it: what one
+//!   namespace holds never stops the record of another.
+//!
 //! By job: `config` the kubeconfig and the pod's service account, `http`
-//! the requests, `lease` the API's objects as keys and values.
+//! the requests, `list` and `split` a list read piece by piece, `lease`
+//! the API's objects as keys and values.
 
 pub mod config;
 mod http;
 mod lease;
+mod list;
+mod split;
 
 use std::time::Duration;
 
@@ -58,15 +71,27 @@ const LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
 /// Leases per list page (a list is one revision, whatever its pages).
 const PAGE: usize = 500;
 
-/// A watch with nothing for this long (bookmarks come about every
-/// minute) is reopened.
-pub const STALL: Duration = Duration::from_secs(150);
+/// The server ends each watch after this long (it is reopened at once),
+/// and bookmarks it 2 s before (kube-apiserver's watch cache sends a
+/// watch's bookmark at the sooner of a minute and its end less 2 s): a
+/// live watch says something at least this often.
+const WATCH_SECONDS: u64 = 10;
 
-/// The server ends each watch after this long (it is reopened at once).
-const WATCH_SECONDS: u64 = 290;
+/// A watch with nothing at all for this long (no event, no bookmark, not
+/// ended at its [`WATCH_SECONDS`]) is stalled: a connection that stopped
+/// forwarding. It is reopened on a new one, and the API said to be
+/// unreadable (`/readyz`) until the new watch bookmarks or ends as asked.
+pub const STALL: Duration = Duration::from_secs(WATCH_SECONDS + 2);
 
-/// At most this many watch events in one batch.
+/// At most this many watch events in one batch (the objects of one
+/// revision are never split for it).
 const GROUP: usize = 1000;
+
+/// Events are applied once the watch said nothing more for this long:
+/// the objects of one revision (one etcd transaction may write several
+/// Leases) arrive one by one, and the history takes one batch per
+/// revision.
+const HOLD: Duration = Duration::from_millis(50);
 
 /// The longest pause between two tries.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -174,6 +199,11 @@ impl KubeWatcher {
             last_forget: Instant::now(),
             renew_reports: RenewReports::new(),
             backoff: Duration::from_millis(100),
+            proving: false,
+            applied_keys: Vec::new(),
+            complete: true,
+            carried: Vec::new(),
+            from: applied,
         };
         run.watch().await
     }
@@ -181,33 +211,6 @@ impl KubeWatcher {
     fn keys(&self) -> Keys<'_> {
         Keys {
             prefix: &self.prefix,
-        }
-    }
-
-    /// Every Lease at `revision` (exactly), or now; the revision read.
-    async fn list(&self, revision: Option<i64>) -> Result<(Vec<Kv>, i64), ApiError> {
-        let mut kvs = Vec::new();
-        let mut next: Option<String> = None;
-        let mut at = None;
-        loop {
-            let path = match (&next, revision) {
-                (Some(c), _) => format!(
-                    "{LEASES}?limit={PAGE}&continue={}",
-                    crate::text::encode_component(c)
-                ),
-                (None, Some(r)) => {
-                    format!("{LEASES}?limit={PAGE}&resourceVersion={r}&resourceVersionMatch=Exact")
-                }
-                (None, None) => format!("{LEASES}?limit={PAGE}"),
-            };
-            let body = http::get(&self.cfg.api, &path).await?.whole().await?;
-            let page = self.keys().page(&body).map_err(|e| e.answer_to(&path))?;
-            at = at.or(Some(page.revision));
-            kvs.extend(page.kvs);
-            match page.next {
-                Some(c) => next = Some(c),
-                None => return Ok((kvs, at.unwrap_or_default())),
-            }
         }
     }
 
@@ -226,9 +229,11 @@ impl KubeWatcher {
     ) -> Result<i64, Stopped> {
         let mut loading = Loading::new(resume.as_ref(), gone, false);
         loop {
-            match self.list(loading.asked()).await {
-                Ok((kvs, revision)) => {
+            match list::list(&self.cfg.api, &self.keys(), &self.sources, loading.asked()).await {
+                Ok(listed) => {
                     self.said(None);
+                    unreadable_listed(&listed, tx).await?;
+                    let (kvs, revision) = (listed.kvs, listed.revision);
                     let max = self.cfg.max_elections;
                     let why = loading.to_check().and_then(|r| {
                         contradicted(&self.sources, r, loading.at_resume(), &kvs, revision, max)
@@ -283,6 +288,22 @@ struct Run<'w> {
     last_forget: Instant,
     renew_reports: RenewReports,
     backoff: Duration,
+    /// A watch stalled: the API is said unreadable until a new one
+    /// bookmarks or ends at its timeout.
+    proving: bool,
+    /// The keys the watch applied at `applied`: several objects may share
+    /// one revision (one etcd transaction), and may arrive apart.
+    applied_keys: Vec<Vec<u8>>,
+    /// Whether every object of `applied` is known applied (a list at it;
+    /// a bookmark may come between two objects of its revision): else the
+    /// next watch starts one revision before it and passes by
+    /// `applied_keys`.
+    complete: bool,
+    /// Events of objects that came after their revision's batch was sent,
+    /// sent with the next batch.
+    carried: Vec<Event>,
+    /// The resourceVersion the current watch started after.
+    from: i64,
 }
 
 /// How one watch ended.
@@ -303,8 +324,10 @@ impl Run<'_> {
             let began = Instant::now();
             let ended = match self.open().await {
                 Ok((answer, opened_at)) => {
-                    self.w.said(None);
-                    self.set_up(true).await?;
+                    if !self.proving {
+                        self.w.said(None);
+                        self.set_up(true).await?;
+                    }
                     self.stream(answer, opened_at).await?
                 }
                 Err(ApiError::Gone { .. }) => Ended::Gone,
@@ -312,6 +335,10 @@ impl Run<'_> {
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot watch Leases; retrying");
                     self.w.said(Some(&e));
+                    // No answer at all (a connection that stopped
+                    // forwarding, as a stalled watch): said until a
+                    // watch proves live, not at the next one's opening.
+                    self.proving |= matches!(e, ApiError::Timeout { .. });
                     self.set_up(false).await?;
                     Ended::Reopen(RestartReason::StreamError)
                 }
@@ -332,7 +359,7 @@ impl Run<'_> {
                 }
                 // The server's own end of a watch (`timeoutSeconds`): the
                 // next one goes on from the same revision, unannounced.
-                Ended::Closed => {}
+                Ended::Closed => self.proven().await?,
                 Ended::Reopen(reason) => {
                     if reason != RestartReason::StreamError || self.up {
                         self.send(Update::Watch(WatchStatus::Restarted(reason)))
@@ -352,20 +379,19 @@ impl Run<'_> {
     /// had before it opened (what it delivers up to there is a replay).
     async fn open(&mut self) -> Result<(http::Answer, i64), ApiError> {
         let api = &self.w.cfg.api;
-        let probe = format!("{LEASES}?limit=1");
-        let now = http::get(api, &probe).await?.whole().await?;
         // Unreadable, it is no revision to bound the replay by: the watch
         // is not opened (retried) rather than every change of it marked
         // replayed for good.
-        let opened_at = self
-            .w
-            .keys()
-            .page(&now)
-            .map_err(|e| e.answer_to(&probe))?
-            .revision;
+        let opened_at = list::revision_now(api, &self.w.keys()).await?;
+        // The last revision may have more objects than those applied.
+        self.from = if self.complete {
+            self.applied
+        } else {
+            self.applied - 1
+        };
         let path = format!(
             "{LEASES}?watch=1&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={WATCH_SECONDS}",
-            self.applied
+            self.from
         );
         Ok((http::get(api, &path).await?, opened_at))
     }
@@ -379,20 +405,23 @@ impl Run<'_> {
             let wait = if group.is_empty() {
                 Duration::from_secs(1)
             } else {
-                Duration::ZERO
+                HOLD
             };
             let line = tokio::time::timeout(wait, answer.line()).await;
-            if !matches!(line, Ok(Ok(Some(_)))) || group.len() >= GROUP {
+            if !matches!(line, Ok(Ok(Some(_)))) {
                 self.apply(std::mem::take(&mut group), opened_at).await?;
+            } else if group.len() >= GROUP {
+                // Whole revisions only: the last one may have more.
+                let last = group.last().map_or(0, |g| g.0);
+                let rest = group.split_off(group.partition_point(|g| g.0 < last));
+                self.apply(std::mem::replace(&mut group, rest), opened_at)
+                    .await?;
             }
             self.forget_idle().await?;
             self.report_renewing().await?;
             let line = match line {
                 Err(_) if silent_since.elapsed() > STALL => {
-                    tracing::warn!(
-                        applied = self.applied,
-                        "the Lease watch went silent; reopening"
-                    );
+                    self.stalled().await?;
                     return Ok(Ended::Reopen(RestartReason::Stalled));
                 }
                 Err(_) => continue,
@@ -404,47 +433,112 @@ impl Run<'_> {
                 Ok(Ok(Some(line))) => line,
             };
             silent_since = Instant::now();
-            let event = self.w.keys().event(&line);
-            if !matches!(event, Ok(Watched::Change(..))) {
-                self.apply(std::mem::take(&mut group), opened_at).await?;
-            }
-            match event {
-                // At or below what was applied (a reopened watch): known.
-                Ok(Watched::Change(revision, change)) => {
-                    let last = group.last().map_or(self.applied, |g| g.0);
-                    if revision > last {
-                        group.push((revision, change));
-                    }
-                }
-                Ok(Watched::Bookmark(revision)) => self.on_bookmark(revision, opened_at).await?,
-                Ok(Watched::Error(410, message)) => {
-                    tracing::warn!(%message, "the Lease watch's resourceVersion is gone");
-                    return Ok(Ended::Gone);
-                }
-                Ok(Watched::Error(code, message)) => {
-                    tracing::warn!(code, %message, "the Lease watch ended with an error; reopening");
-                    return Ok(Ended::Reopen(RestartReason::Cancelled));
-                }
-                Err(e) => {
-                    let e = e.answer_to(LEASES);
-                    if e.is_permanent() {
-                        return Ok(Ended::Stop(e));
-                    }
-                    tracing::warn!(error = %e, "an unreadable watch event; reopening");
-                    return Ok(Ended::Reopen(RestartReason::StreamError));
-                }
+            let event = match line {
+                http::Line::Whole(line) => self.w.keys().event(&line),
+                http::Line::TooBig { head, len } => Ok(self.w.keys().too_big_event(&head, len)),
+            };
+            if let Some(ended) = self.on_event(event, &mut group, opened_at).await? {
+                return Ok(ended);
             }
         }
     }
 
-    /// Leases written or deleted (one revision each, in order): through
-    /// the state machine, one batch.
+    /// One watch event: a change joins `group`; anything else applies it
+    /// first. How the watch ends, if it does.
+    async fn on_event(
+        &mut self,
+        event: Result<Watched, lease::Unreadable>,
+        group: &mut Vec<(i64, Change)>,
+        opened_at: i64,
+    ) -> Result<Option<Ended>, Closed> {
+        let event = match event {
+            Ok(Watched::Unreadable(change, what)) => {
+                tracing::warn!(%what, "a Lease the watch gave cannot be read; counted in tenure_watch_ignored_keys_total, the watch goes on");
+                match change {
+                    Some((revision, change)) => Ok(Watched::Change(revision, change)),
+                    None => {
+                        self.send(Update::Watch(WatchStatus::IgnoredKey)).await?;
+                        return Ok(None);
+                    }
+                }
+            }
+            other => other,
+        };
+        if !matches!(event, Ok(Watched::Change(..))) {
+            self.apply(std::mem::take(group), opened_at).await?;
+        }
+        let ended = match event {
+            Ok(Watched::Change(revision, change)) => {
+                if let Some(what) = lease::unreadable_value_of(&self.w.sources, &change) {
+                    tracing::warn!(%what, "a Lease the watch gave cannot be read; counted in tenure_watch_ignored_keys_total");
+                }
+                if !self.known(revision, &change) {
+                    group.push((revision, change));
+                }
+                return Ok(None);
+            }
+            Ok(Watched::Bookmark(revision)) => {
+                self.on_bookmark(revision, opened_at).await?;
+                return Ok(None);
+            }
+            Ok(Watched::Unreadable(..)) => return Ok(None),
+            Ok(Watched::Error(410, message)) => {
+                tracing::warn!(%message, "the Lease watch's resourceVersion is gone");
+                Ended::Gone
+            }
+            Ok(Watched::Error(code, message)) => {
+                tracing::warn!(code, %message, "the Lease watch ended with an error; reopening");
+                Ended::Reopen(RestartReason::Cancelled)
+            }
+            Err(e) => {
+                let e = e.answer_to(LEASES);
+                if e.is_permanent() {
+                    return Ok(Some(Ended::Stop(e)));
+                }
+                tracing::warn!(error = %e, "an unreadable watch event; reopening");
+                Ended::Reopen(RestartReason::StreamError)
+            }
+        };
+        Ok(Some(ended))
+    }
+
+    /// Whether a change was applied already: at or before where the watch
+    /// started, or one of the objects applied at `applied` (a watch
+    /// started one revision before it).
+    fn known(&self, revision: i64, change: &Change) -> bool {
+        let key = match change {
+            Change::Put(kv) => &kv.key,
+            Change::Delete { key, .. } => key,
+        };
+        revision <= self.from || (revision == self.applied && self.applied_keys.contains(key))
+    }
+
+    /// The keys of `group` at `revision`, as applied there.
+    fn note_applied(&mut self, group: &[(i64, Change)], revision: i64) {
+        if revision > self.applied {
+            self.applied_keys.clear();
+        }
+        for (_, change) in group.iter().filter(|g| g.0 == revision) {
+            let key = match change {
+                Change::Put(kv) => kv.key.clone(),
+                Change::Delete { key, .. } => key.clone(),
+            };
+            self.applied_keys.push(key);
+        }
+        self.complete = false;
+    }
+
+    /// Leases written or deleted (in revision order, several objects of
+    /// one revision apart): through the state machine, one batch. Objects
+    /// of a revision whose batch was sent already are carried into the
+    /// next one (the history takes one batch per revision).
     async fn apply(&mut self, group: Vec<(i64, Change)>, opened_at: i64) -> Result<(), Closed> {
         let Some(&(revision, _)) = group.last() else {
             return Ok(());
         };
         let at_ms = now_ms();
         let revisions: Vec<i64> = group.iter().map(|g| g.0).collect();
+        self.note_applied(&group, revision);
         let mut pending = Vec::new();
         for (rev, change) in group {
             let mut changes = vec![change];
@@ -469,7 +563,7 @@ impl Run<'_> {
                     since_ms: Some(previous_arrival),
                 })
             });
-        let mut events: Vec<Event> = Vec::with_capacity(pending.len() + 1);
+        let mut events = std::mem::take(&mut self.carried);
         if let Some(kind @ EventKind::Unobserved { from_revision, .. }) = unobserved {
             if !pending.is_empty() {
                 events.push(Event {
@@ -481,26 +575,55 @@ impl Run<'_> {
             }
         }
         events.extend(pending.into_iter().map(final_event));
-        self.applied = revision;
         self.live_at_ms = at_ms;
+        if revision <= self.applied {
+            self.carried = events;
+            return Ok(());
+        }
+        self.applied = revision;
         self.send(Update::Batch(Batch { revision, events })).await?;
         report_waiting(&mut self.state, self.tx).await
     }
 
+    /// The watch said nothing for [`STALL`]: said to serve (`/readyz`)
+    /// until a new one proves live.
+    async fn stalled(&mut self) -> Result<(), Closed> {
+        let e = ApiError::Stalled {
+            seconds: STALL.as_secs(),
+            revision: self.applied,
+        };
+        tracing::warn!(error = %e, "reopening the Lease watch on a new connection");
+        self.w.said(Some(&e));
+        self.proving = true;
+        self.set_up(false).await
+    }
+
+    /// A watch after a stalled one bookmarked or ended as asked: live.
+    async fn proven(&mut self) -> Result<(), Closed> {
+        if self.proving {
+            self.proving = false;
+            self.w.said(None);
+            self.set_up(true).await?;
+        }
+        Ok(())
+    }
+
     /// Everything up to `revision` was sent: persisted, and caught up.
     async fn on_bookmark(&mut self, revision: i64, opened_at: i64) -> Result<(), Closed> {
+        self.proven().await?;
         self.live_at_ms = now_ms();
         if revision >= opened_at {
             self.replay.active = false;
         }
         if revision > self.applied {
             self.applied = revision;
-            self.send(Update::Batch(Batch {
-                revision,
-                events: Vec::new(),
-            }))
-            .await?;
+            self.applied_keys.clear();
+            let events = std::mem::take(&mut self.carried);
+            self.send(Update::Batch(Batch { revision, events })).await?;
         }
+        // Not `complete`: kube-apiserver's watch cache bookmarks at the
+        // last revision it dispatched, which may be between two objects
+        // of that revision; only a list is whole at its revision.
         self.send(Update::Watch(WatchStatus::CaughtUp { revision }))
             .await
     }
@@ -525,6 +648,8 @@ impl Run<'_> {
             .w
             .load(&mut self.state, Some(resume), self.tx, true)
             .await?;
+        // A list is whole at its revision.
+        (self.complete, self.applied_keys) = (true, Vec::new());
         self.live_at_ms = now_ms();
         self.replay = Replay::since(self.live_at_ms);
         Ok(())
@@ -562,6 +687,25 @@ impl Run<'_> {
     async fn send(&self, u: Update) -> Result<(), Closed> {
         send(self.tx, u).await
     }
+}
+
+/// Objects a list gave that cannot be read: named in the log (ten at
+/// most, then how many), counted as ignored keys where the state does not
+/// count them already (those it reads as unreadable writes).
+async fn unreadable_listed(listed: &list::Listed, tx: &mpsc::Sender<Update>) -> Result<(), Closed> {
+    for what in listed.unreadable.iter().take(10) {
+        tracing::warn!(%what, "a Lease the list gave cannot be read; counted in tenure_watch_ignored_keys_total, the others are recorded");
+    }
+    if listed.unreadable.len() > 10 {
+        tracing::warn!(
+            more = listed.unreadable.len() - 10,
+            "more Leases the list gave cannot be read"
+        );
+    }
+    for _ in 0..listed.unnamed {
+        send(tx, Update::Watch(WatchStatus::IgnoredKey)).await?;
+    }
+    Ok(())
 }
 
 /// A pending event as final: a Lease's ends come from its values, never

@@ -18,7 +18,10 @@
 //! The writers' count of handovers (`leaseTransitions`) is a cross-check:
 //! a count that grew by more than one between two values read says terms
 //! passed that tenure did not see, recorded as a gap of that election
-//! between the two writes' revisions, never as terms. Cost: one small box
+//! between the two writes' revisions, never as terms. A count that went
+//! back contradicts the one before (a writer that counts otherwise, or a
+//! value put back): what happened between the two writes is not known,
+//! recorded the same way, a gap, never a guess. Cost: one small box
 //! per such key, none for any other layout.
 //!
 //! [`Layout::read_claim`]: crate::layout::Layout::read_claim
@@ -125,7 +128,7 @@ impl Claimed {
     /// The value `claim`, written at `revision`, read over this one.
     pub fn next(&self, claim: Claim, revision: i64, at_ms: i64) -> Step {
         let unseen = match (self.transitions, Hold::transitions(&claim)) {
-            (Some(before), Some(now)) if now > before.saturating_add(1) => {
+            (Some(before), Some(now)) if now > before.saturating_add(1) || now < before => {
                 Some((self.written, revision))
             }
             _ => None,
@@ -336,6 +339,13 @@ mod tests {
         assert_eq!(now.report("e", now.lapsed(2)), None);
         let lapsed = now.lapsed(16_000);
         assert!(now.report("e", lapsed).is_some_and(|n| n.lapsed));
+        // A count that went back: unknown between the two writes.
+        let back = c.next(held("alpha", 0, 12 * S, 0), 12, 0);
+        let back = back.now.next(held("delta", 14 * S, 14 * S, 0), 13, 0);
+        assert_eq!(back.unseen, None, "0 to 0: nothing unseen");
+        let c3 = Claimed::first(held("alpha", 0, 10 * S, 3), 10, 0);
+        let back = c3.next(held("alpha", 0, 12 * S, 2), 12, 0);
+        assert_eq!(back.unseen, Some((10, 12)));
         // A count that jumped: two terms passed unseen.
         let jumped = c.next(held("gamma", 90 * S, 90 * S, 3), 50, 0);
         assert_eq!(jumped.unseen, Some((10, 50)));

@@ -223,3 +223,93 @@ async fn a_table_that_mixes_etcd_and_the_api_is_refused_saying_which() {
         assert!(err.contains(says), "{table:?}: {err}");
     }
 }
+
+/// The exec plugin of the test below: its first answer is a token the
+/// server refuses (401), every later one tenure's account token valid for
+/// 20 s by its `expirationTimestamp`; each run is logged to `$DIR/runs` and
+/// its `KUBERNETES_EXEC_INFO` kept in `$DIR/info`.
+const PLUGIN: &str = r#"#!/bin/sh
+n=$(cat "$DIR/runs" 2>/dev/null | wc -l)
+echo run >> "$DIR/runs"
+printf '%s' "$KUBERNETES_EXEC_INFO" > "$DIR/info"
+if [ "$n" -eq 0 ]; then tok=refused-by-the-server; else tok=$(cat "$DIR/token"); fi
+exp=$(date -u -d '+20 seconds' +%Y-%m-%dT%H:%M:%SZ)
+printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"%s","expirationTimestamp":"%s"}}\n' "$tok" "$exp"
+"#;
+
+/// A kubeconfig whose user is an exec plugin (a relative command, run from
+/// the kubeconfig's folder) keeps an API cluster recorded past several
+/// expiries of its token, and runs it again after a 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_plugins_token_is_fetched_again_as_it_expires_and_after_a_401() {
+    use std::os::unix::fs::PermissionsExt;
+    if !kube::available() {
+        return;
+    }
+    let kube_etcd = Etcd::start().await;
+    let api = KubeApiserver::start(&kube_etcd.endpoint()).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = kubeconfig(&api, dir.path()).await;
+    let text = std::fs::read_to_string(&kubeconfig).expect("kubeconfig");
+    let exec = format!(
+        "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: \
+         ./plugin.sh\n      env:\n      - name: DIR\n        value: {}\n",
+        dir.path().display()
+    );
+    let text = text.replace("    tokenFile: token\n", &exec);
+    assert!(text.contains("plugin.sh"), "{text}");
+    std::fs::write(&kubeconfig, text).expect("kubeconfig");
+    let plugin = dir.path().join("plugin.sh");
+    std::fs::write(&plugin, PLUGIN).expect("plugin");
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let config = dir.path().join("clusters.toml");
+    std::fs::write(
+        &config,
+        format!("[[cluster]]\nname = \"k8s\"\nkubeconfig = {kubeconfig:?}\ncontext = \"reader\"\n"),
+    )
+    .expect("config");
+    let renewer = JsonRenewer::start(&kube_etcd).await;
+    let cfg = config.display().to_string();
+    let serve = Serve::start(
+        &nowhere(),
+        &dir.path().join("history.db"),
+        &["--config", &cfg, "--cluster-poll", "0"],
+        &[],
+    )
+    .await;
+    serve.ready().await;
+    let runs = || {
+        std::fs::read_to_string(dir.path().join("runs"))
+            .map(|r| r.lines().count())
+            .unwrap_or(0)
+    };
+    assert!(runs() >= 2, "the refused token was followed by a new run");
+    let info = std::fs::read_to_string(dir.path().join("info")).expect("info");
+    assert!(info.contains(r#""interactive":false"#), "{info}");
+    let lease = format!("k8s/{RENEWED}");
+    let ready_at = Instant::now();
+    // Past two expiries (20 s each, fetched again 10 s before): the Lease
+    // is still read, its renewals arriving.
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    let (status, text) = readyz(&serve).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        runs() >= 4,
+        "the plugin ran {} times in {:?}",
+        runs(),
+        ready_at.elapsed()
+    );
+    assert_eq!(terms(&serve, &lease).await.len(), 1);
+    let lapsed = format!("tenure_election_lease_lapsed{{cluster=\"k8s\",election=\"{RENEWED}\"}}");
+    assert_eq!(
+        serve.metric(&lapsed).await,
+        Some(0.0),
+        "renewing, read live"
+    );
+    println!(
+        "[figure] exec plugin: {} runs, serve ready throughout 35 s",
+        runs()
+    );
+    renewer.stop().await;
+    assert_eq!(serve.stop().await, Some(0));
+}

@@ -315,6 +315,8 @@ mod proto {
 
 /// `--storage-media-type=application/json`: the object as JSON, times as
 /// RFC 3339 (MicroTime with microseconds).
+pub use json::rfc3339_micros;
+
 mod json {
     use serde::Deserialize;
 
@@ -359,7 +361,7 @@ mod json {
 
     /// `2026-12-06T02:55:52.584261Z` (or `+01:00`) in µs since the epoch;
     /// `None` when it is not such a time.
-    pub(super) fn rfc3339_micros(t: &str) -> Option<i64> {
+    pub fn rfc3339_micros(t: &str) -> Option<i64> {
         let b = t.as_bytes();
         let num = |r: std::ops::Range<usize>| -> Option<i64> {
             let s = t.get(r)?;

@@ -12,8 +12,9 @@
 //!   projected token rotates; with both, the file's token wins and
 //!   `token` serves only while the file was never read, as client-go
 //!   does), `client-certificate(-data)` with
-//!   `client-key(-data)`; `exec` and `auth-provider` plugins, and basic
-//!   auth, are refused: give a token or a certificate instead.
+//!   `client-key(-data)`, an `exec` plugin's token (`exec.rs`);
+//!   `auth-provider` plugins and basic auth are refused: give a token, a
+//!   certificate or an exec plugin instead.
 //!
 //! Relative paths are relative to the kubeconfig's directory, as kubectl
 //! reads them.
@@ -63,10 +64,13 @@ pub enum ConfigError {
     Insecure,
     #[error(
         "the kubeconfig's user authenticates with {what}, which tenure does not run; give it a \
-         token (token or tokenFile, e.g. `kubectl create token SERVICEACCOUNT`) or a client \
-         certificate (client-certificate and client-key) instead"
+         token (token or tokenFile, e.g. `kubectl create token SERVICEACCOUNT`), a client \
+         certificate (client-certificate and client-key) or an exec plugin (the provider's own, \
+         e.g. gke-gcloud-auth-plugin, `kubelogin convert-kubeconfig`) instead"
     )]
     Plugin { what: &'static str },
+    #[error(transparent)]
+    Exec(#[from] super::exec::ExecError),
     #[error("{what}: {reason}")]
     Tls { what: String, reason: String },
     #[error(
@@ -92,6 +96,8 @@ pub enum Credential {
         token: Option<String>,
         last: Arc<std::sync::Mutex<Option<String>>>,
     },
+    /// An `exec` plugin's token, run again as it expires or after a 401.
+    Exec(Arc<super::exec::Exec>),
 }
 
 impl Credential {
@@ -154,11 +160,6 @@ impl ApiConfig {
         if cluster.insecure_skip_tls_verify {
             return Err(ConfigError::Insecure);
         }
-        if user.exec.is_some() {
-            return Err(ConfigError::Plugin {
-                what: "an exec plugin",
-            });
-        }
         if user.auth_provider.is_some() {
             return Err(ConfigError::Plugin {
                 what: "an auth-provider plugin",
@@ -188,10 +189,14 @@ impl ApiConfig {
             dir,
         )?;
         let token = user.token.clone().filter(|t| !t.is_empty());
-        let credential = match (token, &user.token_file) {
-            (token, Some(f)) => Credential::token_file(dir.join(f), token),
-            (Some(t), None) => Credential::Token(t),
-            (None, None) => Credential::None,
+        let credential = match (token, &user.token_file, user.exec) {
+            (token, Some(f), _) => Credential::token_file(dir.join(f), token),
+            (Some(t), None, _) => Credential::Token(t),
+            // As client-go: a token given beside the plugin wins.
+            (None, None, Some(exec)) => {
+                Credential::Exec(Arc::new(super::exec::Exec::new(exec, dir)?))
+            }
+            (None, None, None) => Credential::None,
         };
         let identity = match (cert, key) {
             (Some(c), Some(k)) => Some((c, k)),
@@ -275,10 +280,28 @@ impl ApiConfig {
         })
     }
 
-    /// `Authorization`'s value, when there is a token.
+    /// `Authorization`'s value for a request, when there is a token: an
+    /// exec plugin's too (run when its token expired).
+    pub async fn authorization(&self) -> Result<Option<String>, ConfigError> {
+        match &self.credential {
+            Credential::Exec(e) => Ok(Some(format!("Bearer {}", e.token().await?))),
+            _ => self.bearer(),
+        }
+    }
+
+    /// The server refused the credential (401): an exec plugin's token is
+    /// not used again.
+    pub fn refused(&self) {
+        if let Credential::Exec(e) = &self.credential {
+            e.forget();
+        }
+    }
+
+    /// `Authorization`'s value, when there is a static or file token (an
+    /// exec plugin's is [`ApiConfig::authorization`]'s).
     pub fn bearer(&self) -> Result<Option<String>, ConfigError> {
         match &self.credential {
-            Credential::None => Ok(None),
+            Credential::None | Credential::Exec(_) => Ok(None),
             Credential::Token(t) => Ok(Some(format!("Bearer {t}"))),
             Credential::TokenFile { path, token, last } => {
                 let read = std::fs::read_to_string(path).and_then(|t| match t.trim() {
@@ -476,7 +499,7 @@ struct User {
     client_certificate_data: Option<String>,
     client_key: Option<String>,
     client_key_data: Option<String>,
-    exec: Option<serde_yaml_ng::Value>,
+    exec: Option<super::exec::ExecConfig>,
     auth_provider: Option<serde_yaml_ng::Value>,
     username: Option<String>,
     password: Option<String>,
@@ -585,12 +608,20 @@ UvYl8q8hH042urezgLgZKhYFFbNF30IWS93McOPF\n\
     }
 
     #[test]
-    fn plugins_and_skipped_verification_are_refused_with_what_to_do() {
+    fn auth_providers_and_skipped_verification_are_refused_with_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
-        let exec = base("    exec:\n      command: aws\n", "");
-        let e = ApiConfig::from_kubeconfig(&write(dir.path(), &exec)).unwrap_err();
-        assert!(e.to_string().contains("exec plugin"), "{e}");
-        assert!(e.to_string().contains("tokenFile"), "{e}");
+        let exec = base(
+            "    exec:\n      command: aws\n      args: [eks, get-token]\n",
+            "",
+        );
+        let cfg = ApiConfig::from_kubeconfig(&write(dir.path(), &exec)).unwrap();
+        assert!(matches!(cfg.credential, Credential::Exec(_)));
+        let asking = base(
+            "    exec:\n      command: kubelogin\n      interactiveMode: Always\n",
+            "",
+        );
+        let e = ApiConfig::from_kubeconfig(&write(dir.path(), &asking)).unwrap_err();
+        assert!(e.to_string().contains("no terminal"), "{e}");
         let provider = base("    auth-provider:\n      name: gcp\n", "");
         let e = ApiConfig::from_kubeconfig(&write(dir.path(), &provider)).unwrap_err();
         assert!(e.to_string().contains("auth-provider"), "{e}");

@@ -118,9 +118,16 @@ pub(super) enum Line {
 /// One GET of `path_and_query` (after the server URL's own path).
 pub(super) async fn get(cfg: &ApiConfig, path_and_query: &str) -> Result<Answer, ApiError> {
     let at = cfg.authority.clone();
-    let timed = tokio::time::timeout(CONNECT_TIMEOUT, request(cfg, path_and_query)).await;
+    // Before the request's own time: an exec plugin may take a while.
+    let authorization = cfg.authorization().await?;
+    let timed =
+        tokio::time::timeout(CONNECT_TIMEOUT, request(cfg, path_and_query, authorization)).await;
     let resp = timed.map_err(|_| ApiError::Timeout { at })??;
     let status = resp.status().as_u16();
+    if status == 401 {
+        // Refused: an exec plugin's token is not used again.
+        cfg.refused();
+    }
     let path = path_and_query.to_owned();
     if status == 200 {
         return Ok(Answer {
@@ -163,6 +170,7 @@ impl ApiError {
 async fn request(
     cfg: &ApiConfig,
     path_and_query: &str,
+    authorization: Option<String>,
 ) -> Result<hyper::Response<Incoming>, ApiError> {
     let connect = |reason: String| ApiError::Connect {
         at: cfg.authority.clone(),
@@ -187,7 +195,7 @@ async fn request(
         .header(hyper::header::HOST, &cfg.authority)
         .header(hyper::header::ACCEPT, "application/json")
         .header(hyper::header::USER_AGENT, "tenure");
-    if let Some(bearer) = cfg.bearer()? {
+    if let Some(bearer) = authorization {
         req = req.header(hyper::header::AUTHORIZATION, bearer);
     }
     let req = req

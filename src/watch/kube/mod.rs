@@ -44,6 +44,7 @@
 //! the API's objects as keys and values.
 
 pub mod config;
+mod exec;
 mod http;
 mod lease;
 mod list;

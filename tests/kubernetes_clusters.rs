@@ -65,6 +65,22 @@ async fn until(what: &str, mut f: impl AsyncFnMut() -> bool) {
     }
 }
 
+/// `tenure serve --config` of `tables` (written into `dir`), ready.
+async fn serve_config(dir: &Path, tables: &str) -> Serve {
+    let config = dir.join("clusters.toml");
+    std::fs::write(&config, tables).expect("config");
+    let cfg = config.display().to_string();
+    let serve = Serve::start(
+        &nowhere(),
+        &dir.join("history.db"),
+        &["--config", &cfg, "--cluster-poll", "0"],
+        &[],
+    )
+    .await;
+    serve.ready().await;
+    serve
+}
+
 /// `/readyz`: status and text.
 async fn readyz(serve: &Serve) -> (u16, String) {
     let r = reqwest::get(serve.url("/readyz")).await.expect("readyz");
@@ -94,26 +110,13 @@ async fn an_api_cluster_and_an_etcd_cluster_in_one_serve_each_its_own() {
     let plain = Etcd::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig = kubeconfig(&api, dir.path()).await;
-    let config = dir.path().join("clusters.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[cluster]]\nname = \"k8s\"\nkubeconfig = {kubeconfig:?}\ncontext = \"reader\"\n\n\
-             [[cluster]]\nname = \"plain\"\nendpoints = {:?}\n",
-            plain.endpoint()
-        ),
-    )
-    .expect("config");
     let renewer = JsonRenewer::start(&kube_etcd).await;
-    let cfg = config.display().to_string();
-    let serve = Serve::start(
-        &nowhere(),
-        &dir.path().join("history.db"),
-        &["--config", &cfg, "--cluster-poll", "0"],
-        &[],
-    )
-    .await;
-    serve.ready().await;
+    let tables = format!(
+        "[[cluster]]\nname = \"k8s\"\nkubeconfig = {kubeconfig:?}\ncontext = \"reader\"\n\n\
+         [[cluster]]\nname = \"plain\"\nendpoints = {:?}\n",
+        plain.endpoint()
+    );
+    let serve = serve_config(dir.path(), &tables).await;
     let c = Client::connect(&[plain.endpoint()], "")
         .await
         .expect("connect");
@@ -262,22 +265,10 @@ async fn an_exec_plugins_token_is_fetched_again_as_it_expires_and_after_a_401() 
     let plugin = dir.path().join("plugin.sh");
     std::fs::write(&plugin, PLUGIN).expect("plugin");
     std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let config = dir.path().join("clusters.toml");
-    std::fs::write(
-        &config,
-        format!("[[cluster]]\nname = \"k8s\"\nkubeconfig = {kubeconfig:?}\ncontext = \"reader\"\n"),
-    )
-    .expect("config");
     let renewer = JsonRenewer::start(&kube_etcd).await;
-    let cfg = config.display().to_string();
-    let serve = Serve::start(
-        &nowhere(),
-        &dir.path().join("history.db"),
-        &["--config", &cfg, "--cluster-poll", "0"],
-        &[],
-    )
-    .await;
-    serve.ready().await;
+    let tables =
+        format!("[[cluster]]\nname = \"k8s\"\nkubeconfig = {kubeconfig:?}\ncontext = \"reader\"\n");
+    let serve = serve_config(dir.path(), &tables).await;
     let runs = || {
         std::fs::read_to_string(dir.path().join("runs"))
             .map(|r| r.lines().count())

@@ -1028,3 +1028,61 @@ async fn a_replica_whose_etcd_user_cannot_write_the_writer_election_says_so_in_r
     );
     assert!(fence.contains(&format!("http {}", serve.addr)), "{fence}");
 }
+
+/// etcd's own events reach the history through its writer: what the
+/// poller of a replica found while it stood by (here etcd's leader, found
+/// at its first poll while another holds the writer term) is recorded once
+/// that replica wins, as seen at takeover (`not_before_ms` unknown), not
+/// lost because it was found before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcds_leader_found_while_standing_by_is_recorded_by_the_writer_that_wins_later() {
+    let etcd = Etcd::start().await;
+    let pg = Postgres::start();
+    let db = "standby_poll";
+    let url = pg.create_database(db);
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    // Another writer's term: the replica stands by.
+    let other = lead(&c, "tenure/history-writer", "elsewhere", 30).await;
+    let r = Serve::start(
+        &[etcd.endpoint()],
+        Path::new(&url),
+        &["--writer-ttl", "2s", "--cluster-poll", "200ms"],
+        &[],
+    )
+    .await;
+    eventually(
+        Duration::from_secs(20),
+        "the replica standing by",
+        async || {
+            let body = reqwest::get(r.url("/readyz"))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            body.contains("elsewhere").then_some(())
+        },
+    )
+    .await;
+    // Many polls, each finding the leader the history does not hold.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leaders = "SELECT COUNT(*) FROM cluster_events WHERE type = 'leader_changed'";
+    assert_eq!(pg.psql(db, leaders), "0", "recorded with no writer");
+    other.resign().await.expect("resign");
+    eventually(
+        Duration::from_secs(20),
+        "etcd's leader recorded",
+        async || (pg.psql(db, leaders) == "1").then_some(()),
+    )
+    .await;
+    let json: Value = serde_json::from_str(&pg.psql(
+        db,
+        "SELECT json FROM cluster_events WHERE type = 'leader_changed'",
+    ))
+    .expect("JSON");
+    assert!(json["not_before_ms"].is_null(), "{json}");
+    assert!(json["raft_term"].as_u64() > Some(0), "{json}");
+    assert_eq!(r.stop().await, Some(0));
+}

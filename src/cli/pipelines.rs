@@ -333,22 +333,9 @@ fn poller(
     common: &Common,
     name: Option<&str>,
 ) -> Option<JoinHandle<()>> {
-    if common.cluster_poll.is_zero() {
-        return None;
-    }
-    let timeout = client
-        .op_timeout()
-        .min(common.cluster_poll.max(Duration::from_secs(1)));
+    let cfg = crate::watch::cluster::PollConfig::every(common.cluster_poll, client.op_timeout())?;
     let (ctx, mut crx) = mpsc::channel::<ClusterEvent>(256);
-    let poll = crate::watch::cluster::poll(
-        client.etcd(),
-        baseline,
-        crate::watch::cluster::PollConfig {
-            interval: common.cluster_poll,
-            timeout,
-        },
-        ctx,
-    );
+    let poll = crate::watch::cluster::poll(client.etcd(), baseline, cfg, ctx);
     let (name, out) = (name.map(str::to_owned), common.events.clone());
     Some(crate::task::spawn(
         "cluster poller",

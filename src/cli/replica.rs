@@ -71,8 +71,8 @@ impl History {
     }
 
     /// One of etcd's own events: stored locally, or handed to the writer
-    /// task (recorded only while this replica writes; dropped on a standby,
-    /// whose writer polls etcd itself).
+    /// task (recorded only while this replica writes; what the poller
+    /// found is each writer term's own poller's to record).
     pub async fn cluster_event(&self, event: ClusterEvent) -> Result<(), HistoryError> {
         match self {
             History::Local(store) => store.cluster_event(event).await,
@@ -125,10 +125,14 @@ impl Shared {
     }
 
     /// One of etcd's own events to its feed's writer (recorded only while
-    /// this replica writes that feed; dropped on a standby, whose writer
-    /// polls etcd itself). Serve-wide events (no cluster) go to the first
-    /// feed's.
+    /// this replica writes that feed). Serve-wide events (no cluster) go to
+    /// the first feed's. What this replica's poller found is not: a standby
+    /// drops it, and a writer that won later would miss it, so each writer
+    /// term polls for itself from what the history holds (`feed::writer`).
     fn route(&self, event: ClusterEvent) {
+        if event.kind.is_polled() {
+            return;
+        }
         let of = |w: &&FeedWriter| w.scope.as_deref() == event.cluster.as_deref();
         let writer = self.writers.iter().find(of).or(self.writers.first());
         if let Some(w) = writer {

@@ -450,6 +450,7 @@ fn start_writers(
         ttl: crate::election::Ttl::from_duration(args.writer_ttl)?,
         id: replica::candidate_id(addr),
         max_elections: args.max_elections,
+        cluster_poll: args.cluster_poll,
     };
     for (f, m) in feeds.iter().zip(members) {
         let parts = FeedParts {

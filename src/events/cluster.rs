@@ -148,6 +148,21 @@ impl ClusterEventKind {
         }
     }
 
+    /// What the cluster poller (`watch::cluster`) finds: etcd's leader,
+    /// members and alarms (each writer of a shared history polls its own).
+    pub fn is_polled(&self) -> bool {
+        matches!(
+            self,
+            ClusterEventKind::LeaderChanged { .. }
+                | ClusterEventKind::MemberAdded { .. }
+                | ClusterEventKind::MemberRemoved { .. }
+                | ClusterEventKind::MemberUnreachable { .. }
+                | ClusterEventKind::MemberReachable { .. }
+                | ClusterEventKind::AlarmRaised { .. }
+                | ClusterEventKind::AlarmCleared { .. }
+        )
+    }
+
     /// A key that makes recording the same fact twice a no-op (`None`: every
     /// occurrence is its own event).
     pub fn dedupe_key(&self) -> Option<String> {

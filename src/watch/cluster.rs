@@ -28,6 +28,18 @@ pub struct PollConfig {
     pub timeout: Duration,
 }
 
+impl PollConfig {
+    /// Polls every `interval` (`None`: zero, not polled), each request
+    /// within the client's operation timeout, at most the interval (at
+    /// least a second).
+    pub fn every(interval: Duration, op_timeout: Duration) -> Option<PollConfig> {
+        (!interval.is_zero()).then(|| PollConfig {
+            interval,
+            timeout: op_timeout.min(interval.max(Duration::from_secs(1))),
+        })
+    }
+}
+
 impl Default for PollConfig {
     fn default() -> Self {
         Self {

@@ -55,6 +55,9 @@ pub struct WriterCtx {
     /// This replica's candidate id (shown as the writer's holder).
     pub id: String,
     pub max_elections: usize,
+    /// How often the writer polls its etcd's own events (`--cluster-poll`;
+    /// zero: not polled).
+    pub cluster_poll: Duration,
 }
 
 /// What one feed's writer reports to: its metrics and readiness, and the

@@ -22,6 +22,7 @@ use crate::election::{CampaignOptions, Client, ElectionName, Leadership};
 use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, Update, WatchStatus};
 use crate::history::{HistoryError, Reader, RevisionSource, Scope, Store};
+use crate::watch::cluster::PollConfig;
 use crate::watch::{WatchConfig, Watcher};
 use crate::web::recording::{Elected, Role};
 use crate::web::Readiness;
@@ -434,6 +435,13 @@ impl Term {
             resume.as_ref().map_or(0, |r| r.revision),
             won.elapsed().as_millis()
         );
+        // etcd's own events, compared with what the history holds now that
+        // no earlier term can add to it: what changed while no replica
+        // wrote is recorded at once (a standby's poller is not recorded).
+        let (mut polled, poller) = match self.poller(client).await {
+            Ok(p) => p,
+            Err(e) => return self.close(store, Ended::Failed(e)).await,
+        };
         let (tx, mut rx) = mpsc::channel::<Update>(4096);
         let watcher = crate::task::spawn(
             "history watcher",
@@ -457,10 +465,43 @@ impl Term {
                         break write_failed(&store, e);
                     }
                 }
+                Some(mut e) = polled.recv() => {
+                    e.cluster = self.feed.scope().as_deref().map(str::to_owned);
+                    if let Err(e) = store.cluster_event(e).await {
+                        break write_failed(&store, e);
+                    }
+                }
             }
         };
         watcher.abort();
+        if let Some(p) = poller {
+            p.abort();
+        }
         self.close(store, ended).await
+    }
+
+    /// The term's own poller of etcd's events, from the history's
+    /// baseline of the feed (none with `--cluster-poll 0`: its receiver
+    /// never yields).
+    async fn poller(
+        &self,
+        client: &Client,
+    ) -> Result<(mpsc::Receiver<ClusterEvent>, Option<JoinHandle<()>>), String> {
+        let (tx, rx) = mpsc::channel(256);
+        let Some(cfg) = PollConfig::every(self.ctx.cluster_poll, client.op_timeout()) else {
+            return Ok((rx, None));
+        };
+        let (reader, scope) = (self.reader.clone(), self.feed.scope().clone());
+        let baseline =
+            tokio::task::spawn_blocking(move || reader.cluster_baseline_of(scope.as_deref()))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("reading the recorded etcd cluster events: {e}"))?;
+        let poll = crate::watch::cluster::poll(client.etcd(), baseline, cfg, tx);
+        Ok((
+            rx,
+            Some(crate::task::spawn("history writer's poller", poll)),
+        ))
     }
 
     /// One update of the writer's own watcher, to the history under the

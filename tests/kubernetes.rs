@@ -54,10 +54,7 @@ async fn lease_terms_are_recorded_as_kube_apiserver_wrote_them() {
     let serve = Serve::start(&[etcd.endpoint()], &db, &args, &[]).await;
     serve.ready().await;
 
-    let mut cs: Vec<Candidate> = ["a", "b", "c"]
-        .iter()
-        .map(|id| Candidate::start(&api, "default", "demo", id))
-        .collect();
+    let mut cs = kube::candidates(&api, "default", "demo", &["a", "b", "c"]);
     let long = Duration::from_secs(30);
     let held = |w: &Write| !w.deleted && !w.holder.is_empty();
     let first = log.wait_for("a first holder", long, held).await;

@@ -96,10 +96,8 @@ async fn names(serve: &Serve) -> Vec<String> {
 /// A token of tenure's ServiceAccount in `dir/token`, and a kubeconfig
 /// for it at `dir/kubeconfig`; the account reads Leases and nothing else.
 async fn reader(api: &KubeApiserver, dir: &Path) -> String {
-    let token = api.lease_reader_token().await;
-    std::fs::write(dir.join("token"), &token).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    api.kubeconfig_for("token", &kubeconfig);
+    let kubeconfig = api.reader_kubeconfig(dir).await;
+    let token = std::fs::read_to_string(dir.join("token")).unwrap();
     let leases = "/apis/coordination.k8s.io/v1/leases";
     assert_eq!(api.status_as(&token, leases).await, 200);
     assert_eq!(api.status_as(&token, "/api/v1/secrets").await, 403);
@@ -377,10 +375,7 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     by_api.ready().await;
     eprintln!("both serves ready after {:?}", began.elapsed());
 
-    let mut cs: Vec<Candidate> = ["a", "b", "c"]
-        .iter()
-        .map(|id| Candidate::start(&api, "default", "demo", id))
-        .collect();
+    let mut cs = kube::candidates(&api, "default", "demo", &["a", "b", "c"]);
     let long = Duration::from_secs(30);
     let held = |w: &Write| !w.deleted && !w.holder.is_empty();
     let l1 = log.wait_for("a first holder", long, held).await.holder;
@@ -843,10 +838,7 @@ async fn a_hung_watch_is_noticed_and_the_handover_recorded_within_20_s() {
         &format!("https://{}", proxy.addr),
     );
     std::fs::write(&kubeconfig, through).unwrap();
-    let mut cs: Vec<Candidate> = ["a", "b"]
-        .iter()
-        .map(|id| Candidate::start(&api, "default", "demo", id))
-        .collect();
+    let mut cs = kube::candidates(&api, "default", "demo", &["a", "b"]);
     let long = Duration::from_secs(30);
     let first = log
         .wait_for("a holder", long, |w| !w.deleted && !w.holder.is_empty())

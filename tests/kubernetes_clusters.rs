@@ -90,10 +90,7 @@ async fn readyz(serve: &Serve) -> (u16, String) {
 /// A kubeconfig for tenure's lease-reading account whose current context
 /// names nothing: only a table's `context = "reader"` makes it usable.
 async fn kubeconfig(api: &KubeApiserver, dir: &Path) -> String {
-    let token = api.lease_reader_token().await;
-    std::fs::write(dir.join("token"), &token).expect("token");
-    let path = dir.join("kubeconfig");
-    api.kubeconfig_for("token", &path);
+    let path = api.reader_kubeconfig(dir).await;
     let text = std::fs::read_to_string(&path).expect("kubeconfig");
     let text = text.replace("current-context: reader", "current-context: elsewhere");
     std::fs::write(&path, text).expect("kubeconfig");

@@ -2,8 +2,8 @@
 //! read through its API instead of etcd (`watch::kube`), into the same
 //! serve loop, history and pages. No etcd is connected: the mutating API
 //! answers 503 (`etcd_unavailable`), no token floor is kept, no etcd
-//! poller runs. A PostgreSQL history is refused (its writer is elected in
-//! etcd: `serve.rs`).
+//! poller runs. On a PostgreSQL history its writer is elected in the
+//! database (`feed/in_database.rs`).
 
 use std::path::Path;
 use std::sync::Arc;

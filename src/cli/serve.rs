@@ -306,12 +306,6 @@ pub async fn run_clusters(
         anyhow::bail!("no cluster to watch");
     }
     let db = Db::from_arg(&args.db);
-    anyhow::ensure!(
-        !(matches!(db, Db::Postgres(_)) && clusters.iter().any(|c| c.api.is_some())),
-        "a cluster read through the Kubernetes API (--kubeconfig, --in-cluster, a kubeconfig \
-         cluster) with a PostgreSQL history is not supported yet: its replicas elect their \
-         writer in etcd; give a SQLite history (--db FILE)"
-    );
     // Before anything is opened: a --source etcd cannot serve is refused
     // (a cluster that did not answer reads its own once it does).
     let mut feeds = Feed::prepare(clusters, args.max_elections).await?;

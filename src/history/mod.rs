@@ -62,7 +62,7 @@ pub use export::terms_to_csv;
 pub use meta::Scope;
 pub use pg::{
     is_postgres_url, name_unnamed_cluster, prepare as prepare_postgres, record_writer_error,
-    redact, PG_SCHEMA_VERSION,
+    redact, Seat, TermSeat, PG_SCHEMA_VERSION,
 };
 
 /// What a shared history says of its recording: how far it

@@ -780,6 +780,16 @@ impl KubeApiserver {
         v["status"]["token"].as_str().expect("token").to_owned()
     }
 
+    /// A token of tenure's lease-reading account in `dir/token`, and a
+    /// kubeconfig for it at `dir/kubeconfig` (returned).
+    pub async fn reader_kubeconfig(&self, dir: &Path) -> PathBuf {
+        let token = self.lease_reader_token().await;
+        std::fs::write(dir.join("token"), &token).expect("token");
+        let path = dir.join("kubeconfig");
+        self.kubeconfig_for("token", &path);
+        path
+    }
+
     /// A kubeconfig at `out` for this server: its CA inline
     /// (certificate-authority-data) and the token in `token_file`
     /// (tokenFile, relative to the kubeconfig).
@@ -949,4 +959,16 @@ pub async fn renewing_read(serve: &super::Serve) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Candidates `ids` on the Lease `namespace/name`, started in that order.
+pub fn candidates(
+    api: &KubeApiserver,
+    namespace: &str,
+    name: &str,
+    ids: &[&str],
+) -> Vec<Candidate> {
+    ids.iter()
+        .map(|id| Candidate::start(api, namespace, name, id))
+        .collect()
 }

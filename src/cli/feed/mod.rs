@@ -19,6 +19,7 @@
 //! a feed's fence row is written only by that feed's writer.
 
 pub mod identity;
+mod in_database;
 pub mod writer;
 
 use std::sync::{Arc, OnceLock};

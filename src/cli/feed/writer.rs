@@ -49,11 +49,11 @@ pub struct FeedWriter {
 }
 
 /// Everything one feed's writer term needs.
-struct Term {
-    feed: Feed,
-    ctx: WriterCtx,
-    parts: FeedParts,
-    reader: Reader,
+pub(super) struct Term {
+    pub(super) feed: Feed,
+    pub(super) ctx: WriterCtx,
+    pub(super) parts: FeedParts,
+    pub(super) reader: Reader,
 }
 
 /// How a standby's campaign ends.
@@ -66,7 +66,7 @@ enum Won {
     Moved,
 }
 
-enum Ended {
+pub(super) enum Ended {
     Stop,
     Lost(String),
     Failed(String),
@@ -95,7 +95,13 @@ impl FeedWriter {
             parts,
             reader,
         };
-        let task = crate::task::spawn("history writer", term.run(cluster_rx, stop_rx));
+        // A feed with no etcd (Leases through the Kubernetes API) elects
+        // its writer in the database (`in_database.rs`).
+        let task = if term.feed.watched.api.is_some() {
+            crate::task::spawn("history writer", term.run_in_database(cluster_rx, stop_rx))
+        } else {
+            crate::task::spawn("history writer", term.run(cluster_rx, stop_rx))
+        };
         FeedWriter {
             scope,
             cluster,
@@ -117,7 +123,7 @@ impl FeedWriter {
 
 impl Term {
     /// "history writer of cluster NAME: " (or of the one cluster).
-    fn who(&self) -> String {
+    pub(super) fn who(&self) -> String {
         match self.feed.scope() {
             Some(n) => format!("history writer of cluster {n}"),
             None => "history writer".to_owned(),
@@ -506,7 +512,7 @@ impl Term {
 
     /// One update of the writer's own watcher, to the history under the
     /// feed's scope (its names `CLUSTER/NAME` with several clusters).
-    async fn record(
+    pub(super) async fn record(
         &self,
         store: &Store,
         u: Update,
@@ -543,7 +549,7 @@ impl Term {
     /// Notes in the database why this replica, as the feed's writer,
     /// records nothing (every replica's `/readyz` says it); a database that
     /// cannot take even that is only logged.
-    async fn note_error(&self, message: String) {
+    pub(super) async fn note_error(&self, message: String) {
         let (url, id) = (self.ctx.url.clone(), self.ctx.id.clone());
         let fence = self.feed.fence_key().to_owned();
         let noted = tokio::task::spawn_blocking(move || {
@@ -560,7 +566,7 @@ impl Term {
 
     /// Commits (or tries to: a stale writer is refused) what is queued, and
     /// counts the refusals.
-    async fn close(&self, store: Store, ended: Ended) -> Ended {
+    pub(super) async fn close(&self, store: Store, ended: Ended) -> Ended {
         let flushed = store.flush().await;
         let refused = store.refused_commits();
         if refused > 0 {
@@ -586,7 +592,7 @@ impl Term {
 }
 
 /// Waits a second before trying again, or until serve stops (`true`).
-async fn paused(stop: &mut oneshot::Receiver<()>) -> bool {
+pub(super) async fn paused(stop: &mut oneshot::Receiver<()>) -> bool {
     tokio::select! {
         _ = tokio::time::sleep(Duration::from_secs(1)) => false,
         _ = stop => true,
@@ -596,7 +602,7 @@ async fn paused(stop: &mut oneshot::Receiver<()>) -> bool {
 /// How a term ends on a failed write: a commit refused by the fence means
 /// a newer writer has written, so the term is lost (whichever of this and
 /// the lease's loss is seen first); anything else is a failure.
-fn write_failed(store: &Store, e: HistoryError) -> Ended {
+pub(super) fn write_failed(store: &Store, e: HistoryError) -> Ended {
     if store.refused_commits() > 0 {
         Ended::Lost("a newer writer has written (commit refused by the fence)".into())
     } else {

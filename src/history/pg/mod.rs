@@ -33,6 +33,7 @@ mod read;
 mod rows;
 mod schema;
 pub(super) mod summary;
+mod term;
 pub mod tls;
 mod write;
 
@@ -48,6 +49,7 @@ pub(super) use read::{
     refusals, resume_point, scopes, terms, watched_until, writer_fence, writer_status, PgPool,
 };
 pub use schema::{name_unnamed_cluster, prepare, PG_SCHEMA_VERSION};
+pub use term::{Seat, TermSeat};
 pub use write::record_writer_error;
 pub(super) use write::PgWriter;
 
@@ -55,6 +57,17 @@ pub(super) use write::PgWriter;
 const STATEMENT_TIMEOUT: &str = "60s";
 /// Connecting gives up after this (unless the URL says otherwise).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The URL (redacted) in a PostgreSQL error.
+fn with_url(e: HistoryError, url: &str) -> HistoryError {
+    match e {
+        HistoryError::Postgres { error, .. } => HistoryError::Postgres {
+            db: redact(url),
+            error,
+        },
+        e => e,
+    }
+}
 
 /// Is `db` (the `--db` argument) a PostgreSQL URL?
 pub fn is_postgres_url(db: &str) -> bool {

@@ -131,8 +131,15 @@ ALTER TABLE history_writer ADD PRIMARY KEY (cluster);
 INSERT INTO watcher_state (key, value) VALUES ('epoch', 0) ON CONFLICT (key) DO NOTHING;
 "#;
 
+/// Version 6: the lease of a writer term elected in the database itself
+/// (`term.rs`: a feed with no etcd to elect in), on the database's clock;
+/// `NULL` for rows whose writer is elected in etcd.
+const V6: &str = r#"
+ALTER TABLE history_writer ADD COLUMN IF NOT EXISTS expires_at TIMESTAMPTZ;
+"#;
+
 /// Every migration, in order; `tenure_schema.version` counts those applied.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 /// The PostgreSQL schema version this build writes and reads.
 pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -10,7 +10,7 @@ use postgres::{Statement, Transaction};
 use super::rows::{Pending, RowStmts};
 use super::schema::migrate;
 use super::summary;
-use super::{connect, redact, Conn};
+use super::{connect, redact, with_url, Conn};
 use crate::events::cluster::ClusterEvent;
 use crate::events::Event;
 use crate::history::summary::Deltas;
@@ -253,17 +253,6 @@ impl PgWriter {
             )?;
         }
         Ok(())
-    }
-}
-
-/// The URL (redacted) in a PostgreSQL error.
-fn with_url(e: HistoryError, url: &str) -> HistoryError {
-    match e {
-        HistoryError::Postgres { error, .. } => HistoryError::Postgres {
-            db: redact(url),
-            error,
-        },
-        e => e,
     }
 }
 

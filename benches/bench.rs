@@ -32,6 +32,7 @@ mod fence;
 mod incident;
 mod ingest;
 mod kube;
+mod kube_api;
 mod load;
 mod markdown;
 mod mass;
@@ -58,9 +59,9 @@ use serde::Serialize;
 use crate::stats::Row;
 use crate::support::procfs;
 
-const ALL: [&str; 12] = [
+const ALL: [&str; 13] = [
     "takeover", "queue", "fence", "detect", "ingest", "clusters", "pg", "render", "scale",
-    "incident", "mass", "kube",
+    "incident", "mass", "kube", "kube-api",
 ];
 
 #[derive(Debug, Parser)]
@@ -367,6 +368,7 @@ async fn run_all(args: &Args) -> Result<usize> {
             "incident" => incident::run(&cfg).await,
             "mass" => mass::run(&cfg).await,
             "kube" => kube::run(&cfg).await,
+            "kube-api" => kube_api::run(&cfg).await,
             _ => unreachable!(),
         };
         let r = r.map_err(|e| e.context(format!("measurement {what}")))?;

@@ -118,20 +118,20 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
 }
 
 /// The leases, created once, and the connections that renew them.
-struct Cluster {
+pub struct Cluster {
     clients: Vec<Etcd>,
     nodes: usize,
     elections: usize,
 }
 
 /// One lease write: its key and value.
-struct Put {
+pub struct Put {
     key: String,
     value: Vec<u8>,
 }
 
 impl Cluster {
-    async fn new(endpoint: &str, nodes: usize, elections: usize) -> Result<Cluster> {
+    pub async fn new(endpoint: &str, nodes: usize, elections: usize) -> Result<Cluster> {
         let mut clients = Vec::new();
         for _ in 0..CONNECTIONS {
             clients.push(connect(endpoint).await?);
@@ -160,7 +160,7 @@ impl Cluster {
     }
 
     /// Election `j` at its `renewal`-th renewal.
-    fn election(&self, j: usize, renewal: u64, now_us: i64) -> Put {
+    pub fn election(&self, j: usize, renewal: u64, now_us: i64) -> Put {
         let name = format!("controller-{j:03}");
         let hand = renewal / HANDOVER_EVERY;
         let holder = format!("{name}-host-{hand}_{j:08x}");
@@ -200,9 +200,29 @@ impl Cluster {
         due
     }
 
+    /// Every write of `seconds` of traffic from now, at its offset.
+    pub fn load(&self, seconds: Duration) -> Vec<(Duration, Put)> {
+        let now = unix_us();
+        let mut renewals = vec![0u64; self.elections];
+        self.schedule(seconds)
+            .into_iter()
+            .map(|(at, i)| {
+                let at_us = now + at.as_micros() as i64;
+                let put = match i.checked_sub(self.nodes) {
+                    None => self.node(i, at_us),
+                    Some(j) => {
+                        renewals[j] += 1;
+                        self.election(j, renewals[j], at_us)
+                    }
+                };
+                (at, put)
+            })
+            .collect()
+    }
+
     /// Writes `puts`, each not before its offset from now; returns the
     /// last revision written.
-    async fn write(&self, puts: Vec<(Duration, Put)>) -> Result<i64> {
+    pub async fn write(&self, puts: Vec<(Duration, Put)>) -> Result<i64> {
         let start = tokio::time::Instant::now();
         let permits = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
         let mut tasks = tokio::task::JoinSet::new();
@@ -266,24 +286,8 @@ async fn live_run(endpoint: &str, cluster: &Cluster, seconds: Duration) -> Resul
         kube_config(endpoint).await?,
     )
     .await?;
-    let now = unix_us();
-    let due = cluster.schedule(seconds);
-    let writes = due.len();
-    let mut renewals = vec![0u64; cluster.elections];
-    let puts = due
-        .into_iter()
-        .map(|(at, i)| {
-            let at_us = now + at.as_micros() as i64;
-            let put = match i.checked_sub(cluster.nodes) {
-                None => cluster.node(i, at_us),
-                Some(j) => {
-                    renewals[j] += 1;
-                    cluster.election(j, renewals[j], at_us)
-                }
-            };
-            (at, put)
-        })
-        .collect();
+    let puts = cluster.load(seconds);
+    let writes = puts.len();
     let t0 = Instant::now();
     let last = cluster.write(puts).await?;
     let write = t0.elapsed();
@@ -341,7 +345,7 @@ async fn replay_run(
     Ok((t.cpu, b.cpu, rss1.saturating_sub(rss0)))
 }
 
-fn unix_us() -> i64 {
+pub fn unix_us() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)

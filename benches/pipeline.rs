@@ -12,6 +12,7 @@ use etcd_client::{Client as Etcd, WatchOptions, WatchStream};
 use tenure::events::{Event, ResumePoint, Update};
 use tenure::history::Store;
 use tenure::telemetry::{self, Metrics};
+use tenure::watch::kube::{KubeConfig, KubeWatcher};
 use tenure::watch::{WatchConfig, Watcher};
 use tenure::web::Readiness;
 use tokio::sync::{broadcast, mpsc};
@@ -38,6 +39,28 @@ impl Prepared {
     /// Starts the watcher after `after` (everything up to it counts as
     /// already stored; nothing was open), reading what `cfg` says.
     pub fn start_with(self, after: i64, cfg: WatchConfig) -> Pipeline {
+        let client = self.client.clone();
+        self.start(after, move |resume, tx| async move {
+            let _ = Watcher::new(client, cfg).run(Some(resume), tx).await;
+        })
+    }
+
+    /// [`Self::start_with`] reading Leases through the Kubernetes API
+    /// (`serve --kubeconfig`'s watcher) after resourceVersion `after`.
+    pub fn start_kube(self, after: i64, cfg: KubeConfig) -> Result<Pipeline> {
+        let watcher = KubeWatcher::new(cfg).map_err(|e| anyhow!("Lease source: {e}"))?;
+        Ok(self.start(after, move |resume, tx| async move {
+            let _ = watcher.run(Some(resume), tx).await;
+        }))
+    }
+
+    /// The watcher `run` spawned from `after` (everything up to it counts
+    /// as already stored; nothing was open).
+    fn start<F: std::future::Future<Output = ()> + Send + 'static>(
+        self,
+        after: i64,
+        run: impl FnOnce(ResumePoint, mpsc::Sender<Update>) -> F,
+    ) -> Pipeline {
         let (live, _) = broadcast::channel(1024);
         // Same capacity as serve's.
         let (tx, rx) = mpsc::channel::<Update>(4096);
@@ -48,10 +71,7 @@ impl Prepared {
             live_at_ms: None,
             witnesses: Vec::new(),
         };
-        let client = self.client;
-        let watcher = tokio::spawn(async move {
-            let _ = Watcher::new(client, cfg).run(Some(resume), tx).await;
-        });
+        let watcher = tokio::spawn(run(resume, tx));
         Pipeline {
             rx,
             metrics: self.metrics,

@@ -224,53 +224,23 @@ async fn a_table_that_mixes_etcd_and_the_api_is_refused_saying_which() {
     }
 }
 
-/// The exec plugin of the test below: its first answer is a token the
-/// server refuses (401), every later one tenure's account token valid for
-/// 20 s by its `expirationTimestamp`; each run is logged to `$DIR/runs` and
-/// its `KUBERNETES_EXEC_INFO` kept in `$DIR/info`.
-const PLUGIN: &str = r#"#!/bin/sh
-n=$(cat "$DIR/runs" 2>/dev/null | wc -l)
-echo run >> "$DIR/runs"
-printf '%s' "$KUBERNETES_EXEC_INFO" > "$DIR/info"
-if [ "$n" -eq 0 ]; then tok=refused-by-the-server; else tok=$(cat "$DIR/token"); fi
-exp=$(date -u -d '+20 seconds' +%Y-%m-%dT%H:%M:%SZ)
-printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"%s","expirationTimestamp":"%s"}}\n' "$tok" "$exp"
-"#;
-
 /// A kubeconfig whose user is an exec plugin (a relative command, run from
 /// the kubeconfig's folder) keeps an API cluster recorded past several
 /// expiries of its token, and runs it again after a 401.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exec_plugins_token_is_fetched_again_as_it_expires_and_after_a_401() {
-    use std::os::unix::fs::PermissionsExt;
     if !kube::available() {
         return;
     }
     let kube_etcd = Etcd::start().await;
     let api = KubeApiserver::start(&kube_etcd.endpoint()).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = kubeconfig(&api, dir.path()).await;
-    let text = std::fs::read_to_string(&kubeconfig).expect("kubeconfig");
-    let exec = format!(
-        "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: \
-         ./plugin.sh\n      env:\n      - name: DIR\n        value: {}\n",
-        dir.path().display()
-    );
-    let text = text.replace("    tokenFile: token\n", &exec);
-    assert!(text.contains("plugin.sh"), "{text}");
-    std::fs::write(&kubeconfig, text).expect("kubeconfig");
-    let plugin = dir.path().join("plugin.sh");
-    std::fs::write(&plugin, PLUGIN).expect("plugin");
-    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let kubeconfig = api.exec_kubeconfig(dir.path()).await;
     let renewer = JsonRenewer::start(&kube_etcd).await;
     let tables =
         format!("[[cluster]]\nname = \"k8s\"\nkubeconfig = {kubeconfig:?}\ncontext = \"reader\"\n");
     let serve = serve_config(dir.path(), &tables).await;
-    let runs = || {
-        std::fs::read_to_string(dir.path().join("runs"))
-            .map(|r| r.lines().count())
-            .unwrap_or(0)
-    };
+    let runs = || kube::exec_runs(dir.path());
     assert!(runs() >= 2, "the refused token was followed by a new run");
     let info = std::fs::read_to_string(dir.path().join("info")).expect("info");
     assert!(info.contains(r#""interactive":false"#), "{info}");

@@ -1,7 +1,9 @@
-//! A cluster read through the Kubernetes API on the shared PostgreSQL
-//! history (issue 42.2), with the real parts: kube-apiserver over its own
-//! etcd, client-go candidates on a Lease, an etcd cluster beside it in the
-//! same `serve --config`, two replicas on one database. The API cluster's
+//! Clusters read through the Kubernetes API on the shared PostgreSQL
+//! history (issue 42.2), with the real parts: two kube-apiservers, each
+//! over its own etcd (client-go candidates on a Lease of one, a Lease
+//! renewed client-go's way in the other, read with an exec plugin's
+//! expiring tokens), an etcd cluster beside them in the same
+//! `serve --config`, two replicas on one database. The API cluster's
 //! writer is elected in the database (its fence row), the etcd cluster's
 //! in its etcd. The writing replica of the API cluster is killed -9
 //! midway, while a candidate is killed -9 too: the other replica takes
@@ -21,7 +23,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use support::fixtures::lead;
-use support::kube::{self, Candidate, KubeApiserver, LeaseLog, Recorded, Write};
+use support::kube::{
+    self, Candidate, JsonRenewer, KubeApiserver, LeaseLog, Recorded, Write, RENEWED,
+};
 use support::postgres::Postgres;
 use support::{Etcd, Serve};
 use tenure::election::Client;
@@ -117,6 +121,12 @@ async fn an_api_cluster_on_postgres_survives_its_writer_killed_and_records_each_
     let log = LeaseLog::start(kube_etcd.client().await, KEY).await;
     let api = KubeApiserver::start(&kube_etcd.endpoint()).await;
     let plain = Etcd::start().await;
+    // A second API cluster whose user is an exec plugin (its first token
+    // refused, each later one valid for 20 s).
+    let kube_etcd2 = Etcd::start().await;
+    let api2 = KubeApiserver::start(&kube_etcd2.endpoint()).await;
+    let exec_dir = tempfile::tempdir().expect("tempdir");
+    let exec_kubeconfig = api2.exec_kubeconfig(exec_dir.path()).await;
     let pg = Postgres::start();
     let url = pg.create_database(DB);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -125,9 +135,9 @@ async fn an_api_cluster_on_postgres_survives_its_writer_killed_and_records_each_
     std::fs::write(
         &config,
         format!(
-            "[[cluster]]\nname = \"k8s\"\nkubeconfig = {:?}\n\n\
+            "[[cluster]]\nname = \"k8s\"\nkubeconfig = {kubeconfig:?}\n\n\
+             [[cluster]]\nname = \"k8s2\"\nkubeconfig = {exec_kubeconfig:?}\n\n\
              [[cluster]]\nname = \"plain\"\nendpoints = {:?}\n",
-            kubeconfig.display().to_string(),
             plain.endpoint()
         ),
     )
@@ -140,6 +150,19 @@ async fn an_api_cluster_on_postgres_survives_its_writer_killed_and_records_each_
         r.ready().await;
     }
     let (first, first_token) = writer_of(&pg, "k8s", &replicas).await;
+    writer_of(&pg, "k8s2", &replicas).await;
+    // k8s2's Lease, renewed client-go's way from now on: its one term's
+    // token is the revision that created it.
+    let renewer = JsonRenewer::start(&kube_etcd2).await;
+    let mut raw2 = kube_etcd2.client().await;
+    let acquired = until("k8s2's Lease", async || {
+        let got = raw2
+            .get("/registry/leases/kube-system/kcm", None)
+            .await
+            .ok()?;
+        got.kvs().first().map(|kv| kv.create_revision())
+    })
+    .await;
     let c = Client::connect(&[plain.endpoint()], "")
         .await
         .expect("connect");
@@ -254,6 +277,19 @@ async fn an_api_cluster_on_postgres_survives_its_writer_killed_and_records_each_
         );
         assert!(jobs[0].2 > Some(t1) && jobs[1].2.is_none(), "{jobs:?}");
     }
+    // The exec plugin's cluster, through every replica, past the 20 s
+    // expiry of its tokens: its one term, as the renewer wrote it.
+    let kcm = format!("k8s2/{RENEWED}");
+    let one = [("a".to_owned(), acquired, None, None)];
+    for r in replicas.iter().flatten() {
+        settled(r, &kcm, &one).await;
+    }
+    assert!(
+        kube::exec_runs(exec_dir.path()) >= 3,
+        "the exec plugin ran {} times",
+        kube::exec_runs(exec_dir.path())
+    );
+    renewer.stop().await;
     // The API cluster's fence row is the last takeover's.
     assert_eq!(fence(&pg, "k8s").map(|f| f.0), Some(third_token));
     drop(cs);

@@ -790,6 +790,27 @@ impl KubeApiserver {
         path
     }
 
+    /// A kubeconfig at `dir/kubeconfig` whose user is an exec plugin
+    /// ([`EXEC_PLUGIN`] at `dir/plugin.sh`, a relative command run from
+    /// the kubeconfig's folder) handing out tenure's lease-reading token.
+    pub async fn exec_kubeconfig(&self, dir: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.reader_kubeconfig(dir).await;
+        let text = std::fs::read_to_string(&path).expect("kubeconfig");
+        let exec = format!(
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: \
+             ./plugin.sh\n      env:\n      - name: DIR\n        value: {}\n",
+            dir.display()
+        );
+        let text = text.replace("    tokenFile: token\n", &exec);
+        assert!(text.contains("plugin.sh"), "{text}");
+        std::fs::write(&path, text).expect("kubeconfig");
+        let plugin = dir.join("plugin.sh");
+        std::fs::write(&plugin, EXEC_PLUGIN).expect("plugin");
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path
+    }
+
     /// A kubeconfig at `out` for this server: its CA inline
     /// (certificate-authority-data) and the token in `token_file`
     /// (tokenFile, relative to the kubeconfig).
@@ -971,4 +992,25 @@ pub fn candidates(
     ids.iter()
         .map(|id| Candidate::start(api, namespace, name, id))
         .collect()
+}
+
+/// The exec plugin of [`KubeApiserver::exec_kubeconfig`]: its first answer
+/// is a token the server refuses (401), every later one tenure's account
+/// token valid for 20 s by its `expirationTimestamp`; each run is logged to
+/// `$DIR/runs` ([`exec_runs`]) and its `KUBERNETES_EXEC_INFO` kept in
+/// `$DIR/info`.
+pub const EXEC_PLUGIN: &str = r#"#!/bin/sh
+n=$(cat "$DIR/runs" 2>/dev/null | wc -l)
+echo run >> "$DIR/runs"
+printf '%s' "$KUBERNETES_EXEC_INFO" > "$DIR/info"
+if [ "$n" -eq 0 ]; then tok=refused-by-the-server; else tok=$(cat "$DIR/token"); fi
+exp=$(date -u -d '+20 seconds' +%Y-%m-%dT%H:%M:%SZ)
+printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"%s","expirationTimestamp":"%s"}}\n' "$tok" "$exp"
+"#;
+
+/// How often the exec plugin of `dir` ran.
+pub fn exec_runs(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("runs"))
+        .map(|r| r.lines().count())
+        .unwrap_or(0)
 }

@@ -94,6 +94,14 @@ const GROUP: usize = 1000;
 /// revision.
 const HOLD: Duration = Duration::from_millis(50);
 
+/// [`HOLD`] once the last revision held has several objects: an etcd
+/// transaction written past kube-apiserver (kube-apiserver itself writes
+/// one Lease per revision), whose objects its watch cache may hand out
+/// with pauses on a busy machine. A revision whose batch went out cannot
+/// take more objects (they wait for the next revision's batch), so such a
+/// revision is held longer; one object alone, the common case, is not.
+const MULTI_HOLD: Duration = Duration::from_secs(1);
+
 /// The longest pause between two tries.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -403,10 +411,10 @@ impl Run<'_> {
         let mut silent_since = Instant::now();
         let mut group: Vec<(i64, Change)> = Vec::new();
         loop {
-            let wait = if group.is_empty() {
-                Duration::from_secs(1)
-            } else {
-                HOLD
+            let wait = match group.as_slice() {
+                [] => Duration::from_secs(1),
+                [.., (a, _), (b, _)] if a == b => MULTI_HOLD,
+                _ => HOLD,
             };
             let line = tokio::time::timeout(wait, answer.line()).await;
             if !matches!(line, Ok(Ok(Some(_)))) {

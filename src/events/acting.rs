@@ -186,25 +186,12 @@ pub fn view(term: &TermFacts, merged: &Merged) -> ActingView {
     let (Some(r), Some(start)) = (&merged.record, term.started_at_ms) else {
         return ActingView::default();
     };
-    let Some(window) = r.window_ms else {
+    if r.window_ms.is_none() {
         return ActingView::default();
-    };
+    }
     let at = |offset: Option<i64>| offset.map(|o| start.saturating_add(o));
     let less = i64::saturating_sub;
-    // The latest end that had come when its version arrived.
-    let claim = merged
-        .ends
-        .iter()
-        .filter(|c| {
-            start.saturating_add(c.ended_ms) <= c.arrived_ms.saturating_add(ARRIVAL_SLACK_MS)
-        })
-        .max_by_key(|c| (c.ended_ms, c.revision));
-    let (ended_ms, ended_late, end_revision) = match (claim, merged.ends.is_empty()) {
-        (Some(c), _) => (Some(c.ended_ms), c.late, Some(c.revision)),
-        // Only impossible claims: acting's end is not known.
-        (None, false) => (None, false, None),
-        (None, true) => (r.ended_ms, merged.ended_late, merged.end_revision),
-    };
+    let (ended_ms, ended_late, end_revision) = reported_end(merged, r, start);
     let mut v = ActingView {
         acting_started_ms: at(r.began_ms),
         acting_started_late: merged.began_late,
@@ -227,6 +214,51 @@ pub fn view(term: &TermFacts, merged: &Merged) -> ActingView {
         }
         return v;
     };
+    let Some(candidates) = margin_candidates(term, r, start, ended, end_revision, &mut v) else {
+        return v;
+    };
+    if let Some((margin, bound, against)) = smallest(&candidates) {
+        v.margin_ms = Some(margin);
+        v.margin_bound_ms = Some(bound);
+        v.margin_against = Some(against);
+    }
+    v
+}
+
+/// The latest end that had come when its version arrived: (its offset on
+/// the holder's clock, reported late, its revision); none known when only
+/// impossible claims were made.
+fn reported_end(merged: &Merged, r: &ActingRecord, start: i64) -> (Option<i64>, bool, Option<i64>) {
+    let claim = merged
+        .ends
+        .iter()
+        .filter(|c| {
+            start.saturating_add(c.ended_ms) <= c.arrived_ms.saturating_add(ARRIVAL_SLACK_MS)
+        })
+        .max_by_key(|c| (c.ended_ms, c.revision));
+    match (claim, merged.ends.is_empty()) {
+        (Some(c), _) => (Some(c.ended_ms), c.late, Some(c.revision)),
+        // Only impossible claims: acting's end is not known.
+        (None, false) => (None, false, None),
+        (None, true) => (r.ended_ms, merged.ended_late, merged.end_revision),
+    }
+}
+
+/// What acting's end (`ended`, from `start`) is measured against: the
+/// lease's end, the term's end, the next term's start (each with its
+/// bound), and the overlap with the next term, set in `v`. `None`: the
+/// margin is unknown (the lease ended at a moment not known, or another
+/// term may have started before acting ended).
+fn margin_candidates(
+    term: &TermFacts,
+    r: &ActingRecord,
+    start: i64,
+    ended: i64,
+    end_revision: Option<i64>,
+    v: &mut ActingView,
+) -> Option<Vec<(i64, i64, &'static str)>> {
+    let less = i64::saturating_sub;
+    let window = r.window_ms?;
     let ended_at = start.saturating_add(ended);
     // The end's record was in etcd no later than the term's end (the
     // resign's own txn, or before it): acting ended before any successor
@@ -259,7 +291,7 @@ pub fn view(term: &TermFacts, merged: &Merged) -> ActingView {
         }
         // The lease ended with the key at a moment not known: so is the
         // margin.
-        (true, Some(_)) => return v,
+        (true, Some(_)) => return None,
         _ => {}
     }
     match term.next_started_at_ms {
@@ -273,14 +305,9 @@ pub fn view(term: &TermFacts, merged: &Merged) -> ActingView {
         }
         Next::Known(None) => v.overlap_ms = Some(0),
         // Another term may have started before acting ended: unknown.
-        Next::Unknown => return v,
+        Next::Unknown => return None,
     }
-    if let Some((margin, bound, against)) = smallest(&candidates) {
-        v.margin_ms = Some(margin);
-        v.margin_bound_ms = Some(bound);
-        v.margin_against = Some(against);
-    }
-    v
+    Some(candidates)
 }
 
 /// The smallest candidate, where the exact one (`lease`: the holder's own

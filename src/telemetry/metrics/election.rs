@@ -166,75 +166,13 @@ impl Election {
                 lease_id,
                 from_snapshot,
                 ..
-            } => {
-                if let Some(mut old) = self.term.take() {
-                    if old.token == *token {
-                        // The same term again (a resync): nothing started,
-                        // but a proclaim may have been missed.
-                        set_holder(&mut old, holder_label(self.hide_holder, holder));
-                        self.term = Some(old);
-                        return None;
-                    }
-                    self.lease_remaining = None;
-                }
-                self.accrue_leaderless(event.at_ms);
-                self.leaderless_since_ms = None;
-                self.leaderless_paused = false;
-                let s = &mut self.series;
-                s.has_leader = 1;
-                s.leader_changes += 1;
-                s.fencing_token = *token;
-                s.term_start = event.at_ms as f64 / 1000.0;
-                self.term = Some(Term {
-                    token: *token,
-                    lease_id: *lease_id,
-                    holder_label: holder_label(self.hide_holder, holder).to_owned(),
-                    from_snapshot: *from_snapshot,
-                });
-                None
-            }
+            } => self.started(event, *token, holder, *lease_id, *from_snapshot),
             EventKind::TermEnded {
                 token,
                 cause,
                 started_at_ms,
                 ..
-            } => {
-                let mut ended = Ended {
-                    cause: *cause,
-                    duration: None,
-                };
-                // The last term's token stays, even for a term this process
-                // never saw start.
-                self.series.fencing_token = self.series.fencing_token.max(*token);
-                match self.term.take() {
-                    Some(t) if t.token != *token => {
-                        // The end of an older term, after a newer one began.
-                        self.term = Some(t);
-                    }
-                    current => {
-                        if let Some(t) = &current {
-                            if !t.from_snapshot && *cause != EndCause::Unknown {
-                                let ms = event.at_ms.saturating_sub(*started_at_ms).max(0);
-                                ended.duration = Some(ms as f64 / 1000.0);
-                            }
-                        }
-                        self.lease_remaining = None;
-                        self.renewing = None;
-                        self.series.has_leader = 0;
-                        self.lost_leader = true;
-                        if self.leaderless_since_ms.is_none() {
-                            self.leaderless_since_ms = Some(event.at_ms);
-                        }
-                    }
-                }
-                if let Some(d) = self.detail.as_deref_mut() {
-                    d.term_ends[cause_index(*cause)] += 1;
-                    if let Some(secs) = ended.duration {
-                        d.term_duration.observe(secs);
-                    }
-                }
-                Some(ended)
-            }
+            } => self.ended(event, *token, *cause, *started_at_ms),
             EventKind::LeaderValueChanged { token, holder, .. } => {
                 let label = holder_label(self.hide_holder, holder);
                 if let Some(t) = self.term.as_mut().filter(|t| t.token == *token) {
@@ -260,6 +198,88 @@ impl Election {
             | EventKind::TwoPrimaries { .. }
             | EventKind::Acting { .. } => None,
         }
+    }
+
+    /// A term started (or the same one again, from a resync).
+    fn started(
+        &mut self,
+        event: &Event,
+        token: i64,
+        holder: &str,
+        lease_id: i64,
+        from_snapshot: bool,
+    ) -> Option<Ended> {
+        if let Some(mut old) = self.term.take() {
+            if old.token == token {
+                // The same term again (a resync): nothing started,
+                // but a proclaim may have been missed.
+                set_holder(&mut old, holder_label(self.hide_holder, holder));
+                self.term = Some(old);
+                return None;
+            }
+            self.lease_remaining = None;
+        }
+        self.accrue_leaderless(event.at_ms);
+        self.leaderless_since_ms = None;
+        self.leaderless_paused = false;
+        let s = &mut self.series;
+        s.has_leader = 1;
+        s.leader_changes += 1;
+        s.fencing_token = token;
+        s.term_start = event.at_ms as f64 / 1000.0;
+        self.term = Some(Term {
+            token,
+            lease_id,
+            holder_label: holder_label(self.hide_holder, holder).to_owned(),
+            from_snapshot,
+        });
+        None
+    }
+
+    /// A term ended: what ended, and how long it ran when this process
+    /// saw it start.
+    fn ended(
+        &mut self,
+        event: &Event,
+        token: i64,
+        cause: EndCause,
+        started_at_ms: i64,
+    ) -> Option<Ended> {
+        let mut ended = Ended {
+            cause,
+            duration: None,
+        };
+        // The last term's token stays, even for a term this process
+        // never saw start.
+        self.series.fencing_token = self.series.fencing_token.max(token);
+        match self.term.take() {
+            Some(t) if t.token != token => {
+                // The end of an older term, after a newer one began.
+                self.term = Some(t);
+            }
+            current => {
+                if let Some(t) = &current {
+                    if !t.from_snapshot && cause != EndCause::Unknown {
+                        let ms = event.at_ms.saturating_sub(started_at_ms).max(0);
+                        ended.duration = Some(ms as f64 / 1000.0);
+                    }
+                }
+                self.lease_remaining = None;
+                self.renewing = None;
+                self.series.has_leader = 0;
+                self.lost_leader = true;
+                if self.leaderless_since_ms.is_none() {
+                    self.leaderless_since_ms = Some(event.at_ms);
+                }
+            }
+        }
+        if let Some(d) = self.detail.as_deref_mut() {
+            d.term_ends[cause_index(cause)] += 1;
+            if let Some(secs) = ended.duration {
+                d.term_duration.observe(secs);
+            }
+        }
+        Some(ended)
     }
 
     /// Whether the election has used the shared fence (a check recorded,

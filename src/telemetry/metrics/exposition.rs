@@ -165,7 +165,16 @@ fn escape(v: &str, quotes: bool) -> Cow<'_, str> {
 /// the registry sorts them (by label values, labels in name order), or
 /// nothing when it has no series.
 fn write_family(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
-    let has_series = match f.id {
+    if !has_series(f, elections) {
+        return;
+    }
+    write_headers(out, f);
+    write_series(out, f, elections);
+}
+
+/// Whether the family has a series of any election.
+fn has_series(f: &Family, elections: &[(&str, &Election)]) -> bool {
+    match f.id {
         Id::LeaderInfo => elections.iter().any(|(_, e)| e.term.is_some()),
         Id::LeaseRemaining => elections.iter().any(|(_, e)| e.lease_remaining.is_some()),
         Id::LeaseLapsed => elections.iter().any(|(_, e)| e.renewing.is_some()),
@@ -178,10 +187,11 @@ fn write_family(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
             elections.iter().any(|(_, e)| e.detail.is_some())
         }
         _ => !elections.is_empty(),
-    };
-    if !has_series {
-        return;
     }
+}
+
+/// Its `# HELP` and `# TYPE` lines.
+fn write_headers(out: &mut String, f: &Family) {
     out.push_str("# HELP ");
     out.push_str(f.name);
     out.push(' ');
@@ -192,6 +202,27 @@ fn write_family(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
     out.push(' ');
     out.push_str(f.kind.as_str());
     out.push('\n');
+}
+
+/// Its series, sorted as the registry sorts them.
+fn write_series(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
+    match f.id {
+        Id::ElectionTermEnds | Id::FencingRefusals | Id::FencingChecks => {
+            write_counts(out, f, elections)
+        }
+        Id::LeaderInfo
+        | Id::LeaseRemaining
+        | Id::LeaseLapsed
+        | Id::LeaseRenewInterval
+        | Id::ElectionCandidatesWaiting => write_held(out, f, elections),
+        Id::ElectionTermDuration => write_term_duration(out, f, elections),
+        _ => write_plain(out, f, elections),
+    }
+}
+
+/// The counters by a second label: term ends by cause, fence checks by
+/// result and refusals by reason.
+fn write_counts(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
     match f.id {
         Id::ElectionTermEnds => {
             // Labels `cause`, `election`: by cause, then election.
@@ -222,6 +253,14 @@ fn write_family(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
                 }
             }
         }
+        _ => {}
+    }
+}
+
+/// The series of what an election holds now: its leader, its lease, its
+/// renewals, its waiting candidates.
+fn write_held(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
+    match f.id {
         Id::LeaderInfo => {
             for &(el, e) in elections {
                 if let Some(t) = &e.term {
@@ -258,37 +297,42 @@ fn write_family(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
                 }
             }
         }
-        Id::ElectionTermDuration => {
-            let mut le = String::new();
-            for &(el, e) in elections {
-                let Some(d) = &e.detail else { continue };
-                let h = &d.term_duration;
-                let mut cumulative = 0;
-                for (bound, count) in TERM_DURATION_BUCKETS.iter().zip(h.counts) {
-                    cumulative += count;
-                    le.clear();
-                    let _ = write!(le, "{bound}");
-                    sample(out, f, "_bucket", &[el], Some(&le), cumulative as f64);
-                }
-                sample(out, f, "_bucket", &[el], Some("+Inf"), h.count as f64);
-                sample(out, f, "_sum", &[el], None, h.sum);
-                sample(out, f, "_count", &[el], None, h.count as f64);
-            }
+        _ => {}
+    }
+}
+
+/// The term-duration histogram of each election with detail.
+fn write_term_duration(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
+    let mut le = String::new();
+    for &(el, e) in elections {
+        let Some(d) = &e.detail else { continue };
+        let h = &d.term_duration;
+        let mut cumulative = 0;
+        for (bound, count) in TERM_DURATION_BUCKETS.iter().zip(h.counts) {
+            cumulative += count;
+            le.clear();
+            let _ = write!(le, "{bound}");
+            sample(out, f, "_bucket", &[el], Some(&le), cumulative as f64);
         }
-        _ => {
-            for &(el, e) in elections {
-                let s = &e.series;
-                let v = match f.id {
-                    Id::FencingToken => s.fencing_token as f64,
-                    Id::HasLeader => s.has_leader as f64,
-                    Id::LeaderChanges => s.leader_changes as f64,
-                    Id::Leaderless if e.shows_leaderless() => s.leaderless_ms as f64 / 1000.0,
-                    Id::TermStart => s.term_start,
-                    _ => continue,
-                };
-                sample(out, f, "", &[el], None, v);
-            }
-        }
+        sample(out, f, "_bucket", &[el], Some("+Inf"), h.count as f64);
+        sample(out, f, "_sum", &[el], None, h.sum);
+        sample(out, f, "_count", &[el], None, h.count as f64);
+    }
+}
+
+/// One number per election, from its series.
+fn write_plain(out: &mut String, f: &Family, elections: &[(&str, &Election)]) {
+    for &(el, e) in elections {
+        let s = &e.series;
+        let v = match f.id {
+            Id::FencingToken => s.fencing_token as f64,
+            Id::HasLeader => s.has_leader as f64,
+            Id::LeaderChanges => s.leader_changes as f64,
+            Id::Leaderless if e.shows_leaderless() => s.leaderless_ms as f64 / 1000.0,
+            Id::TermStart => s.term_start,
+            _ => continue,
+        };
+        sample(out, f, "", &[el], None, v);
     }
 }
 

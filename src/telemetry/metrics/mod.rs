@@ -277,86 +277,9 @@ impl Metrics {
 
     /// [`apply`](Self::apply) as if the wall clock said `now_ms`.
     pub fn apply_at(&self, update: &Update, now_ms: i64) {
-        // Leaderless time counts only while the watcher is live: it pauses
-        // when etcd is unreachable or the stream broke or is stuck, and
-        // resumes with the next batch or caught-up notice.
+        self.leaderless_clock(update, now_ms);
         match update {
-            Update::Watch(
-                WatchStatus::EtcdUp(false)
-                | WatchStatus::Stuck { .. }
-                | WatchStatus::Restarted(_)
-                | WatchStatus::NotTheRecordedEtcd { .. },
-            ) if !self.paused.swap(true, Ordering::Relaxed) => {
-                for e in self.lock().values_mut() {
-                    e.pause_leaderless(now_ms);
-                }
-            }
-            Update::Batch(_) | Update::Watch(WatchStatus::CaughtUp { .. })
-                if self.paused.swap(false, Ordering::Relaxed) =>
-            {
-                for e in self.lock().values_mut() {
-                    e.resume_leaderless(now_ms);
-                }
-            }
-            _ => {}
-        }
-        match update {
-            Update::Batch(batch) => {
-                let mut elections = self.lock();
-                self.create_many(&mut elections, &batch.events);
-                for event in &batch.events {
-                    if let EventKind::Gap { .. } | EventKind::Reset { .. } = event.kind {
-                        self.p.gaps.inc();
-                        continue;
-                    }
-                    if let EventKind::TwoPrimaries { .. } = event.kind {
-                        self.p.two_primaries.inc();
-                    }
-                    if event.election.is_empty() {
-                        continue;
-                    }
-                    let Some(e) = self.election(&mut elections, &event.election) else {
-                        continue;
-                    };
-                    if let EventKind::TermEnded {
-                        cause,
-                        renewals: Some(r),
-                        ..
-                    } = &event.kind
-                    {
-                        if let (Some(us), Ok(h)) = (
-                            r.handover_us,
-                            self.p
-                                .lease_handover
-                                .get_metric_with_label_values(&[cause.as_str()]),
-                        ) {
-                            h.observe(us.max(0) as f64 / 1e6);
-                        }
-                    }
-                    if let Some(ended) = e.apply(event) {
-                        Process::inc(&self.p.term_ends, ended.cause.as_str());
-                        if let Some(secs) = ended.duration {
-                            self.p.term_duration.observe(secs);
-                        }
-                    }
-                }
-                drop(elections);
-                let finals = self.margins.locked().apply(&batch.events, now_ms);
-                for f in finals {
-                    let ended = if f.resigned { "resigned" } else { "lost" };
-                    if let (Some(margin), Ok(h)) = (
-                        f.margin_ms,
-                        self.p.margin.get_metric_with_label_values(&[ended]),
-                    ) {
-                        h.observe(margin as f64 / 1000.0);
-                    }
-                    if f.overlap_ms > 0 {
-                        self.p.overlap.inc_by(f.overlap_ms as f64 / 1000.0);
-                    }
-                }
-                self.p.events.inc_by(batch.events.len() as u64);
-                self.p.revision.set(batch.revision);
-            }
+            Update::Batch(batch) => self.apply_batch(batch, now_ms),
             Update::LeaseSampled {
                 election,
                 lease_id,
@@ -410,6 +333,91 @@ impl Metrics {
             }
             Update::Cluster { .. } => {}
         }
+    }
+
+    /// Leaderless time counts only while the watcher is live: it pauses
+    /// when etcd is unreachable or the stream broke or is stuck, and
+    /// resumes with the next batch or caught-up notice.
+    fn leaderless_clock(&self, update: &Update, now_ms: i64) {
+        match update {
+            Update::Watch(
+                WatchStatus::EtcdUp(false)
+                | WatchStatus::Stuck { .. }
+                | WatchStatus::Restarted(_)
+                | WatchStatus::NotTheRecordedEtcd { .. },
+            ) if !self.paused.swap(true, Ordering::Relaxed) => {
+                for e in self.lock().values_mut() {
+                    e.pause_leaderless(now_ms);
+                }
+            }
+            Update::Batch(_) | Update::Watch(WatchStatus::CaughtUp { .. })
+                if self.paused.swap(false, Ordering::Relaxed) =>
+            {
+                for e in self.lock().values_mut() {
+                    e.resume_leaderless(now_ms);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// One batch: each election's events, the margins of the terms that
+    /// ended, the event count and the revision.
+    fn apply_batch(&self, batch: &crate::events::Batch, now_ms: i64) {
+        let mut elections = self.lock();
+        self.create_many(&mut elections, &batch.events);
+        for event in &batch.events {
+            if let EventKind::Gap { .. } | EventKind::Reset { .. } = event.kind {
+                self.p.gaps.inc();
+                continue;
+            }
+            if let EventKind::TwoPrimaries { .. } = event.kind {
+                self.p.two_primaries.inc();
+            }
+            if event.election.is_empty() {
+                continue;
+            }
+            let Some(e) = self.election(&mut elections, &event.election) else {
+                continue;
+            };
+            if let EventKind::TermEnded {
+                cause,
+                renewals: Some(r),
+                ..
+            } = &event.kind
+            {
+                if let (Some(us), Ok(h)) = (
+                    r.handover_us,
+                    self.p
+                        .lease_handover
+                        .get_metric_with_label_values(&[cause.as_str()]),
+                ) {
+                    h.observe(us.max(0) as f64 / 1e6);
+                }
+            }
+            if let Some(ended) = e.apply(event) {
+                Process::inc(&self.p.term_ends, ended.cause.as_str());
+                if let Some(secs) = ended.duration {
+                    self.p.term_duration.observe(secs);
+                }
+            }
+        }
+        drop(elections);
+        let finals = self.margins.locked().apply(&batch.events, now_ms);
+        for f in finals {
+            let ended = if f.resigned { "resigned" } else { "lost" };
+            if let (Some(margin), Ok(h)) = (
+                f.margin_ms,
+                self.p.margin.get_metric_with_label_values(&[ended]),
+            ) {
+                h.observe(margin as f64 / 1000.0);
+            }
+            if f.overlap_ms > 0 {
+                self.p.overlap.inc_by(f.overlap_ms as f64 / 1000.0);
+            }
+        }
+        self.p.events.inc_by(batch.events.len() as u64);
+        self.p.revision.set(batch.revision);
     }
 
     /// The metrics in the text exposition format ([`CONTENT_TYPE`]).

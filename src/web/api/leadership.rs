@@ -92,6 +92,42 @@ pub(super) async fn campaign(
         body,
     }: Mutation<CampaignBody>,
 ) -> Result<Json<Won>, ApiError> {
+    let (ttl, wait) = campaign_limits(&s, &body)?;
+    match client
+        .acquire_detached_in(
+            &name,
+            &body.candidate,
+            ttl,
+            wait,
+            if body.queue {
+                KeyLayout::Queue
+            } else {
+                KeyLayout::Single
+            },
+        )
+        .await?
+    {
+        Ok(won) => Ok(Json(Won {
+            name: full,
+            holder: won.holder,
+            token: won.token,
+            lease_id: won.lease_id,
+            ttl_seconds: won.ttl_seconds,
+        })),
+        Err(held) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "held",
+            format!(
+                "{full} is held by {:?} with token {}",
+                held.holder, held.token
+            ),
+        )
+        .with(json!({ "holder": held.holder, "token": held.token }))),
+    }
+}
+
+/// A campaign call within the server's limits: its rate, TTL and wait.
+fn campaign_limits(s: &AppState, body: &CampaignBody) -> Result<(Ttl, Option<Duration>), ApiError> {
     if let Err(retry) = s.api_rate.take() {
         let mut e = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -132,37 +168,7 @@ pub(super) async fn campaign(
             ))
         }
     };
-    match client
-        .acquire_detached_in(
-            &name,
-            &body.candidate,
-            ttl,
-            wait,
-            if body.queue {
-                KeyLayout::Queue
-            } else {
-                KeyLayout::Single
-            },
-        )
-        .await?
-    {
-        Ok(won) => Ok(Json(Won {
-            name: full,
-            holder: won.holder,
-            token: won.token,
-            lease_id: won.lease_id,
-            ttl_seconds: won.ttl_seconds,
-        })),
-        Err(held) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "held",
-            format!(
-                "{full} is held by {:?} with token {}",
-                held.holder, held.token
-            ),
-        )
-        .with(json!({ "holder": held.holder, "token": held.token }))),
-    }
+    Ok((ttl, wait))
 }
 
 /// A term kept: its lease and token, as the campaign gave them.

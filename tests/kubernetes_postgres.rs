@@ -385,5 +385,27 @@ async fn a_writer_that_cannot_read_the_api_gives_its_term_to_one_that_can() {
     proxy.heal();
     settled(cut_off, NAME, &want).await;
     assert_eq!(fence(&pg, "k8s").map(|f| f.0), Some(took));
+
+    // Every session of tenure's cut by the database (as a restart or a
+    // failover cuts them): the writer's election session and its store
+    // open new ones, and the next handover is recorded.
+    let cut = pg.psql(
+        DB,
+        "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE application_name = 'tenure'",
+    );
+    assert_ne!(cut, "0", "no session of tenure's to cut");
+    // Past the writer's 2 s term: only a term renewed or claimed again on
+    // a new session records what follows.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cs.push(Candidate::start(&api, "default", "demo", "c"));
+    kube::by_id(&mut cs, &second.holder).signal(Signal::SIGTERM);
+    log.wait_for("c holding", long, |w| w.holder == "c").await;
+    let truth = kube::terms_of(&log.writes(), INTRUDER);
+    assert_eq!(truth.len(), 3, "{}", log.timeline());
+    let want = kube::wanted(&truth);
+    for r in replicas.iter().flatten() {
+        settled(r, NAME, &want).await;
+    }
     drop(cs);
 }

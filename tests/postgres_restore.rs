@@ -328,7 +328,7 @@ async fn a_version_1_fence_is_migrated_with_its_token() {
     // Back to what version 1 had: one fence row, `id = 1`, no generation.
     pg.psql(
         "v1",
-        "DROP TABLE elections; DROP INDEX terms_seen_starting; \
+        "DROP TABLE elections; DROP TABLE writer_lease; DROP INDEX terms_seen_starting; \
          ALTER TABLE history_writer DROP COLUMN generation; \
          ALTER TABLE history_writer DROP COLUMN cluster; \
          ALTER TABLE history_writer ADD COLUMN id INTEGER NOT NULL DEFAULT 1 PRIMARY KEY \

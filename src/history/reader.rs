@@ -303,7 +303,7 @@ impl Reader {
     fn run<T>(
         &self,
         sqlite: impl FnOnce(&mut Connection) -> Result<T>,
-        postgres: impl FnOnce(&mut postgres::Client) -> Result<T>,
+        postgres: impl FnMut(&mut postgres::Client) -> Result<T>,
     ) -> Result<T> {
         match &self.backend {
             ReadBackend::Sqlite(pool) => Self::with_sqlite(pool, sqlite),

@@ -150,8 +150,8 @@ impl Recording {
 
     fn role_line(&self) -> String {
         match &self.role {
-            None => "this replica: not campaigning for the writer term yet (its etcd has not \
-                     answered since start)"
+            None => "this replica: not campaigning for the writer term yet (its cluster has \
+                     not answered since start)"
                 .to_owned(),
             Some(Role::Writing { token, since_ms }) => format!(
                 "this replica: writing (term token {token} since {} UTC)",
@@ -164,7 +164,7 @@ impl Recording {
                     .map(|s| format!(", its lease {s} s from running out unless renewed"))
                     .unwrap_or_default();
                 format!(
-                    "this replica: standing by (etcd's writer election held by {} with token \
+                    "this replica: standing by (the writer election held by {} with token \
                      {}{lease}, read at {} UTC)",
                     e.holder,
                     e.token,
@@ -182,7 +182,7 @@ impl Recording {
                     "standing by, retrying"
                 };
                 format!(
-                    "this replica: {what}: etcd refused its campaign at {} UTC: {why}",
+                    "this replica: {what}: its campaign was refused at {} UTC: {why}",
                     short_time(*at_ms)
                 )
             }

@@ -146,7 +146,11 @@ impl Term {
                 continue;
             }
             let sent = Instant::now();
-            match blocking(seat, TermSeat::claim).await {
+            let claim = tokio::select! {
+                c = blocking(seat, TermSeat::claim) => c,
+                _ = &mut *stop => return None,
+            };
+            match claim {
                 Ok(Seat::Won { token }) => return Some((token, sent)),
                 Ok(Seat::Held {
                     token,
@@ -200,7 +204,7 @@ impl Term {
         let ended = loop {
             let next = tokio::select! {
                 _ = renew.tick() => Next::Renew,
-                _ = &mut *stop => break Ended::Stop,
+                _ = &mut *stop => break stopping(&store, cluster).await,
                 u = rx.recv() => Next::Update(u),
                 Some(e) = cluster.recv() => Next::Cluster(e),
             };
@@ -213,19 +217,10 @@ impl Term {
                 ));
             }
             let done = match next {
-                Next::Renew => {
-                    if let Some(why) = self.cannot_read(&unreadable) {
-                        break Ended::Failed(why);
-                    }
-                    let sent = Instant::now();
-                    match blocking(seat, move |s| s.renew(token)).await {
-                        Ok(true) => renewed = sent,
-                        Ok(false) => break Ended::Lost("another replica claimed the term".into()),
-                        // Tried again at the next tick, until the TTL.
-                        Err(_) => {}
-                    }
-                    Ok(())
-                }
+                Next::Renew => match self.renew(seat, token, &mut renewed, &unreadable).await {
+                    Ok(()) => Ok(()),
+                    Err(ended) => break ended,
+                },
                 Next::Update(None) => break Ended::Failed("the history watcher stopped".into()),
                 Next::Update(Some(u)) => self.record(&store, u, &mut noted).await,
                 Next::Cluster(e) => store.cluster_event(e).await,
@@ -245,6 +240,41 @@ impl Term {
             }
         };
         self.close(store, ended).await
+    }
+
+    /// One renewal of the term of `token`, never waited for past the term
+    /// (a database that stopped answering ends it on time); `renewed` is
+    /// when the last answered one was sent. `Err`: how the term ended.
+    async fn renew(
+        &self,
+        seat: &Shared,
+        token: i64,
+        renewed: &mut Instant,
+        unreadable: &Unreadable,
+    ) -> Result<(), Ended> {
+        if let Some(why) = self.cannot_read(unreadable) {
+            return Err(Ended::Failed(why));
+        }
+        let ttl = self.ctx.ttl.as_duration();
+        let sent = Instant::now();
+        let left = ttl.saturating_sub(renewed.elapsed());
+        match tokio::time::timeout(left, blocking(seat, move |s| s.renew(token))).await {
+            Ok(Ok(true)) => *renewed = sent,
+            Ok(Ok(false)) => {
+                return Err(Ended::Lost(
+                    "its lease ran out or another replica claimed the term".into(),
+                ))
+            }
+            // Tried again at the next tick, until the TTL.
+            Ok(Err(e)) => tracing::warn!(error = %e, "renewing the writer term failed; retrying"),
+            Err(_) => {
+                return Err(Ended::Lost(format!(
+                    "not renewed within its TTL ({} ms): the database did not answer",
+                    ttl.as_millis()
+                )))
+            }
+        }
+        Ok(())
     }
 
     /// The term's start: its store opened, its resume point read, its
@@ -325,6 +355,17 @@ impl Term {
     fn every(&self) -> Duration {
         (self.ctx.ttl.as_duration() / 3).max(Duration::from_millis(100))
     }
+}
+
+/// The term's end at serve's stop: what serve sent before (its own stop
+/// among it) recorded first.
+pub(super) async fn stopping(store: &Store, cluster: &mut mpsc::Receiver<ClusterEvent>) -> Ended {
+    while let Ok(e) = cluster.try_recv() {
+        if let Err(e) = store.cluster_event(e).await {
+            return write_failed(store, e);
+        }
+    }
+    Ended::Stop
 }
 
 /// Since when, and why, a term's watcher cannot read the API (`None`: it

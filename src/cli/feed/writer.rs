@@ -457,7 +457,7 @@ impl Term {
         let ended = loop {
             tokio::select! {
                 reason = leadership.lost() => break Ended::Lost(format!("{reason:?}")),
-                _ = &mut *stop => break Ended::Stop,
+                _ = &mut *stop => break super::in_database::stopping(&store, cluster).await,
                 u = rx.recv() => {
                     let Some(u) = u else {
                         break Ended::Failed("the history watcher stopped".into());

@@ -142,6 +142,27 @@ impl Drop for Conn {
 }
 
 fn connect(url: &str, settings: &str) -> Result<Conn, HistoryError> {
+    connect_tuned(url, settings, |_| {})
+}
+
+/// [`connect`], for a session that must not wait long on a server that
+/// stopped answering: unacknowledged data gives up after `within`, and an
+/// idle connection is probed after `within` (a dropped connection is
+/// noticed in seconds, not the system's two hours).
+fn connect_within(url: &str, settings: &str, within: Duration) -> Result<Conn, HistoryError> {
+    connect_tuned(url, settings, |c| {
+        c.tcp_user_timeout(within)
+            .keepalives_idle(within)
+            .keepalives_interval(Duration::from_secs(1))
+            .keepalives_retries(3);
+    })
+}
+
+fn connect_tuned(
+    url: &str,
+    settings: &str,
+    tune: impl FnOnce(&mut Config),
+) -> Result<Conn, HistoryError> {
     let setup = |problem: String| HistoryError::PostgresSetup {
         db: redact(url),
         problem,
@@ -157,6 +178,7 @@ fn connect(url: &str, settings: &str) -> Result<Conn, HistoryError> {
     }
     config.keepalives(true);
     config.application_name("tenure");
+    tune(&mut config);
     let connected = match tls::connector(&tls).map_err(setup)? {
         Some(tls) => config.connect(tls),
         None => config.connect(NoTls),

@@ -41,20 +41,30 @@ impl PgPool {
         redact(&self.url)
     }
 
+    /// `f` on an idle connection or a new one. An idle one the server
+    /// closed meanwhile (a restart, a failover, a terminated backend) is
+    /// only found closed by using it: then `f` runs again once on a new
+    /// one (every read is read-only), so a restart costs no failed read.
     pub(in crate::history) fn with<T>(
         &self,
-        f: impl FnOnce(&mut Client) -> Result<T, HistoryError>,
+        mut f: impl FnMut(&mut Client) -> Result<T, HistoryError>,
     ) -> Result<T, HistoryError> {
         let idle = || self.idle.locked();
-        let conn = idle().pop();
-        let mut conn = match conn {
+        let fresh = || connect(&self.url, "SET default_transaction_read_only = on");
+        let pooled = idle().pop();
+        let was_idle = pooled.is_some();
+        let mut conn = match pooled {
             Some(c) => c,
-            None => connect(&self.url, "SET default_transaction_read_only = on")?,
+            None => fresh()?,
         };
-        let result = f(conn.get()?);
+        let mut result = f(conn.get()?);
+        let closed = |c: &Conn| c.0.as_ref().is_none_or(|c| c.is_closed());
+        if result.is_err() && was_idle && closed(&conn) {
+            conn = fresh()?;
+            result = f(conn.get()?);
+        }
         // A broken connection is not kept.
-        let broken = conn.0.as_ref().is_none_or(|c| c.is_closed());
-        if !broken {
+        if !closed(&conn) {
             let mut idle = idle();
             if idle.len() < MAX_IDLE {
                 idle.push(conn);

@@ -131,11 +131,17 @@ ALTER TABLE history_writer ADD PRIMARY KEY (cluster);
 INSERT INTO watcher_state (key, value) VALUES ('epoch', 0) ON CONFLICT (key) DO NOTHING;
 "#;
 
-/// Version 6: the lease of a writer term elected in the database itself
-/// (`term.rs`: a feed with no etcd to elect in), on the database's clock;
-/// `NULL` for rows whose writer is elected in etcd.
+/// Version 6: the lease of each writer term elected in the database
+/// itself (`term.rs`: a feed with no etcd to elect in), on the database's
+/// clock. A table of its own: a renewal never waits for the fence row,
+/// which every commit locks for its whole length.
 const V6: &str = r#"
-ALTER TABLE history_writer ADD COLUMN IF NOT EXISTS expires_at TIMESTAMPTZ;
+CREATE TABLE IF NOT EXISTS writer_lease (
+    cluster    TEXT PRIMARY KEY,
+    token      BIGINT NOT NULL,
+    holder     TEXT NOT NULL,
+    expires_at TIMESTAMPTZ
+);
 "#;
 
 /// Every migration, in order; `tenure_schema.version` counts those applied.

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::writer::{paused, write_failed, Ended, Term};
+use super::writer::{paused, stopping, write_failed, Ended, Term};
 use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, ResumePoint, Update};
 use crate::history::{HistoryError, RevisionSource, Seat, Store, TermSeat};
@@ -355,17 +355,6 @@ impl Term {
     fn every(&self) -> Duration {
         (self.ctx.ttl.as_duration() / 3).max(Duration::from_millis(100))
     }
-}
-
-/// The term's end at serve's stop: what serve sent before (its own stop
-/// among it) recorded first.
-pub(super) async fn stopping(store: &Store, cluster: &mut mpsc::Receiver<ClusterEvent>) -> Ended {
-    while let Ok(e) = cluster.try_recv() {
-        if let Err(e) = store.cluster_event(e).await {
-            return write_failed(store, e);
-        }
-    }
-    Ended::Stop
 }
 
 /// Since when, and why, a term's watcher cannot read the API (`None`: it

@@ -457,7 +457,7 @@ impl Term {
         let ended = loop {
             tokio::select! {
                 reason = leadership.lost() => break Ended::Lost(format!("{reason:?}")),
-                _ = &mut *stop => break super::in_database::stopping(&store, cluster).await,
+                _ = &mut *stop => break stopping(&store, cluster).await,
                 u = rx.recv() => {
                     let Some(u) = u else {
                         break Ended::Failed("the history watcher stopped".into());
@@ -597,6 +597,17 @@ pub(super) async fn paused(stop: &mut oneshot::Receiver<()>) -> bool {
         _ = tokio::time::sleep(Duration::from_secs(1)) => false,
         _ = stop => true,
     }
+}
+
+/// The term's end at serve's stop: what serve sent before (its own stop
+/// among it) recorded first.
+pub(super) async fn stopping(store: &Store, cluster: &mut mpsc::Receiver<ClusterEvent>) -> Ended {
+    while let Ok(e) = cluster.try_recv() {
+        if let Err(e) = store.cluster_event(e).await {
+            return write_failed(store, e);
+        }
+    }
+    Ended::Stop
 }
 
 /// How a term ends on a failed write: a commit refused by the fence means

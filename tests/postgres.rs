@@ -1086,3 +1086,91 @@ async fn etcds_leader_found_while_standing_by_is_recorded_by_the_writer_that_win
     assert!(json["raft_term"].as_u64() > Some(0), "{json}");
     assert_eq!(r.stop().await, Some(0));
 }
+
+/// etcd's count of watchers once it has not changed for a second.
+async fn settled_watchers(etcd: &Etcd) -> f64 {
+    let mut last = None;
+    eventually(Duration::from_secs(30), "watchers settled", async || {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = support::prom::etcd_watchers(&etcd.endpoint()).await?;
+        let same = last == Some(now);
+        last = Some(now);
+        same.then_some(now)
+    })
+    .await
+}
+
+/// A cluster is watched once, whatever records it: the writing replica of
+/// a shared history holds as many etcd watchers as a serve with a SQLite
+/// history, plus what its held writer term holds (measured on a term held
+/// by the election core itself), before and after a takeover; and what
+/// changed meanwhile is recorded once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_is_watched_once_whoever_records_it() {
+    let etcd = Etcd::start().await;
+    let pg = Postgres::start();
+    let db = "watched_once";
+    let url = pg.create_database(db);
+    let none = settled_watchers(&etcd).await;
+    // What one held term costs, as the election core holds it.
+    let c = Client::connect(&[etcd.endpoint()], "")
+        .await
+        .expect("connect");
+    let held = lead(&c, "held-once", "measure", 30).await;
+    let term = settled_watchers(&etcd).await - none;
+    held.resign().await.expect("resign");
+    assert_eq!(settled_watchers(&etcd).await, none);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let local = Serve::start(
+        &[etcd.endpoint()],
+        &dir.path().join("h.db"),
+        &["--cluster-poll", "0"],
+        &[],
+    )
+    .await;
+    local.ready().await;
+    let sqlite = settled_watchers(&etcd).await - none;
+    assert!(sqlite >= 1.0, "a serve watches: {sqlite}");
+    assert_eq!(local.stop().await, Some(0));
+    assert_eq!(settled_watchers(&etcd).await, none);
+
+    let first = replica(&etcd, &url).await;
+    first.ready().await;
+    eventually(Duration::from_secs(30), "the writer", async || {
+        (first.metric("tenure_history_writer").await == Some(1.0)).then_some(())
+    })
+    .await;
+    let writing = settled_watchers(&etcd).await - none;
+    assert_eq!(
+        writing,
+        sqlite + term,
+        "the writer: {sqlite} watcher(s) of a serve plus {term} of a held term"
+    );
+    // A takeover: the second replica's watcher was at the head when it won.
+    let second = replica(&etcd, &url).await;
+    second.ready().await;
+    first.crash().await;
+    let l = lead(&c, "during", "takeover", 30).await;
+    let token = l.token();
+    l.resign().await.expect("resign");
+    eventually(Duration::from_secs(30), "the second writes", async || {
+        (second.metric("tenure_history_writer").await == Some(1.0)).then_some(())
+    })
+    .await;
+    let upto = revision(&etcd).await;
+    second.caught_up(upto).await;
+    eventually(Duration::from_secs(30), "the term recorded", async || {
+        let n = pg.psql(
+            db,
+            &format!("SELECT COUNT(*) FROM terms WHERE election = 'during' AND token = {token}"),
+        );
+        (n == "1").then_some(())
+    })
+    .await;
+    let after = settled_watchers(&etcd).await - none;
+    assert_eq!(after, sqlite + term, "the new writer watches once too");
+    let terms = pg.psql(db, "SELECT COUNT(*) FROM terms WHERE election = 'during'");
+    assert_eq!(terms, "1", "recorded once");
+    assert_eq!(second.stop().await, Some(0));
+}

@@ -1,15 +1,16 @@
-//! Each watched cluster's pipeline in `tenure serve`: its watcher and its
-//! poller of etcd's own events, feeding the one serve loop through the
-//! [`Inbox`]. With one cluster (no `--cluster`) the watcher's channel is
-//! the inbox. With several, each cluster's
-//! pipeline is a task that forwards its updates tagged with the cluster's
-//! index, and one whose etcd did not answer at start first connects,
-//! trying again until it does (its `/readyz` line says why meanwhile),
-//! then reads its configuration and starts like the others.
+//! Each watched cluster's pipeline in `tenure serve`: its one watcher
+//! (`feed::tap`: shared with the feed's writer term on a shared history)
+//! and its poller of etcd's own events, feeding the one serve loop through
+//! the [`Inbox`], each update tagged with the feed's index. Every feed is
+//! started alike, whatever its kind or their number: one whose etcd did not
+//! answer at start first connects, trying again until it does (its
+//! `/readyz` line says why meanwhile), then reads its configuration and
+//! starts like the others; one read through the Kubernetes API has no etcd
+//! and no poller.
 //!
 //! Deliberately absent: a cluster's failure never stops another's
-//! pipeline; only a watcher that ends (it never does but for a bug) stops
-//! serve, as with one cluster.
+//! pipeline; a watcher that ends (an answer no retry changes, or a bug)
+//! tells the serve loop, which stops once every feed's watcher has.
 
 use crate::task::Locked;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -22,6 +23,7 @@ use tracing::Instrument;
 
 use super::clusters::Watched;
 use super::feed::identity;
+use super::feed::tap::{Forwarder, Start, Tap};
 use super::feed::{in_cluster, watch_config, watched_ranges};
 use super::floor::FloorKeeper;
 use crate::election::Client;
@@ -82,39 +84,23 @@ impl Member {
     }
 }
 
-/// Where the watchers' updates arrive: the one watcher's channel, or
-/// (several clusters) one channel that every cluster's pipeline feeds
-/// with its index. `(i, None)`: cluster `i`'s watcher stopped.
-pub(super) enum Inbox {
-    One(mpsc::Receiver<Update>),
-    Many(mpsc::Receiver<(usize, Option<Update>)>),
-}
+/// Where every feed's updates arrive, tagged with its index. `(i, None)`:
+/// feed `i`'s watcher stopped.
+pub(super) struct Inbox(mpsc::Receiver<(usize, Option<Update>)>);
 
 impl Inbox {
-    pub async fn recv(&mut self) -> (usize, Option<Update>) {
-        match self {
-            Inbox::One(rx) => (0, rx.recv().await),
-            // Every pipeline gone: nothing will come any more.
-            Inbox::Many(rx) => rx.recv().await.unwrap_or((0, None)),
-        }
+    /// The next update (`None`: every pipeline is gone).
+    pub async fn recv(&mut self) -> Option<(usize, Option<Update>)> {
+        self.0.recv().await
     }
 
     /// What the watchers produced before they were stopped: all of it,
     /// once every pipeline has passed its cluster's on (bounded: 5 s).
     pub async fn rest(&mut self) -> Vec<(usize, Update)> {
         let mut rest = Vec::new();
-        match self {
-            Inbox::One(rx) => {
-                while let Ok(u) = rx.try_recv() {
-                    rest.push((0, u));
-                }
-            }
-            Inbox::Many(rx) => {
-                let until = tokio::time::Instant::now() + Duration::from_secs(5);
-                while let Ok(Some((i, u))) = tokio::time::timeout_at(until, rx.recv()).await {
-                    rest.extend(u.map(|u| (i, u)));
-                }
-            }
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        while let Ok(Some((i, u))) = tokio::time::timeout_at(until, self.0.recv()).await {
+            rest.extend(u.map(|u| (i, u)));
         }
         rest
     }
@@ -135,22 +121,16 @@ pub(super) struct Common {
 /// inbox gives what they had produced.
 pub(super) struct Running {
     stop: watch::Sender<bool>,
-    tasks: Arc<Mutex<Vec<AbortHandle>>>,
+    tasks: Tasks,
 }
 
-impl Running {
-    /// The one task `task` (a watcher of another source than etcd).
-    pub fn of(task: AbortHandle) -> Running {
-        let (stop, _) = watch::channel(false);
-        Running {
-            stop,
-            tasks: Arc::new(Mutex::new(vec![task])),
-        }
-    }
+/// Every watcher and poller started, to stop them at serve's stop.
+type Tasks = Arc<Mutex<Vec<AbortHandle>>>;
 
+impl Running {
     /// Stops every watcher and poller (and the pipelines still trying to
-    /// connect); the forwarding goes on until each watcher's channel is
-    /// empty.
+    /// connect; no watcher starts after it); the forwarding goes on until
+    /// each watcher's channel is empty.
     pub fn stop(&self) {
         let _ = self.stop.send(true);
         for t in self.tasks.locked().iter() {
@@ -159,62 +139,41 @@ impl Running {
     }
 }
 
-/// Starts every cluster's pipeline from its resume point: at once where
-/// serve is connected (`cfgs[i]` read), else once its etcd answers.
-pub(super) async fn start(
+/// Starts every feed's pipeline from its resume point (`resumes[i]`), its
+/// writer term's taps from `taps[i]` (on a shared history): at once where
+/// serve is connected, else once its etcd answers.
+pub(super) fn start(
     feeds: &[super::feed::Feed],
     resumes: Vec<Option<ResumePoint>>,
-    members: &mut [Member],
+    mut taps: Vec<Option<mpsc::Receiver<Tap>>>,
+    members: &[Member],
     common: Common,
 ) -> anyhow::Result<(Inbox, Running)> {
     let (stop, stopped) = watch::channel(false);
-    let tasks: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
+    let tasks: Tasks = Arc::default();
     let running = Running {
         stop,
         tasks: tasks.clone(),
     };
-    let one = feeds.len() == 1 && feeds.iter().all(|f| f.scope().is_none());
-    if let (true, [f], [m]) = (one, feeds, &mut *members) {
-        if let Some(api) = &f.watched.api {
-            // Its Leases through the Kubernetes API: no etcd, no poller.
-            return start_api(api, resumes.into_iter().next().flatten(), &m.readiness);
-        }
-        // One cluster: its watcher's channel is the inbox.
-        let (Some(client), Some(cfg)) = (f.watched.client.clone(), &f.cfg) else {
-            anyhow::bail!("not connected to etcd");
-        };
-        let (tx, rx) = mpsc::channel::<Update>(4096);
-        let resume = resumes.into_iter().next().flatten();
-        let watcher = Watcher::new(client.clone(), cfg.clone()).run(resume, tx);
-        let watcher = crate::task::spawn("watcher", async move {
-            let _ = watcher.await;
-        });
-        register(&tasks, &watcher);
-        let baseline = baseline(&common.reader, &m.scope).await?;
-        if let (Some(floor), Some(floors)) = (baseline.floor, m.floors()) {
-            // Into the etcd its history recorded only (it may not have
-            // answered at start).
-            let (w, reader, client) = (f.watched.clone(), common.reader.clone(), client.clone());
-            floors.raise_if(floor, async move {
-                identity::confirmed(&w, &client, &reader).await
-            });
-        }
-        if let Some(p) = poller(&client, baseline, &common, None) {
-            register(&tasks, &p);
-        }
-        return Ok((Inbox::One(rx), running));
-    }
+    taps.resize_with(feeds.len(), || None);
     let (all, rx) = mpsc::channel::<(usize, Option<Update>)>(4096);
-    for (i, (f, resume)) in feeds.iter().zip(resumes).enumerate() {
+    for (i, ((f, resume), taps)) in feeds.iter().zip(resumes).zip(taps).enumerate() {
         let (m, c) = (&members[i], &f.watched);
+        let span = tracing::warn_span!("cluster", name = c.name.as_deref().unwrap_or(""));
+        let all = all.clone();
+        let forward = move |start: Start| Forwarder {
+            i,
+            start,
+            all,
+            taps,
+        };
         if let Some(api) = &c.api {
-            let span = tracing::warn_span!("cluster", name = c.name.as_deref().unwrap_or(""));
-            let _entered = span.enter();
-            start_api_in(i, api, resume, &m.readiness, &all, &stopped, &tasks)?;
+            let start = api_watcher(api, &m.readiness, &stopped, &tasks)?;
+            let run = forward(start).run(resume);
+            crate::task::spawn("cluster pipeline", run.instrument(span));
             continue;
         }
         let p = Pipeline {
-            i,
             watched: c.clone(),
             cfg: f.cfg.clone(),
             resume,
@@ -223,94 +182,74 @@ pub(super) async fn start(
             sources: m.sources.clone(),
             raise_token_floor: m.raise_token_floor,
             common: common.clone(),
-            all: all.clone(),
+            forward: Box::new(forward),
             stop: stopped.clone(),
             tasks: tasks.clone(),
         };
-        let span = tracing::warn_span!("cluster", name = c.name.as_deref().unwrap_or(""));
         crate::task::spawn("cluster pipeline", p.run().instrument(span));
     }
-    Ok((Inbox::Many(rx), running))
+    Ok((Inbox(rx), running))
 }
 
-/// The feed of Leases read through the Kubernetes API: its watcher from
-/// `resume`, whose channel is the inbox. Why the API cannot be read is
-/// `readiness`'s problem (`/readyz`) until it can; an answer no retry
-/// changes stops the watcher (and so serve), said on stderr.
-fn start_api(
-    api: &crate::watch::kube::KubeConfig,
-    resume: Option<ResumePoint>,
-    readiness: &Arc<Readiness>,
-) -> anyhow::Result<(Inbox, Running)> {
-    let (tx, rx) = mpsc::channel::<Update>(4096);
-    let task = api_watcher(api, resume, readiness, tx)?;
-    Ok((Inbox::One(rx), Running::of(task.abort_handle())))
-}
-
-/// One of several clusters read through the Kubernetes API: its watcher
-/// from `resume`, its updates into the inbox as cluster `i`'s. A watcher
-/// that stops for good (an answer no retry changes: said in `/readyz` and
-/// on stderr) leaves its cluster down and the others recording; its end
-/// reaches the serve loop only at the stop.
-fn start_api_in(
-    i: usize,
-    api: &crate::watch::kube::KubeConfig,
-    resume: Option<ResumePoint>,
-    readiness: &Arc<Readiness>,
-    all: &mpsc::Sender<(usize, Option<Update>)>,
-    stop: &watch::Receiver<bool>,
-    tasks: &Mutex<Vec<AbortHandle>>,
-) -> anyhow::Result<()> {
-    let (tx, mut own) = mpsc::channel::<Update>(1024);
-    let watcher = api_watcher(api, resume, readiness, tx)?;
-    register(tasks, &watcher);
-    let (all, mut stop) = (all.clone(), stop.clone());
-    let forward = async move {
-        while let Some(u) = own.recv().await {
-            if all.send((i, Some(u))).await.is_err() {
-                return;
-            }
-        }
-        while !*stop.borrow() {
-            if stop.changed().await.is_err() {
-                break;
-            }
-        }
-        let _ = all.send((i, None)).await;
-    };
-    crate::task::spawn("cluster pipeline", forward.in_current_span());
-    Ok(())
-}
-
-/// The Kubernetes API's Lease watcher from `resume` into `tx`; why the API
-/// cannot be read is `readiness`'s problem (`/readyz`) until it can.
+/// How the Kubernetes API's Lease watcher is started (again, for each
+/// writer term): why the API cannot be read is `readiness`'s problem
+/// (`/readyz`) until it can; an answer no retry changes ends it, said on
+/// stderr. A configuration it cannot use is refused now.
 fn api_watcher(
     api: &crate::watch::kube::KubeConfig,
-    resume: Option<ResumePoint>,
     readiness: &Arc<Readiness>,
-    tx: mpsc::Sender<Update>,
-) -> anyhow::Result<JoinHandle<()>> {
+    stopped: &watch::Receiver<bool>,
+    tasks: &Tasks,
+) -> anyhow::Result<Start> {
     use crate::watch::kube::{KubeWatcher, Problems, Stopped};
+    KubeWatcher::new(api.clone()).context("the Lease source")?;
     let said = readiness.clone();
     let problems: Problems = Arc::new(move |p| said.set_connect_problem(p.map(|e| e.to_string())));
-    let watcher = KubeWatcher::new(api.clone())
-        .context("the Lease source")?
-        .with_problems(problems);
-    let readiness = readiness.clone();
-    let run = async move {
-        if let Err(Stopped::Api(e)) = watcher.run(resume, tx).await {
-            readiness.set_connect_problem(Some(e.to_string()));
-            super::stderr::say(format_args!("error: {e}"));
-        }
-    };
-    Ok(crate::task::spawn(
-        "kubernetes lease watcher",
-        run.in_current_span(),
-    ))
+    let (api, readiness, stopped, tasks) = (
+        api.clone(),
+        readiness.clone(),
+        stopped.clone(),
+        tasks.clone(),
+    );
+    Ok(Box::new(move |resume, tx| {
+        let watcher = KubeWatcher::new(api.clone()).map(|w| w.with_problems(problems.clone()));
+        let readiness = readiness.clone();
+        let run = async move {
+            let why = match watcher {
+                Ok(w) => match w.run(resume, tx).await {
+                    Err(Stopped::Api(e)) => e.to_string(),
+                    _ => return,
+                },
+                Err(e) => e.to_string(),
+            };
+            readiness.set_connect_problem(Some(why.clone()));
+            super::stderr::say(format_args!("error: {why}"));
+        };
+        started(&stopped, &tasks, "kubernetes lease watcher", run)
+    }))
+}
+
+/// `run` as a task registered for serve's stop; after the stop, nothing
+/// (the task ends at once, its channel closed).
+fn started(
+    stopped: &watch::Receiver<bool>,
+    tasks: &Tasks,
+    name: &'static str,
+    run: impl std::future::Future<Output = ()> + Send + 'static,
+) -> JoinHandle<()> {
+    if *stopped.borrow() {
+        return crate::task::spawn(name, async {});
+    }
+    let task = crate::task::spawn(name, run.in_current_span());
+    register(tasks, &task);
+    task
 }
 
 fn register<T>(tasks: &Mutex<Vec<AbortHandle>>, task: &JoinHandle<T>) {
-    tasks.locked().push(task.abort_handle());
+    let mut tasks = tasks.locked();
+    // A writer term restarts its feed's watcher: the ended ones go.
+    tasks.retain(|t| !t.is_finished());
+    tasks.push(task.abort_handle());
 }
 
 /// What the history recorded of a cluster's own events: its poller's
@@ -356,7 +295,6 @@ fn poller(
 
 /// One of several clusters' pipeline.
 struct Pipeline {
-    i: usize,
     watched: Watched,
     /// `None`: read once connected.
     cfg: Option<WatchConfig>,
@@ -366,9 +304,10 @@ struct Pipeline {
     sources: Arc<OnceLock<Sources>>,
     raise_token_floor: bool,
     common: Common,
-    all: mpsc::Sender<(usize, Option<Update>)>,
+    /// Its forwarder, given how its watcher starts.
+    forward: Box<dyn FnOnce(Start) -> Forwarder + Send>,
     stop: watch::Receiver<bool>,
-    tasks: Arc<Mutex<Vec<AbortHandle>>>,
+    tasks: Tasks,
 }
 
 impl Pipeline {
@@ -406,28 +345,15 @@ impl Pipeline {
             }
             Err(e) => tracing::warn!(error = %e, "etcd's own events are not polled"),
         }
-        let (tx, mut own) = mpsc::channel::<Update>(1024);
-        let watcher = Watcher::new(client, cfg).run(self.resume.take(), tx);
-        let watcher = crate::task::spawn(
-            "watcher",
-            async move {
+        let (stopped, tasks) = (self.stop.clone(), self.tasks.clone());
+        let start: Start = Box::new(move |resume, tx| {
+            let watcher = Watcher::new(client.clone(), cfg.clone()).run(resume, tx);
+            started(&stopped, &tasks, "watcher", async move {
                 let _ = watcher.await;
-            }
-            .in_current_span(),
-        );
-        register(&self.tasks, &watcher);
-        if *self.stop.borrow() {
-            // Stopped while it started: nothing will be applied.
-            watcher.abort();
-        }
-        // Not aborted at a stop: it forwards what its watcher produced,
-        // then ends (`Inbox::rest`).
-        while let Some(u) = own.recv().await {
-            if self.all.send((self.i, Some(u))).await.is_err() {
-                return;
-            }
-        }
-        let _ = self.all.send((self.i, None)).await;
+            })
+        });
+        let resume = self.resume.take();
+        (self.forward)(start).run(resume).await;
         drop(floors);
     }
 

@@ -13,6 +13,7 @@ use clap::Args;
 use tokio::sync::{broadcast, mpsc};
 
 pub use super::clusters::{ClusterFlag, Connector, Watched};
+use super::feed::tap::Tap;
 use super::feed::{in_cluster, Feed, FeedParts, WriterCtx};
 use super::pipelines::{read_access, Common, Member};
 use super::replica::{self, History};
@@ -325,9 +326,11 @@ pub async fn run_clusters(
         serve_metrics: &serve_metrics,
         readiness: &readiness,
     };
-    let (mut members, resumes) = members_of(&feeds, &own, &store, &db).await?;
+    let (members, resumes) = members_of(&feeds, &own, &store, &db).await?;
+    // Each feed's writer term taps the feed's one watcher (`feed::tap`).
+    let mut taps = Vec::new();
     if let History::Shared(shared) = &mut store {
-        start_writers(shared, &feeds, &members, &args, addr)?;
+        taps = start_writers(shared, &feeds, &members, &args, addr)?;
     }
     let state = app_state(&args, &members, &store, serve_metrics.clone());
     let (stop_http, server) = start_http(listener, state.clone());
@@ -341,7 +344,7 @@ pub async fn run_clusters(
         reader: store.reader(),
         events: ctx,
     };
-    let (inbox, running) = super::pipelines::start(&feeds, resumes, &mut members, common).await?;
+    let (inbox, running) = super::pipelines::start(&feeds, resumes, taps, &members, common)?;
     let sinks = Sinks {
         members,
         store,
@@ -434,28 +437,31 @@ fn start_writers(
     members: &[Member],
     args: &ServeArgs,
     addr: SocketAddr,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<Option<mpsc::Receiver<Tap>>>> {
     let Db::Postgres(url) = Db::from_arg(&args.db) else {
-        return Ok(());
+        return Ok(Vec::new());
     };
     let ctx = WriterCtx {
         url,
         retention: args.retention,
         ttl: crate::election::Ttl::from_duration(args.writer_ttl)?,
         id: replica::candidate_id(addr),
-        max_elections: args.max_elections,
         cluster_poll: args.cluster_poll,
     };
+    let mut taps = Vec::with_capacity(feeds.len());
     for (f, m) in feeds.iter().zip(members) {
+        let (tx, rx) = mpsc::channel(1);
         let parts = FeedParts {
             metrics: telemetry::writer::HistoryWriterMetrics::register(&m.metrics)
                 .context("creating metrics")?,
             readiness: m.readiness.clone(),
             client: m.client.clone(),
+            taps: tx,
         };
         shared.add(f.writer(&ctx, parts, shared.reader()));
+        taps.push(Some(rx));
     }
-    Ok(())
+    Ok(taps)
 }
 
 /// What the web serves: the history, the live feeds, and each cluster's

@@ -21,7 +21,7 @@ const HISTORY_FIRST_EVENTS: usize = 10_000;
 
 /// Records serve's start, applies every update until `stop` or a watcher
 /// stops, keeps what the watchers had already produced, and closes the
-/// history. The exit code: 0 at `stop`, 1 when a watcher stopped.
+/// history. The exit code: 0 at `stop`, 1 when every watcher stopped.
 pub(super) async fn run(
     mut sinks: Sinks,
     mut inbox: Inbox,
@@ -59,7 +59,7 @@ pub(super) struct Sinks {
 
 impl Sinks {
     /// The watchers' updates and etcd's own events to the sinks, until
-    /// `stop` (exit code 0) or a watcher stops (1). A batch also tells its
+    /// `stop` (exit code 0) or every feed's watcher has stopped (1). A batch also tells its
     /// cluster's token floor keeper of resets.
     async fn serve(
         &mut self,
@@ -68,26 +68,40 @@ impl Sinks {
         stop: impl std::future::Future<Output = ()>,
     ) -> anyhow::Result<i32> {
         tokio::pin!(stop);
+        let mut ended = vec![false; self.members.len()];
         loop {
             tokio::select! {
-                (i, update) = inbox.recv() => match update {
-                    Some(u) => self.apply(i, &u).await?,
-                    None => {
-                        let m = self.members.get(i);
-                        let name = m.and_then(|m| m.scope.clone());
-                        // Leases through the API: no etcd cluster to name.
-                        let what = match m.map(|m| m.readiness.source()) {
-                            Some(source) if name.is_none() && source != "etcd" => source.to_owned(),
-                            _ => in_cluster(&name),
-                        };
-                        eprintln!("tenure: the watcher of {what} stopped");
-                        return Ok(1);
+                next = inbox.recv() => match next {
+                    Some((i, Some(u))) => self.apply(i, &u).await?,
+                    Some((i, None)) => {
+                        self.watcher_stopped(i);
+                        if let Some(e) = ended.get_mut(i) {
+                            *e = true;
+                        }
+                        // The others go on recording; with none left,
+                        // serve stops.
+                        if ended.iter().all(|e| *e) {
+                            return Ok(1);
+                        }
                     }
+                    None => return Ok(1),
                 },
                 Some(e) = crx.recv() => record_cluster(&self.store, &self.cluster_live, e).await?,
                 _ = &mut stop => return Ok(0),
             }
         }
+    }
+
+    /// Says that feed `i`'s watcher stopped.
+    fn watcher_stopped(&self, i: usize) {
+        let m = self.members.get(i);
+        let name = m.and_then(|m| m.scope.clone());
+        // Leases through the API: no etcd cluster to name.
+        let what = match m.map(|m| m.readiness.source()) {
+            Some(source) if name.is_none() && source != "etcd" => source.to_owned(),
+            _ => in_cluster(&name),
+        };
+        eprintln!("tenure: the watcher of {what} stopped");
     }
 
     /// One update of cluster `i`: its metrics and readiness, the traces,

@@ -66,7 +66,9 @@ pub struct Readiness {
     /// Why serve could not connect to this cluster yet (one of
     /// several, unreachable at start; tried again until it answers), or
     /// why its source refuses it (the Kubernetes API: a 403, a 401).
-    connect_problem: std::sync::Mutex<Option<String>>,
+    /// Since when it has said so (one problem after another counts from
+    /// the first).
+    connect_problem: std::sync::Mutex<Option<(String, std::time::Instant)>>,
     /// What the watcher reads, for the messages: `etcd` unless set.
     source: std::sync::OnceLock<&'static str>,
     /// The cluster's name, for the messages (unset: the one, unnamed).
@@ -222,11 +224,26 @@ impl Readiness {
 
     /// Says why serve could not connect to this cluster (`None`: it did).
     pub fn set_connect_problem(&self, problem: Option<String>) {
-        *self.connect_problem.locked() = problem;
+        let mut said = self.connect_problem.locked();
+        *said = problem.map(|p| {
+            let since = said
+                .as_ref()
+                .map_or_else(std::time::Instant::now, |(_, s)| *s);
+            (p, since)
+        });
     }
 
     pub fn connect_problem(&self) -> Option<String> {
-        self.connect_problem.locked().clone()
+        self.connect_problem
+            .locked()
+            .as_ref()
+            .map(|(p, _)| p.clone())
+    }
+
+    /// The problem, and how long it has been said without a break.
+    pub fn connect_problem_for(&self) -> Option<(String, std::time::Duration)> {
+        let said = self.connect_problem.locked();
+        said.as_ref().map(|(p, since)| (p.clone(), since.elapsed()))
     }
 
     pub fn floor_problem(&self) -> Option<String> {

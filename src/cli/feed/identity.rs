@@ -128,18 +128,6 @@ pub async fn verify_at_start(feeds: &[Feed], reader: &Reader) -> anyhow::Result<
     Ok(())
 }
 
-/// Whether `client`'s etcd is `w`'s recorded one (or adopted), asking
-/// every second while it does not say: `false` once it says it is not.
-pub async fn confirmed(w: &Watched, client: &Client, reader: &Reader) -> bool {
-    loop {
-        match verify(w, client, reader).await {
-            Ok(_) => return true,
-            Err(Refused::NotRecorded(_)) => return false,
-            Err(Refused::Unknown(_)) => tokio::time::sleep(Duration::from_secs(1)).await,
-        }
-    }
-}
-
 /// `--adopt-etcd [NAME=]ID`, each to its feed: an ID of tenure's messages
 /// (hex); a name no feed has, or a bare ID with several clusters, is
 /// refused.

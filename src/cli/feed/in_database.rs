@@ -9,21 +9,21 @@
 //! writer renews as often and gives the term up once a TTL has passed
 //! since the last renewal it sent that was answered, or when the renewal
 //! finds another token. Whatever it believes, a stale writer's commit is
-//! refused by the higher token a standby claimed.
+//! refused by the higher token a standby claimed. A term records the
+//! feed's one watcher, started again from the history's resume point
+//! (`tap.rs`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::writer::{paused, stopping, write_failed, Ended, Term};
+use super::writer::{paused, stopping, write_failed, Ended, Term, WATCHER_GONE};
 use crate::events::cluster::ClusterEvent;
-use crate::events::{now_ms, ResumePoint, Update};
+use crate::events::{now_ms, Update};
 use crate::history::{HistoryError, RevisionSource, Seat, Store, TermSeat};
 use crate::task::Locked;
-use crate::watch::kube::{KubeConfig, KubeWatcher, Stopped};
 use crate::web::recording::{Elected, Role};
 
 type Shared = Arc<Mutex<TermSeat>>;
@@ -46,9 +46,6 @@ impl Term {
         mut cluster: mpsc::Receiver<ClusterEvent>,
         mut stop: oneshot::Receiver<()>,
     ) {
-        let Some(api) = self.feed.watched.api.clone() else {
-            return;
-        };
         let Some(seat) = self.seat(&mut stop).await else {
             return;
         };
@@ -57,7 +54,7 @@ impl Term {
                 return;
             };
             let ended = self
-                .write_api_term(&api, &seat, (token, claimed), &mut cluster, &mut stop)
+                .write_api_term(&seat, (token, claimed), &mut cluster, &mut stop)
                 .await;
             self.parts.metrics.writer.set(0);
             self.parts
@@ -178,7 +175,6 @@ impl Term {
     /// the term ends.
     async fn write_api_term(
         &self,
-        api: &Arc<KubeConfig>,
         seat: &Shared,
         (token, claimed): (i64, Instant),
         cluster: &mut mpsc::Receiver<ClusterEvent>,
@@ -188,12 +184,7 @@ impl Term {
         // sent: counted from the sending, this replica never believes past
         // its lease.
         let mut renewed = claimed;
-        let Writing {
-            store,
-            mut rx,
-            watcher,
-            unreadable,
-        } = match self.begin(api, token).await {
+        let (store, mut rx) = match self.begin(token).await {
             Ok(w) => w,
             Err(ended) => return ended,
         };
@@ -217,11 +208,11 @@ impl Term {
                 ));
             }
             let done = match next {
-                Next::Renew => match self.renew(seat, token, &mut renewed, &unreadable).await {
+                Next::Renew => match self.renew(seat, token, &mut renewed).await {
                     Ok(()) => Ok(()),
                     Err(ended) => break ended,
                 },
-                Next::Update(None) => break Ended::Failed("the history watcher stopped".into()),
+                Next::Update(None) => break Ended::Failed(self.watcher_gone()),
                 Next::Update(Some(u)) => self.record(&store, u, &mut noted).await,
                 Next::Cluster(e) => store.cluster_event(e).await,
             };
@@ -229,30 +220,16 @@ impl Term {
                 break write_failed(&store, e);
             }
         };
-        let ended = match ended {
-            Ended::Failed(_) if watcher.is_finished() => match watcher.await {
-                Ok(why) => Ended::Failed(why),
-                Err(e) => Ended::Failed(e.to_string()),
-            },
-            ended => {
-                watcher.abort();
-                ended
-            }
-        };
+        // The feed's watcher let go of before the last commit.
+        drop(rx);
         self.close(store, ended).await
     }
 
     /// One renewal of the term of `token`, never waited for past the term
     /// (a database that stopped answering ends it on time); `renewed` is
     /// when the last answered one was sent. `Err`: how the term ended.
-    async fn renew(
-        &self,
-        seat: &Shared,
-        token: i64,
-        renewed: &mut Instant,
-        unreadable: &Unreadable,
-    ) -> Result<(), Ended> {
-        if let Some(why) = self.cannot_read(unreadable) {
+    async fn renew(&self, seat: &Shared, token: i64, renewed: &mut Instant) -> Result<(), Ended> {
+        if let Some(why) = self.cannot_read() {
             return Err(Ended::Failed(why));
         }
         let ttl = self.ctx.ttl.as_duration();
@@ -277,9 +254,10 @@ impl Term {
         Ok(())
     }
 
-    /// The term's start: its store opened, its resume point read, its
-    /// watcher started from there (`Err`: how the term ended instead).
-    async fn begin(&self, api: &KubeConfig, token: i64) -> Result<Writing, Ended> {
+    /// The term's start: its store opened, its resume point read, the
+    /// feed's watcher started again from there (`Err`: how the term ended
+    /// instead).
+    async fn begin(&self, token: i64) -> Result<(Store, mpsc::Receiver<Update>), Ended> {
         let won = std::time::Instant::now();
         let store = self.open_with(token).await.map_err(Ended::Failed)?;
         let resume = match self.feed.resume(&self.reader).await {
@@ -298,15 +276,17 @@ impl Term {
             resume.as_ref().map_or(0, |r| r.revision),
             won.elapsed().as_millis()
         );
-        let (tx, rx) = mpsc::channel::<Update>(4096);
-        match lease_watcher(api, resume, tx) {
-            Ok((watcher, unreadable)) => Ok(Writing {
-                store,
-                rx,
-                watcher,
-                unreadable,
-            }),
-            Err(e) => Err(self.close(store, Ended::Failed(e)).await),
+        match self.tap(resume).await {
+            Some(rx) => Ok((store, rx)),
+            None => Err(self.close(store, Ended::Failed(self.watcher_gone())).await),
+        }
+    }
+
+    /// Why the feed's watcher stopped, as far as it said.
+    fn watcher_gone(&self) -> String {
+        match self.parts.readiness.connect_problem() {
+            Some(why) => format!("{WATCHER_GONE}: {why}"),
+            None => WATCHER_GONE.to_owned(),
         }
     }
 
@@ -336,17 +316,16 @@ impl Term {
         })
     }
 
-    /// Why the term's watcher has not read the API for [`UNREADABLE`] or
+    /// Why the feed's watcher has not read the API for [`UNREADABLE`] or
     /// three TTLs, whichever is longer (`None`: it reads it): the term is
     /// given up for a replica that can.
-    fn cannot_read(&self, unreadable: &Unreadable) -> Option<String> {
+    fn cannot_read(&self) -> Option<String> {
         let bound = UNREADABLE.max(self.ctx.ttl.as_duration() * 3);
-        let since = unreadable.locked();
-        let (at, why) = since.as_ref()?;
-        (at.elapsed() >= bound).then(|| {
+        let (why, since) = self.parts.readiness.connect_problem_for()?;
+        (since >= bound).then(|| {
             format!(
                 "its watcher has not read the Kubernetes API for {} s: {why}",
-                at.elapsed().as_secs()
+                since.as_secs()
             )
         })
     }
@@ -355,46 +334,6 @@ impl Term {
     fn every(&self) -> Duration {
         (self.ctx.ttl.as_duration() / 3).max(Duration::from_millis(100))
     }
-}
-
-/// Since when, and why, a term's watcher cannot read the API (`None`: it
-/// reads it).
-type Unreadable = Arc<Mutex<Option<(Instant, String)>>>;
-
-/// A writing term's parts.
-struct Writing {
-    store: Store,
-    rx: mpsc::Receiver<Update>,
-    /// Ends with why its watcher stopped.
-    watcher: JoinHandle<String>,
-    unreadable: Unreadable,
-}
-
-/// The term's own Lease watcher from `resume` into `tx`, and where it says
-/// it cannot read the API.
-fn lease_watcher(
-    api: &KubeConfig,
-    resume: Option<ResumePoint>,
-    tx: mpsc::Sender<Update>,
-) -> Result<(JoinHandle<String>, Unreadable), String> {
-    let watcher = KubeWatcher::new(api.clone()).map_err(|e| e.to_string())?;
-    let unreadable: Unreadable = Arc::default();
-    let said = unreadable.clone();
-    let watcher = watcher.with_problems(Arc::new(move |p| {
-        let mut since = said.locked();
-        match p {
-            Some(e) if since.is_none() => *since = Some((Instant::now(), e.to_string())),
-            Some(_) => {}
-            None => *since = None,
-        }
-    }));
-    let run = crate::task::spawn("history lease watcher", async move {
-        match watcher.run(resume, tx).await {
-            Err(Stopped::Api(e)) => e.to_string(),
-            _ => "the history watcher stopped".to_owned(),
-        }
-    });
-    Ok((run, unreadable))
 }
 
 /// `f` on the seat's session, off the runtime.

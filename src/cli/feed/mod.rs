@@ -20,6 +20,7 @@
 
 pub mod identity;
 mod in_database;
+pub mod tap;
 pub mod writer;
 
 use std::sync::{Arc, OnceLock};
@@ -55,18 +56,19 @@ pub struct WriterCtx {
     pub ttl: Ttl,
     /// This replica's candidate id (shown as the writer's holder).
     pub id: String,
-    pub max_elections: usize,
     /// How often the writer polls its etcd's own events (`--cluster-poll`;
     /// zero: not polled).
     pub cluster_poll: Duration,
 }
 
-/// What one feed's writer reports to: its metrics and readiness, and the
-/// client cell its pipeline fills once its etcd answers.
+/// What one feed's writer reports to: its metrics and readiness, the
+/// client cell its pipeline fills once its etcd answers, and where its
+/// terms ask for the feed's watcher (`tap.rs`).
 pub struct FeedParts {
     pub metrics: HistoryWriterMetrics,
     pub readiness: Arc<Readiness>,
     pub client: Arc<OnceLock<Client>>,
+    pub taps: tokio::sync::mpsc::Sender<tap::Tap>,
 }
 
 impl Feed {

@@ -3,10 +3,11 @@
 //! prefix), and while it holds that term opens the history with the term's
 //! token, which claims the feed's own fence row (`history::pg`: every commit
 //! locks that row and is refused if a higher token of the feed has
-//! written), reads the feed's stored resume point, and runs a watcher of
-//! its own from there, so a new writer records exactly what the previous
-//! one did not. When its term ends (lease lost, paused past its TTL,
-//! partitioned from that etcd) it stops that watcher and closes its store;
+//! written), reads the feed's stored resume point, and has the feed's
+//! watcher start again from there (`tap.rs`: the cluster is still watched
+//! once), so a new writer records exactly what the previous one did not.
+//! When its term ends (lease lost, paused past its TTL, partitioned from
+//! that etcd) it lets go of that watcher and closes its store;
 //! the other feeds' writers, in other etcds and on other rows, go on.
 //! Standby replicas wait on the election (a watch: they take over as soon
 //! as the key goes, at most the TTL after the writer died).
@@ -23,7 +24,6 @@ use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, Update, WatchStatus};
 use crate::history::{HistoryError, Reader, RevisionSource, Scope, Store};
 use crate::watch::cluster::PollConfig;
-use crate::watch::{WatchConfig, Watcher};
 use crate::web::recording::{Elected, Role};
 use crate::web::Readiness;
 
@@ -34,6 +34,8 @@ pub const WRITER_ELECTION: &str = "tenure/history-writer";
 const NOTE_EVERY: Duration = Duration::from_secs(5);
 /// How often a replica reads whether a feed's history is being recorded.
 const RECORDING_POLL: Duration = Duration::from_secs(1);
+/// A term's end when the feed's watcher stopped.
+pub(super) const WATCHER_GONE: &str = "the feed's watcher stopped";
 /// A writer takeover takes the TTL (the dead writer's lease runs out) plus
 /// this, to open the database, claim the fence and resume.
 const TAKEOVER: Duration = Duration::from_secs(3);
@@ -134,7 +136,7 @@ impl Term {
         let Ok(name) = ElectionName::new(WRITER_ELECTION) else {
             return;
         };
-        let Some((client, watch)) = self.connected(&mut cluster, &mut stop).await else {
+        let Some(client) = self.connected(&mut cluster, &mut stop).await else {
             return;
         };
         loop {
@@ -163,7 +165,7 @@ impl Term {
                 }
             };
             let ended = self
-                .write_term(&client, &watch, &leadership, &mut cluster, &mut stop)
+                .write_term(&client, &leadership, &mut cluster, &mut stop)
                 .await;
             self.parts.metrics.writer.set(0);
             self.parts
@@ -279,24 +281,17 @@ impl Term {
         }
     }
 
-    /// The feed's client and watch configuration: at once when serve
-    /// connected at start, else once its pipeline has connected (draining
-    /// etcd's events meanwhile). `None`: serve stopped first.
+    /// The feed's client: at once when serve connected at start, else once
+    /// its pipeline has connected (draining etcd's events meanwhile).
+    /// `None`: serve stopped first.
     async fn connected(
         &self,
         cluster: &mut mpsc::Receiver<ClusterEvent>,
         stop: &mut oneshot::Receiver<()>,
-    ) -> Option<(Client, WatchConfig)> {
+    ) -> Option<Client> {
         loop {
             if let Some(client) = self.parts.client.get() {
-                if let Some(cfg) = &self.feed.cfg {
-                    return Some((client.clone(), cfg.clone()));
-                }
-                let cfg =
-                    super::watch_config(client, &self.feed.watched, self.ctx.max_elections).await;
-                if let Ok(cfg) = cfg {
-                    return Some((client.clone(), cfg));
-                }
+                return Some(client.clone());
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -410,7 +405,6 @@ impl Term {
     async fn write_term(
         &self,
         client: &Client,
-        watch: &WatchConfig,
         leadership: &Leadership,
         cluster: &mut mpsc::Receiver<ClusterEvent>,
         stop: &mut oneshot::Receiver<()>,
@@ -448,11 +442,9 @@ impl Term {
             Ok(p) => p,
             Err(e) => return self.close(store, Ended::Failed(e)).await,
         };
-        let (tx, mut rx) = mpsc::channel::<Update>(4096);
-        let watcher = crate::task::spawn(
-            "history watcher",
-            Watcher::new(client.clone(), watch.clone()).run(resume, tx),
-        );
+        let Some(mut rx) = self.tap(resume).await else {
+            return self.close(store, Ended::Failed(WATCHER_GONE.into())).await;
+        };
         let mut noted: Option<Instant> = None;
         let ended = loop {
             tokio::select! {
@@ -460,7 +452,7 @@ impl Term {
                 _ = &mut *stop => break stopping(&store, cluster).await,
                 u = rx.recv() => {
                     let Some(u) = u else {
-                        break Ended::Failed("the history watcher stopped".into());
+                        break Ended::Failed(WATCHER_GONE.into());
                     };
                     if let Err(e) = self.record(&store, u, &mut noted).await {
                         break write_failed(&store, e);
@@ -479,11 +471,24 @@ impl Term {
                 }
             }
         };
-        watcher.abort();
+        // Let go of the feed's watcher before the last commit, which may
+        // wait on the database: the serve loop is never held up by it.
+        drop(rx);
         if let Some(p) = poller {
             p.abort();
         }
         self.close(store, ended).await
+    }
+
+    /// The feed's watcher from `resume` on, for this term (`None`: the
+    /// feed's pipeline is gone).
+    pub(super) async fn tap(
+        &self,
+        resume: Option<crate::events::ResumePoint>,
+    ) -> Option<mpsc::Receiver<Update>> {
+        let (tx, rx) = mpsc::channel::<Update>(4096);
+        let tap = super::tap::Tap { resume, tx };
+        self.parts.taps.send(tap).await.ok().map(|()| rx)
     }
 
     /// The term's own poller of etcd's events, from the history's

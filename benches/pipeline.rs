@@ -10,11 +10,11 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Result};
 use etcd_client::{Client as Etcd, WatchOptions, WatchStream};
 use tenure::events::{Event, ResumePoint, Update};
+use tenure::feed::readiness::Readiness;
 use tenure::history::Store;
 use tenure::telemetry::{self, Metrics};
 use tenure::watch::kube::{KubeConfig, KubeWatcher};
 use tenure::watch::{WatchConfig, Watcher};
-use tenure::web::Readiness;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::common::{keys, tenure_client};

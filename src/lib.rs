@@ -5,6 +5,9 @@
 //! - [`cli`]: the `tenure` command line, the only place `anyhow` is used;
 //! - [`dev`]: the demo fleet of `tenure dev`;
 //! - [`web`]: the HTTP API, the pages, the incident view and `/metrics`;
+//! - [`feed`]: each watched cluster as one object: its watcher (etcd or
+//!   the Kubernetes API), its resume point, its writer term on a shared
+//!   history, and the live state it reports;
 //! - [`watch`] (etcd → events, for every `--source` layout), [`history`]
 //!   (SQLite, or PostgreSQL shared by replicas), [`telemetry`] (Prometheus
 //!   metrics, OpenTelemetry traces): siblings that meet only in [`events`];
@@ -28,6 +31,8 @@ pub mod cli;
 pub mod dev;
 pub mod election;
 pub mod events;
+#[cfg(feature = "server")]
+pub mod feed;
 #[cfg(feature = "server")]
 pub mod history;
 pub mod layout;

@@ -429,3 +429,25 @@ fn the_circle_check_catches_a_circle() {
     ];
     assert_eq!(a_cycle(&import_graph(&files)), None);
 }
+
+/// `anyhow` only at the binary's edge: the library's floors below `cli`
+/// return typed errors (a `thiserror` enum the command line gives context).
+#[test]
+fn anyhow_is_the_command_lines_only() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let offending: Vec<String> = files
+        .iter()
+        .filter(|f| !matches!(module_of(&src, f).as_str(), "cli" | "main" | "lib"))
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).expect("read");
+            text.contains("anyhow::") || text.contains("anyhow!")
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        offending.is_empty(),
+        "anyhow below the command line (use a typed error): {offending:?}"
+    );
+}

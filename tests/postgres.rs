@@ -1172,5 +1172,25 @@ async fn a_cluster_is_watched_once_whoever_records_it() {
     assert_eq!(after, sqlite + term, "the new writer watches once too");
     let terms = pg.psql(db, "SELECT COUNT(*) FROM terms WHERE election = 'during'");
     assert_eq!(terms, "1", "recorded once");
+    // Its serve loop applied the term once, though its watcher was started
+    // again from before it.
+    let changes = r#"tenure_election_leader_changes_total{election="during"}"#;
+    assert_eq!(second.metric(changes).await, Some(1.0), "applied once");
+    // A clean stop ends the term cleanly: serve's stop recorded, no error
+    // noted for every replica's /readyz.
+    let pid = second.pid();
     assert_eq!(second.stop().await, Some(0));
+    let stopped = pg.psql(
+        db,
+        &format!(
+            "SELECT COUNT(*) FROM cluster_events WHERE type = 'serve_stopped' \
+             AND json LIKE '%\"pid\":{pid}%'"
+        ),
+    );
+    assert_eq!(stopped, "1", "the writer recorded its own stop");
+    let noted = pg.psql(
+        db,
+        "SELECT COALESCE(last_error, '') FROM history_writer WHERE cluster = ''",
+    );
+    assert_eq!(noted, "", "a clean stop is no error");
 }

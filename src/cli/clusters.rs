@@ -16,7 +16,7 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use super::{access_config, access_of, Access, Global};
-use crate::election::Client;
+use crate::feed::{Connector, Feed, Watched};
 use crate::layout::Source;
 
 /// Longest cluster name, in bytes.
@@ -168,70 +168,6 @@ struct File {
     cluster: Vec<Table>,
 }
 
-/// One cluster to watch.
-#[derive(Clone)]
-pub struct Watched {
-    /// `None`: the one cluster of a serve without `--cluster`.
-    pub name: Option<Arc<str>>,
-    /// `None`: etcd did not answer at start, and connecting needs an
-    /// answer (a user's token); [`Connector::connect`] is tried again.
-    pub client: Option<Client>,
-    pub connector: Connector,
-    pub sources: Vec<Source>,
-    pub sources_only: bool,
-    /// `Some`: its Leases are read through the Kubernetes API instead of
-    /// its etcd (`serve --kubeconfig`/`--in-cluster`; no client, no
-    /// connector).
-    pub api: Option<Arc<crate::watch::kube::KubeConfig>>,
-    /// The etcd cluster id the operator adopted for it (`--adopt-etcd`):
-    /// taken as a new timeline of this cluster though its history recorded
-    /// another (`feed/identity.rs`).
-    pub adopt: Option<u64>,
-}
-
-/// How to connect to one cluster, again and again until it answers.
-#[derive(Clone)]
-pub struct Connector {
-    endpoints: Vec<String>,
-    prefix: String,
-    config: crate::election::ConnectConfig,
-    timeout: Duration,
-}
-
-impl Connector {
-    /// The one cluster's, already connected (nothing to try again).
-    pub fn of(client: &Client) -> Connector {
-        Connector {
-            endpoints: client.endpoints().to_vec(),
-            prefix: client.keys().prefix().to_owned(),
-            config: client.connect_config().clone(),
-            timeout: client.op_timeout(),
-        }
-    }
-
-    /// No etcd at all (Leases read through the Kubernetes API).
-    pub fn none() -> Connector {
-        Connector {
-            endpoints: Vec::new(),
-            prefix: String::new(),
-            config: Default::default(),
-            timeout: Duration::from_secs(5),
-        }
-    }
-
-    pub async fn connect(&self) -> Result<Client, crate::election::Error> {
-        Ok(
-            Client::connect_with(&self.endpoints, &self.prefix, self.config.clone())
-                .await?
-                .with_op_timeout(self.timeout),
-        )
-    }
-
-    pub fn endpoints(&self) -> &[String] {
-        &self.endpoints
-    }
-}
-
 /// What the clusters' specifications say, before connecting.
 #[derive(Debug)]
 struct Spec {
@@ -355,35 +291,12 @@ fn through_api(
     Ok(Watched::through_api(Some(Arc::from(name)), config))
 }
 
-impl Watched {
-    /// A cluster whose Leases are read through `api`: no etcd.
-    pub fn through_api(
-        name: Option<Arc<str>>,
-        api: Arc<crate::watch::kube::KubeConfig>,
-    ) -> Watched {
-        Watched {
-            name,
-            client: None,
-            connector: Connector::none(),
-            sources: Vec::new(),
-            sources_only: true,
-            api: Some(api),
-            adopt: None,
-        }
-    }
-}
-
 /// One cluster's connection: connected now, or (etcd not answering) later.
 async fn connect_one(s: Spec) -> anyhow::Result<Watched> {
     let name = s.name.clone();
     let config = access_config(s.access, &format!("cluster {name:?}'s user"))?;
     let at = s.endpoints.join(",");
-    let connector = Connector {
-        endpoints: s.endpoints,
-        prefix: s.prefix,
-        config,
-        timeout: s.timeout,
-    };
+    let connector = Connector::new(s.endpoints, s.prefix, config, s.timeout);
     // A cluster that does not answer now is watched once it does; a
     // certificate, user or password problem is an error now.
     let client = match connector.connect().await {
@@ -603,6 +516,47 @@ pub async fn refuse_one_etcd_twice(
             );
         }
         seen.push((name, id, ranges));
+    }
+    Ok(())
+}
+
+/// `--adopt-etcd [NAME=]ID`, each to its feed: an ID of tenure's messages
+/// (hex); a name no feed has, or a bare ID with several clusters, is
+/// refused.
+pub fn adopt(feeds: &mut [Feed], flags: &[String]) -> anyhow::Result<()> {
+    for flag in flags.iter().map(|f| f.trim()).filter(|f| !f.is_empty()) {
+        let (name, id) = match flag.split_once('=') {
+            Some((n, id)) => (Some(n.trim()), id.trim()),
+            None => (None, flag),
+        };
+        let hex = id.trim_start_matches("0x");
+        let id = u64::from_str_radix(hex, 16)
+            .ok()
+            .filter(|&id| id != 0)
+            .with_context(|| {
+                format!(
+                    "--adopt-etcd {flag}: the cluster id is etcd's, in hex as tenure prints it \
+                     (e.g. --adopt-etcd a=cdf818194e3a8c32)"
+                )
+            })?;
+        let feed = match name {
+            Some(n) => feeds.iter_mut().find(|f| f.scope().as_deref() == Some(n)),
+            None if feeds.len() == 1 && feeds.iter().all(|f| f.scope().is_none()) => {
+                feeds.first_mut()
+            }
+            None => None,
+        };
+        let Some(feed) = feed.filter(|f| f.watched.api.is_none()) else {
+            anyhow::bail!(
+                "--adopt-etcd {flag}: no such etcd cluster in this serve: give NAME=ID with the \
+                 name of a --cluster (or of a [[cluster]] table) watching etcd, or ID alone \
+                 for the one cluster of a serve without --cluster"
+            );
+        };
+        feed.watched.adopt = Some(id);
+        if let Some(cfg) = &mut feed.cfg {
+            cfg.adopt = Some(id);
+        }
     }
     Ok(())
 }

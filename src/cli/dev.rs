@@ -80,7 +80,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<i32> {
     // A kept history (--db) was written over an earlier run's etcd: this
     // one is new at every start, and adopted as that history's etcd.
     let key = client.keys().elections_root().into_bytes();
-    if let Some(id) = super::feed::identity::etcd_cluster_id(&client, key).await {
+    if let Some(id) = crate::feed::identity::etcd_cluster_id(&client, key).await {
         serve_args.adopt_etcd = vec![format!("{id:x}")];
     }
     let code = serve::run_until(client, serve_args, async {

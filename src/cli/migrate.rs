@@ -8,9 +8,9 @@
 
 use anyhow::Context;
 
-use super::feed::identity::{etcd_cluster_id, first_key};
-use super::feed::Feed;
 use super::replica::History;
+use crate::feed::identity::{etcd_cluster_id, first_key};
+use crate::feed::Feed;
 use crate::history::Db;
 
 /// A named cluster the history has not seen yet is welcome (a new one);

@@ -10,8 +10,6 @@ mod campaign;
 mod clusters;
 mod dev;
 mod exec;
-mod feed;
-mod floor;
 mod group;
 mod guard;
 mod history;
@@ -19,7 +17,6 @@ mod kube;
 mod lease;
 mod migrate;
 mod ops;
-mod pipelines;
 mod replica;
 mod secrets;
 mod serve;
@@ -424,7 +421,7 @@ impl Need {
             // that one stream keeps both prefixes in revision order: etcd
             // checks the whole range, so the grant is that range. With
             // --source: exactly each source's prefixes.
-            Command::Serve(cmd) => Need::serve(&feed::watched_ranges(
+            Command::Serve(cmd) => Need::serve(&crate::feed::watched_ranges(
                 keys.prefix(),
                 &cmd.args.sources,
                 cmd.args.sources_only,

@@ -10,9 +10,9 @@
 
 use anyhow::Context;
 
-use super::feed::writer::FeedWriter;
 use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, Batch, Update, WatchStatus};
+use crate::feed::writer::FeedWriter;
 use crate::history::{HistoryError, Reader, Scope, Store};
 
 /// Where `serve` sends what it records: a SQLite file of its own, or the

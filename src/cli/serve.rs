@@ -12,19 +12,21 @@ use anyhow::Context;
 use clap::Args;
 use tokio::sync::{broadcast, mpsc};
 
-pub use super::clusters::{ClusterFlag, Connector, Watched};
-use super::feed::tap::Tap;
-use super::feed::{in_cluster, Feed, FeedParts, WriterCtx};
-use super::pipelines::{read_access, Common, Member};
+pub use super::clusters::ClusterFlag;
 use super::replica::{self, History};
 use super::sinks::{self, Sinks};
 use crate::election::{shutdown_signal, Client};
 use crate::events::cluster::ClusterEvent;
 use crate::events::ResumePoint;
+use crate::feed::pipeline::{read_access, Common, Member};
+use crate::feed::readiness::Readiness;
+use crate::feed::tap::Tap;
+use crate::feed::{in_cluster, Feed, FeedParts, WriterCtx};
+pub use crate::feed::{Connector, Watched};
 use crate::history::{Db, Store};
 use crate::telemetry::{self, Metrics, MetricsOptions};
 use crate::web::api::RateLimiter;
-use crate::web::{self, AppState, Auth, Limits, Readiness};
+use crate::web::{self, AppState, Auth, Limits};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -310,7 +312,7 @@ pub async fn run_clusters(
     // Before anything is opened: a --source etcd cannot serve is refused
     // (a cluster that did not answer reads its own once it does).
     let mut feeds = Feed::prepare(clusters, args.max_elections).await?;
-    super::feed::identity::adopt(&mut feeds, &args.adopt_etcd)?;
+    super::clusters::adopt(&mut feeds, &args.adopt_etcd)?;
     let watched: Vec<_> = feeds.iter().map(|f| (&f.watched, f.cfg.as_ref())).collect();
     super::clusters::refuse_one_etcd_twice(&watched).await?;
     let serve_metrics = Arc::new(Metrics::with_options(metrics).context("creating metrics")?);
@@ -319,7 +321,7 @@ pub async fn run_clusters(
     super::migrate::same_clusters(&store, &feeds, &db).await?;
     // Before anything is written anywhere: each etcd is the one its
     // history recorded under its name (or adopted).
-    super::feed::identity::verify_at_start(&feeds, &store.reader()).await?;
+    crate::feed::identity::verify_at_start(&feeds, &store.reader()).await?;
     let own = Own {
         args: &args,
         options: metrics,
@@ -329,8 +331,9 @@ pub async fn run_clusters(
     let (members, resumes) = members_of(&feeds, &own, &store, &db).await?;
     // Each feed's writer term taps the feed's one watcher (`feed::tap`).
     let mut taps = Vec::new();
+    let (stop_feeds, stopping) = tokio::sync::watch::channel(false);
     if let History::Shared(shared) = &mut store {
-        taps = start_writers(shared, &feeds, &members, &args, addr)?;
+        taps = start_writers(shared, (&feeds, &members), stopping, &args, addr)?;
     }
     let state = app_state(&args, &members, &store, serve_metrics.clone());
     let (stop_http, server) = start_http(listener, state.clone());
@@ -344,7 +347,8 @@ pub async fn run_clusters(
         reader: store.reader(),
         events: ctx,
     };
-    let (inbox, running) = super::pipelines::start(&feeds, resumes, taps, &members, common)?;
+    let (inbox, running) =
+        crate::feed::pipeline::start(&feeds, resumes, taps, &members, common, stop_feeds)?;
     let sinks = Sinks {
         members,
         store,
@@ -433,8 +437,8 @@ async fn members_of(
 /// cluster's (the serve-wide ones for the one unnamed cluster).
 fn start_writers(
     shared: &mut replica::Shared,
-    feeds: &[Feed],
-    members: &[Member],
+    (feeds, members): (&[Feed], &[Member]),
+    stopping: tokio::sync::watch::Receiver<bool>,
     args: &ServeArgs,
     addr: SocketAddr,
 ) -> anyhow::Result<Vec<Option<mpsc::Receiver<Tap>>>> {
@@ -457,6 +461,7 @@ fn start_writers(
             readiness: m.readiness.clone(),
             client: m.client.clone(),
             taps: tx,
+            stopping: stopping.clone(),
         };
         shared.add(f.writer(&ctx, parts, shared.reader()));
         taps.push(Some(rx));

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::sync::{broadcast, mpsc};
 
-use super::feed::{in_cluster, qualified};
-use super::pipelines::{Inbox, Member, Running};
 use super::replica::History;
 use crate::events::cluster::{ClusterEvent, ClusterEventKind};
 use crate::events::{Event, Update};
+use crate::feed::pipeline::{Inbox, Member, Running};
+use crate::feed::{in_cluster, qualified};
 use crate::telemetry;
 
 /// A batch of at least this many events (a mass change) is handed to the
@@ -102,6 +102,13 @@ impl Sinks {
             _ => in_cluster(&name),
         };
         eprintln!("tenure: the watcher of {what} stopped");
+        // Not ready, and said why, while the others go on.
+        if let Some(m) = m.filter(|m| m.readiness.connect_problem().is_none()) {
+            m.readiness.set_connect_problem(Some(format!(
+                "the watcher of {what} stopped; nothing of it is shown or recorded until serve \
+                 restarts (see tenure's log)"
+            )));
+        }
     }
 
     /// One update of cluster `i`: its metrics and readiness, the traces,

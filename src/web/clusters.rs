@@ -10,8 +10,9 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::{AppState, Readiness};
+use super::AppState;
 use crate::election::{Client, Error};
+use crate::feed::readiness::Readiness;
 use crate::layout::path::WatchedName;
 use crate::layout::Sources;
 use crate::telemetry::Metrics;

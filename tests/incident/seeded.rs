@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use tenure::election::{Client, FenceReason, KeyLayout};
 use tenure::events::{Batch, EndCause, Event, EventKind, Update, WatchStatus};
+use tenure::feed::readiness::Readiness;
 use tenure::history::Store;
 use tenure::telemetry::Metrics;
-use tenure::web::{self, AppState, Auth, Limits, Readiness};
+use tenure::web::{self, AppState, Auth, Limits};
 
 pub fn ev(revision: i64, at_ms: i64, election: &str, kind: EventKind) -> Event {
     Event {

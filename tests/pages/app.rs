@@ -8,9 +8,10 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use tenure::election::Client;
 use tenure::events::{now_ms, Batch, Update, WatchStatus};
+use tenure::feed::readiness::Readiness;
 use tenure::history::Store;
 use tenure::telemetry::Metrics;
-use tenure::web::{self, AppState, Auth, Limits, Readiness};
+use tenure::web::{self, AppState, Auth, Limits};
 
 use crate::story::*;
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tenure::election::Client;
 use tenure::events::{now_ms, Batch, EndCause, Update, WatchStatus};
-use tenure::web::{self, Readiness};
+use tenure::feed::readiness::Readiness;
+use tenure::web;
 
 use crate::app::*;
 use crate::story::*;

@@ -1,4 +1,5 @@
-//! The feed layer of `tenure serve`: a feed is one cluster (its
+//! The feeds of `tenure serve`, a floor below the web (importing neither
+//! `cli` nor `web`): a feed is one cluster (its
 //! validated name, or the one unnamed cluster of a serve without
 //! `--cluster`) and its source: what is watched in its etcd, or its
 //! Leases through the Kubernetes API (`Watched::api`), both into the same
@@ -10,31 +11,43 @@
 //!
 //! Each feed is built as a source is (`build(ctx) -> task`): [`Feed::writer`]
 //! starts the feed's writer task on a shared history; the serve loop's
-//! pipeline of the feed is started by `pipelines.rs`. A SQLite history and
+//! pipeline of the feed is started by `pipeline.rs`. A SQLite history and
 //! a PostgreSQL one go through the same feeds: only the shared history
 //! builds writer tasks.
+//!
+//! A feed owns its transport (`pipeline.rs`: an etcd watch, or a
+//! Kubernetes list and watch; `tap.rs`: one watcher, shared by the serve
+//! loop and its writer term), its resume point, its writer term and fence
+//! row (`writer.rs`, `in_database.rs`), and the live state it reports
+//! (`readiness/`). Serve composes feeds without branching on their kind
+//! or number.
 //!
 //! Invariants: a feed's writer term never blocks another feed's (each
 //! campaigns in its own etcd, claims and locks only its own fence row);
 //! a feed's fence row is written only by that feed's writer.
 
+mod error;
+pub mod floor;
 pub mod identity;
 mod in_database;
+pub mod pipeline;
+pub mod readiness;
 pub mod tap;
+mod watched;
 pub mod writer;
+
+pub use error::FeedError;
+pub use watched::{Connector, Watched};
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use anyhow::Context;
-
-use super::clusters::Watched;
 use crate::election::{Client, Ttl};
 use crate::events::{Batch, EventKind, ResumePoint};
 use crate::history::{Reader, Scope};
 use crate::telemetry::writer::HistoryWriterMetrics;
 use crate::watch::{WatchConfig, Watcher};
-use crate::web::Readiness;
+use readiness::Readiness;
 
 /// One cluster and its source, as serve watches and records it.
 #[derive(Clone)]
@@ -69,6 +82,9 @@ pub struct FeedParts {
     pub readiness: Arc<Readiness>,
     pub client: Arc<OnceLock<Client>>,
     pub taps: tokio::sync::mpsc::Sender<tap::Tap>,
+    /// Serve is stopping: the feed's watcher ending then is no failure
+    /// (the term waits for its own stop, after serve's last events).
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Feed {
@@ -78,15 +94,11 @@ impl Feed {
     pub async fn prepare(
         clusters: Vec<Watched>,
         max_elections: usize,
-    ) -> anyhow::Result<Vec<Feed>> {
+    ) -> Result<Vec<Feed>, FeedError> {
         let mut feeds = Vec::with_capacity(clusters.len());
         for c in clusters {
             let cfg = match &c.client {
-                Some(client) => Some(
-                    watch_config(client, &c, max_elections)
-                        .await
-                        .with_context(|| in_cluster(&c.name))?,
-                ),
+                Some(client) => Some(watch_config(client, &c, max_elections).await?),
                 None => None,
             };
             feeds.push(Feed { watched: c, cfg });
@@ -114,11 +126,12 @@ impl Feed {
     }
 
     /// Where its history left off (`None`: never recorded).
-    pub async fn resume(&self, reader: &Reader) -> anyhow::Result<Option<ResumePoint>> {
+    pub async fn resume(&self, reader: &Reader) -> Result<Option<ResumePoint>, FeedError> {
         let (reader, scope) = (reader.clone(), self.scope().clone());
-        tokio::task::spawn_blocking(move || reader.resume_point_of(scope.as_deref()))
-            .await?
-            .context("reading where the history left off")
+        error::read_history("reading where the history left off", move || {
+            reader.resume_point_of(scope.as_deref())
+        })
+        .await
     }
 
     /// Builds its writer task on the shared history: campaigns in its own
@@ -145,7 +158,7 @@ pub fn qualified(cluster: Option<&str>, b: &Batch) -> Batch {
 }
 
 /// "cluster NAME" for a message ("the etcd cluster" for the one, unnamed).
-pub(super) fn in_cluster(name: &Option<Arc<str>>) -> String {
+pub fn in_cluster(name: &Option<Arc<str>>) -> String {
     match name {
         Some(n) => format!("cluster {n:?}"),
         None => "the etcd cluster".to_owned(),
@@ -154,14 +167,17 @@ pub(super) fn in_cluster(name: &Option<Arc<str>>) -> String {
 
 /// What a watcher reads and keeps: the sources checked against etcd
 /// (several key ranges need ordered progress notifications).
-pub(super) async fn watch_config(
+pub async fn watch_config(
     client: &Client,
     w: &Watched,
     max_elections: usize,
-) -> anyhow::Result<WatchConfig> {
+) -> Result<WatchConfig, FeedError> {
     let plan = Watcher::sources(client, w.sources.clone(), w.sources_only)
         .await
-        .context("reading --source")?;
+        .map_err(|error| FeedError::Sources {
+            cluster: in_cluster(&w.name),
+            error,
+        })?;
     Ok(WatchConfig {
         max_elections,
         sources: Some(plan.sources),

@@ -19,12 +19,12 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::readiness::recording::{Elected, Role};
 use super::writer::{paused, stopping, write_failed, Ended, Term, WATCHER_GONE};
 use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, Update};
 use crate::history::{HistoryError, RevisionSource, Seat, Store, TermSeat};
 use crate::task::Locked;
-use crate::web::recording::{Elected, Role};
 
 type Shared = Arc<Mutex<TermSeat>>;
 
@@ -41,7 +41,7 @@ enum Next {
 
 impl Term {
     /// Claims, writes, stands by, until serve stops.
-    pub(super) async fn run_in_database(
+    pub async fn run_in_database(
         self,
         mut cluster: mpsc::Receiver<ClusterEvent>,
         mut stop: oneshot::Receiver<()>,
@@ -136,6 +136,9 @@ impl Term {
                 Some(_) = cluster.recv() => continue,
                 _ = &mut *stop => return None,
             }
+            if self.watcher_ended() {
+                return None;
+            }
             // A replica that cannot read the cluster would hold the term
             // and record nothing: it stands only while its own watcher
             // reads the API (its `/readyz` says why not).
@@ -192,11 +195,14 @@ impl Term {
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ttl = self.ctx.ttl.as_duration();
         let mut noted = None;
+        // The feed's watcher ended because serve is stopping: the term
+        // records serve's last events and ends at its own stop.
+        let mut watching = true;
         let ended = loop {
             let next = tokio::select! {
                 _ = renew.tick() => Next::Renew,
                 _ = &mut *stop => break stopping(&store, cluster).await,
-                u = rx.recv() => Next::Update(u),
+                u = rx.recv(), if watching => Next::Update(u),
                 Some(e) = cluster.recv() => Next::Cluster(e),
             };
             // Nothing is acted on past the term as this replica counts it
@@ -212,6 +218,10 @@ impl Term {
                     Ok(()) => Ok(()),
                     Err(ended) => break ended,
                 },
+                Next::Update(None) if *self.parts.stopping.borrow() => {
+                    watching = false;
+                    Ok(())
+                }
                 Next::Update(None) => break Ended::Failed(self.watcher_gone()),
                 Next::Update(Some(u)) => self.record(&store, u, &mut noted).await,
                 Next::Cluster(e) => store.cluster_event(e).await,

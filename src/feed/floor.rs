@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 
+use super::readiness::Readiness;
 use crate::election::{Client, Error};
 use crate::events::{Batch, EventKind};
-use crate::web::Readiness;
 
 pub struct FloorKeeper {
     client: Client,

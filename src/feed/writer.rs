@@ -18,14 +18,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use super::readiness::recording::{Elected, Role};
+use super::readiness::Readiness;
 use super::{Feed, FeedParts, WriterCtx};
 use crate::election::{CampaignOptions, Client, ElectionName, Leadership};
 use crate::events::cluster::ClusterEvent;
 use crate::events::{now_ms, Update, WatchStatus};
 use crate::history::{HistoryError, Reader, RevisionSource, Scope, Store};
 use crate::watch::cluster::PollConfig;
-use crate::web::recording::{Elected, Role};
-use crate::web::Readiness;
 
 /// The election each feed's replicas campaign for, in the feed's etcd.
 pub const WRITER_ELECTION: &str = "tenure/history-writer";
@@ -35,7 +35,7 @@ const NOTE_EVERY: Duration = Duration::from_secs(5);
 /// How often a replica reads whether a feed's history is being recorded.
 const RECORDING_POLL: Duration = Duration::from_secs(1);
 /// A term's end when the feed's watcher stopped.
-pub(super) const WATCHER_GONE: &str = "the feed's watcher stopped";
+pub const WATCHER_GONE: &str = "the feed's watcher stopped";
 /// A writer takeover takes the TTL (the dead writer's lease runs out) plus
 /// this, to open the database, claim the fence and resume.
 const TAKEOVER: Duration = Duration::from_secs(3);
@@ -51,11 +51,11 @@ pub struct FeedWriter {
 }
 
 /// Everything one feed's writer term needs.
-pub(super) struct Term {
-    pub(super) feed: Feed,
-    pub(super) ctx: WriterCtx,
-    pub(super) parts: FeedParts,
-    pub(super) reader: Reader,
+pub struct Term {
+    pub feed: Feed,
+    pub ctx: WriterCtx,
+    pub parts: FeedParts,
+    pub reader: Reader,
 }
 
 /// How a standby's campaign ends.
@@ -68,7 +68,7 @@ enum Won {
     Moved,
 }
 
-pub(super) enum Ended {
+pub enum Ended {
     Stop,
     Lost(String),
     Failed(String),
@@ -125,7 +125,7 @@ impl FeedWriter {
 
 impl Term {
     /// "history writer of cluster NAME: " (or of the one cluster).
-    pub(super) fn who(&self) -> String {
+    pub fn who(&self) -> String {
         match self.feed.scope() {
             Some(n) => format!("history writer of cluster {n}"),
             None => "history writer".to_owned(),
@@ -140,6 +140,9 @@ impl Term {
             return;
         };
         loop {
+            if self.watcher_ended() {
+                return;
+            }
             let Some(etcd) = self.identified(&client, &mut stop).await else {
                 return;
             };
@@ -400,28 +403,23 @@ impl Term {
         Ok(store)
     }
 
-    /// One writer term: claim the fence, resume from the stored revision,
-    /// record until the term ends.
-    async fn write_term(
+    /// The term's start: the recorded etcd checked, the fence claimed, the
+    /// resume point read (`Err`: how the term ended instead).
+    async fn begin_term(
         &self,
         client: &Client,
         leadership: &Leadership,
-        cluster: &mut mpsc::Receiver<ClusterEvent>,
-        stop: &mut oneshot::Receiver<()>,
-    ) -> Ended {
+    ) -> Result<(Store, Option<crate::events::ResumePoint>), Ended> {
         let won = Instant::now();
         // Won meanwhile in another etcd than the recorded one: its fence
         // row is not claimed.
         if let Err(e) = super::identity::verify(&self.feed.watched, client, &self.reader).await {
-            return Ended::Refused(e.to_string());
+            return Err(Ended::Refused(e.to_string()));
         }
-        let store = match self.open(client, leadership).await {
-            Ok(s) => s,
-            Err(e) => return Ended::Failed(e),
-        };
+        let store = self.open(client, leadership).await.map_err(Ended::Failed)?;
         let resume = match self.feed.resume(&self.reader).await {
             Ok(resume) => resume,
-            Err(e) => return self.close(store, Ended::Failed(format!("{e:#}"))).await,
+            Err(e) => return Err(self.close(store, Ended::Failed(e.to_string())).await),
         };
         self.parts.metrics.writer.set(1);
         self.parts.readiness.set_writer_role(Role::Writing {
@@ -435,6 +433,22 @@ impl Term {
             resume.as_ref().map_or(0, |r| r.revision),
             won.elapsed().as_millis()
         );
+        Ok((store, resume))
+    }
+
+    /// One writer term: claim the fence, resume from the stored revision,
+    /// record until the term ends.
+    async fn write_term(
+        &self,
+        client: &Client,
+        leadership: &Leadership,
+        cluster: &mut mpsc::Receiver<ClusterEvent>,
+        stop: &mut oneshot::Receiver<()>,
+    ) -> Ended {
+        let (store, resume) = match self.begin_term(client, leadership).await {
+            Ok(begun) => begun,
+            Err(ended) => return ended,
+        };
         // etcd's own events, compared with what the history holds now that
         // no earlier term can add to it: what changed while no replica
         // wrote is recorded at once (a standby's poller is not recorded).
@@ -446,12 +460,19 @@ impl Term {
             return self.close(store, Ended::Failed(WATCHER_GONE.into())).await;
         };
         let mut noted: Option<Instant> = None;
+        // The feed's watcher ended because serve is stopping: the term
+        // records serve's last events and ends at its own stop.
+        let mut watching = true;
         let ended = loop {
             tokio::select! {
                 reason = leadership.lost() => break Ended::Lost(format!("{reason:?}")),
                 _ = &mut *stop => break stopping(&store, cluster).await,
-                u = rx.recv() => {
+                u = rx.recv(), if watching => {
                     let Some(u) = u else {
+                        if *self.parts.stopping.borrow() {
+                            watching = false;
+                            continue;
+                        }
                         break Ended::Failed(WATCHER_GONE.into());
                     };
                     if let Err(e) = self.record(&store, u, &mut noted).await {
@@ -480,9 +501,23 @@ impl Term {
         self.close(store, ended).await
     }
 
+    /// The feed's watcher has ended for good (its pipeline is gone): this
+    /// replica stops standing for the feed's writer (said once).
+    pub(super) fn watcher_ended(&self) -> bool {
+        let ended = self.parts.taps.is_closed() && !*self.parts.stopping.borrow();
+        if ended {
+            eprintln!(
+                "tenure: {}: the feed's watcher stopped: this replica no longer stands for \
+                 writing it",
+                self.who()
+            );
+        }
+        ended || self.parts.taps.is_closed()
+    }
+
     /// The feed's watcher from `resume` on, for this term (`None`: the
     /// feed's pipeline is gone).
-    pub(super) async fn tap(
+    pub async fn tap(
         &self,
         resume: Option<crate::events::ResumePoint>,
     ) -> Option<mpsc::Receiver<Update>> {
@@ -517,7 +552,7 @@ impl Term {
 
     /// One update of the writer's own watcher, to the history under the
     /// feed's scope (its names `CLUSTER/NAME` with several clusters).
-    pub(super) async fn record(
+    pub async fn record(
         &self,
         store: &Store,
         u: Update,
@@ -554,7 +589,7 @@ impl Term {
     /// Notes in the database why this replica, as the feed's writer,
     /// records nothing (every replica's `/readyz` says it); a database that
     /// cannot take even that is only logged.
-    pub(super) async fn note_error(&self, message: String) {
+    pub async fn note_error(&self, message: String) {
         let (url, id) = (self.ctx.url.clone(), self.ctx.id.clone());
         let fence = self.feed.fence_key().to_owned();
         let noted = tokio::task::spawn_blocking(move || {
@@ -571,7 +606,7 @@ impl Term {
 
     /// Commits (or tries to: a stale writer is refused) what is queued, and
     /// counts the refusals.
-    pub(super) async fn close(&self, store: Store, ended: Ended) -> Ended {
+    pub async fn close(&self, store: Store, ended: Ended) -> Ended {
         let flushed = store.flush().await;
         let refused = store.refused_commits();
         if refused > 0 {
@@ -597,7 +632,7 @@ impl Term {
 }
 
 /// Waits a second before trying again, or until serve stops (`true`).
-pub(super) async fn paused(stop: &mut oneshot::Receiver<()>) -> bool {
+pub async fn paused(stop: &mut oneshot::Receiver<()>) -> bool {
     tokio::select! {
         _ = tokio::time::sleep(Duration::from_secs(1)) => false,
         _ = stop => true,
@@ -606,7 +641,7 @@ pub(super) async fn paused(stop: &mut oneshot::Receiver<()>) -> bool {
 
 /// The term's end at serve's stop: what serve sent before (its own stop
 /// among it) recorded first.
-pub(super) async fn stopping(store: &Store, cluster: &mut mpsc::Receiver<ClusterEvent>) -> Ended {
+pub async fn stopping(store: &Store, cluster: &mut mpsc::Receiver<ClusterEvent>) -> Ended {
     while let Ok(e) = cluster.try_recv() {
         if let Err(e) = store.cluster_event(e).await {
             return write_failed(store, e);
@@ -618,7 +653,7 @@ pub(super) async fn stopping(store: &Store, cluster: &mut mpsc::Receiver<Cluster
 /// How a term ends on a failed write: a commit refused by the fence means
 /// a newer writer has written, so the term is lost (whichever of this and
 /// the lease's loss is seen first); anything else is a failure.
-pub(super) fn write_failed(store: &Store, e: HistoryError) -> Ended {
+pub fn write_failed(store: &Store, e: HistoryError) -> Ended {
     if store.refused_commits() > 0 {
         Ended::Lost("a newer writer has written (commit refused by the fence)".into())
     } else {

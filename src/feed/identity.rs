@@ -20,9 +20,7 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
-
-use super::{in_cluster, Feed, Watched};
+use super::{in_cluster, Feed, FeedError, Watched};
 use crate::election::Client;
 use crate::events::not_the_recorded_etcd;
 use crate::history::Reader;
@@ -109,7 +107,7 @@ pub async fn verify(w: &Watched, client: &Client, reader: &Reader) -> Result<u64
 /// as another etcd than its history recorded. One that does not answer
 /// now is checked once it does, before anything of it is written (the
 /// pipeline, the writer, the floor: [`confirmed`]; the watcher itself).
-pub async fn verify_at_start(feeds: &[Feed], reader: &Reader) -> anyhow::Result<()> {
+pub async fn verify_at_start(feeds: &[Feed], reader: &Reader) -> Result<(), FeedError> {
     for feed in feeds {
         let Some(client) = &feed.watched.client else {
             continue;
@@ -120,50 +118,11 @@ pub async fn verify_at_start(feeds: &[Feed], reader: &Reader) -> anyhow::Result<
                 eprintln!("tenure: {why}; checked again before anything of it is written");
             }
             Err(e) => {
-                return Err(e)
-                    .with_context(|| format!("checking {}'s etcd", in_cluster(&feed.watched.name)))
+                return Err(FeedError::NotRecorded {
+                    cluster: in_cluster(&feed.watched.name),
+                    why: e.to_string(),
+                })
             }
-        }
-    }
-    Ok(())
-}
-
-/// `--adopt-etcd [NAME=]ID`, each to its feed: an ID of tenure's messages
-/// (hex); a name no feed has, or a bare ID with several clusters, is
-/// refused.
-pub fn adopt(feeds: &mut [Feed], flags: &[String]) -> anyhow::Result<()> {
-    for flag in flags.iter().map(|f| f.trim()).filter(|f| !f.is_empty()) {
-        let (name, id) = match flag.split_once('=') {
-            Some((n, id)) => (Some(n.trim()), id.trim()),
-            None => (None, flag),
-        };
-        let hex = id.trim_start_matches("0x");
-        let id = u64::from_str_radix(hex, 16)
-            .ok()
-            .filter(|&id| id != 0)
-            .with_context(|| {
-                format!(
-                    "--adopt-etcd {flag}: the cluster id is etcd's, in hex as tenure prints it \
-                     (e.g. --adopt-etcd a=cdf818194e3a8c32)"
-                )
-            })?;
-        let feed = match name {
-            Some(n) => feeds.iter_mut().find(|f| f.scope().as_deref() == Some(n)),
-            None if feeds.len() == 1 && feeds.iter().all(|f| f.scope().is_none()) => {
-                feeds.first_mut()
-            }
-            None => None,
-        };
-        let Some(feed) = feed.filter(|f| f.watched.api.is_none()) else {
-            anyhow::bail!(
-                "--adopt-etcd {flag}: no such etcd cluster in this serve: give NAME=ID with the \
-                 name of a --cluster (or of a [[cluster]] table) watching etcd, or ID alone \
-                 for the one cluster of a serve without --cluster"
-            );
-        };
-        feed.watched.adopt = Some(id);
-        if let Some(cfg) = &mut feed.cfg {
-            cfg.adopt = Some(id);
         }
     }
     Ok(())

@@ -16,16 +16,15 @@ use crate::task::Locked;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use anyhow::Context;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 use tracing::Instrument;
 
-use super::clusters::Watched;
-use super::feed::identity;
-use super::feed::tap::{Forwarder, Start, Tap};
-use super::feed::{in_cluster, watch_config, watched_ranges};
 use super::floor::FloorKeeper;
+use super::identity;
+use super::readiness::Readiness;
+use super::tap::{Forwarder, Start, Tap};
+use super::{in_cluster, watch_config, watched_ranges, FeedError, Watched};
 use crate::election::Client;
 use crate::events::cluster::ClusterEvent;
 use crate::events::{ResumePoint, Update};
@@ -33,13 +32,12 @@ use crate::history::{Reader, Scope};
 use crate::layout::Sources;
 use crate::telemetry::Metrics;
 use crate::watch::{WatchConfig, Watcher};
-use crate::web::Readiness;
 
 /// The longest pause between two tries to connect to a cluster.
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// One watched cluster's own parts in the serve loop.
-pub(super) struct Member {
+pub struct Member {
     /// Its name (`None`: the one cluster of a serve without `--cluster`).
     pub scope: Scope,
     pub metrics: Arc<Metrics>,
@@ -86,7 +84,7 @@ impl Member {
 
 /// Where every feed's updates arrive, tagged with its index. `(i, None)`:
 /// feed `i`'s watcher stopped.
-pub(super) struct Inbox(mpsc::Receiver<(usize, Option<Update>)>);
+pub struct Inbox(mpsc::Receiver<(usize, Option<Update>)>);
 
 impl Inbox {
     /// The next update (`None`: every pipeline is gone).
@@ -108,7 +106,7 @@ impl Inbox {
 
 /// What every pipeline shares.
 #[derive(Clone)]
-pub(super) struct Common {
+pub struct Common {
     pub max_elections: usize,
     /// `--cluster-poll` (zero: no poller).
     pub cluster_poll: Duration,
@@ -119,7 +117,7 @@ pub(super) struct Common {
 
 /// The running pipelines: stopped by [`Running::stop`], after which the
 /// inbox gives what they had produced.
-pub(super) struct Running {
+pub struct Running {
     stop: watch::Sender<bool>,
     tasks: Tasks,
 }
@@ -142,14 +140,15 @@ impl Running {
 /// Starts every feed's pipeline from its resume point (`resumes[i]`), its
 /// writer term's taps from `taps[i]` (on a shared history): at once where
 /// serve is connected, else once its etcd answers.
-pub(super) fn start(
-    feeds: &[super::feed::Feed],
+pub fn start(
+    feeds: &[super::Feed],
     resumes: Vec<Option<ResumePoint>>,
     mut taps: Vec<Option<mpsc::Receiver<Tap>>>,
     members: &[Member],
     common: Common,
-) -> anyhow::Result<(Inbox, Running)> {
-    let (stop, stopped) = watch::channel(false);
+    stop: watch::Sender<bool>,
+) -> Result<(Inbox, Running), FeedError> {
+    let stopped = stop.subscribe();
     let tasks: Tasks = Arc::default();
     let running = Running {
         stop,
@@ -200,9 +199,9 @@ fn api_watcher(
     readiness: &Arc<Readiness>,
     stopped: &watch::Receiver<bool>,
     tasks: &Tasks,
-) -> anyhow::Result<Start> {
+) -> Result<Start, FeedError> {
     use crate::watch::kube::{KubeWatcher, Problems, Stopped};
-    KubeWatcher::new(api.clone()).context("the Lease source")?;
+    KubeWatcher::new(api.clone()).map_err(FeedError::LeaseSource)?;
     let said = readiness.clone();
     let problems: Problems = Arc::new(move |p| said.set_connect_problem(p.map(|e| e.to_string())));
     let (api, readiness, stopped, tasks) = (
@@ -223,7 +222,7 @@ fn api_watcher(
                 Err(e) => e.to_string(),
             };
             readiness.set_connect_problem(Some(why.clone()));
-            super::stderr::say(format_args!("error: {why}"));
+            eprintln!("tenure: error: {why}");
         };
         started(&stopped, &tasks, "kubernetes lease watcher", run)
     }))
@@ -237,11 +236,15 @@ fn started(
     name: &'static str,
     run: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> JoinHandle<()> {
+    // Checked with the list locked: a stop that comes after the check
+    // finds the task in it (it sets the flag before it takes the list).
+    let mut tasks = tasks.locked();
     if *stopped.borrow() {
         return crate::task::spawn(name, async {});
     }
     let task = crate::task::spawn(name, run.in_current_span());
-    register(tasks, &task);
+    tasks.retain(|t| !t.is_finished());
+    tasks.push(task.abort_handle());
     task
 }
 
@@ -257,11 +260,12 @@ fn register<T>(tasks: &Mutex<Vec<AbortHandle>>, task: &JoinHandle<T>) {
 async fn baseline(
     reader: &Reader,
     scope: &Scope,
-) -> anyhow::Result<crate::events::cluster::ClusterBaseline> {
+) -> Result<crate::events::cluster::ClusterBaseline, FeedError> {
     let (reader, scope) = (reader.clone(), scope.clone());
-    tokio::task::spawn_blocking(move || reader.cluster_baseline_of(scope.as_deref()))
-        .await?
-        .context("reading the recorded etcd cluster events")
+    super::error::read_history("reading the recorded etcd cluster events", move || {
+        reader.cluster_baseline_of(scope.as_deref())
+    })
+    .await
 }
 
 /// etcd's own events: a bounded poll beside the watcher, from
@@ -450,7 +454,7 @@ impl Pipeline {
 /// permission, user or TLS problem is an error now, not a watcher retrying
 /// forever. Bounded (1 s): a frozen etcd must not hold serve up, and an
 /// unreachable one is not an error (the watcher waits for it).
-pub(super) async fn read_access(
+pub async fn read_access(
     client: &Client,
     sources: &[crate::layout::Source],
     sources_only: bool,

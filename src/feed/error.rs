@@ -16,6 +16,10 @@ pub enum FeedError {
         what: &'static str,
         error: HistoryError,
     },
+    /// A blocking read of the history did not finish (its task panicked
+    /// or was cancelled).
+    #[error("{what}: the read did not finish: {why}")]
+    Task { what: &'static str, why: String },
     /// The Kubernetes Lease source is not usable as configured.
     #[error("the Lease source: {0}")]
     LeaseSource(crate::layout::SourceError),
@@ -30,10 +34,12 @@ pub async fn read_history<T: Send + 'static>(
     what: &'static str,
     read: impl FnOnce() -> Result<T, HistoryError> + Send + 'static,
 ) -> Result<T, FeedError> {
-    let error = match tokio::task::spawn_blocking(read).await {
-        Ok(Ok(t)) => return Ok(t),
-        Ok(Err(e)) => e,
-        Err(e) => HistoryError::WriterFailed(e.to_string()),
-    };
-    Err(FeedError::History { what, error })
+    match tokio::task::spawn_blocking(read).await {
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err(error)) => Err(FeedError::History { what, error }),
+        Err(e) => Err(FeedError::Task {
+            what,
+            why: e.to_string(),
+        }),
+    }
 }

@@ -135,6 +135,7 @@ impl Term {
                 _ = tick.tick() => {}
                 Some(_) = cluster.recv() => continue,
                 _ = &mut *stop => return None,
+                _ = self.parts.taps.closed() => {}
             }
             if self.watcher_ended() {
                 return None;
@@ -272,7 +273,7 @@ impl Term {
         let store = self.open_with(token).await.map_err(Ended::Failed)?;
         let resume = match self.feed.resume(&self.reader).await {
             Ok(resume) => resume,
-            Err(e) => return Err(self.close(store, Ended::Failed(format!("{e:#}"))).await),
+            Err(e) => return Err(self.close(store, Ended::Failed(e.to_string())).await),
         };
         self.parts.metrics.writer.set(1);
         self.parts.readiness.set_writer_role(Role::Writing {
@@ -286,10 +287,12 @@ impl Term {
             resume.as_ref().map_or(0, |r| r.revision),
             won.elapsed().as_millis()
         );
-        match self.tap(resume).await {
-            Some(rx) => Ok((store, rx)),
-            None => Err(self.close(store, Ended::Failed(self.watcher_gone())).await),
-        }
+        // No pipeline any more: read as a watcher that ended (at serve's
+        // stop, the term still waits for its own).
+        Ok((
+            store,
+            self.tap(resume).await.unwrap_or_else(|| mpsc::channel(1).1),
+        ))
     }
 
     /// Why the feed's watcher stopped, as far as it said.

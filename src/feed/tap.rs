@@ -129,6 +129,9 @@ struct Route {
     writer: Option<mpsc::Sender<Update>>,
     /// A term's own watcher, while `local` has not seen as far.
     pending: Option<(Chain, mpsc::Sender<Update>)>,
+    /// `local` has delivered a reset since `pending` started: it is on a
+    /// new timeline, whose revisions do not compare with the old one's.
+    local_reset: bool,
 }
 
 impl Forwarder {
@@ -141,30 +144,31 @@ impl Forwarder {
             applied: 0,
             writer: None,
             pending: None,
+            local_reset: false,
         };
         loop {
             tokio::select! {
-                u = r.local.rx.recv() => {
-                    let Some(u) = u else { break };
-                    if !r.show(u, (self.i, &self.all)).await {
+                u = r.local.rx.recv() => match u {
+                    Some(u) => if !r.show(u, (self.i, &self.all)).await {
                         return;
-                    }
-                }
-                u = next_of(&mut r.pending) => match (u, &mut r.pending) {
-                    (Some(u), Some((chain, tx))) => {
-                        chain.saw(&u);
-                        if tx.send(u).await.is_err() {
-                            r.pending = None;
-                        }
-                    }
+                    },
+                    // Ended for good: so is the feed (a term's watcher has
+                    // delivered revisions the serve loop would miss).
+                    None => break,
+                },
+                u = next_of(&mut r.pending) => match u {
+                    Some(u) => if !r.for_term(u, (self.i, &self.all)).await {
+                        return;
+                    },
                     // Its watcher ended: the term hears it (its sender
                     // dropped with it).
-                    _ => r.pending = None,
+                    None => r.pending = None,
                 },
                 Some(tap) = next_tap(&mut self.taps) => {
                     r.writer = None;
                     let chain = Chain::start(&mut self.start, tap.resume);
                     r.pending = Some((chain, tap.tx));
+                    r.local_reset = false;
                 }
             }
             r.switch();
@@ -181,6 +185,7 @@ impl Route {
         if self.local.saw(&u) {
             // A new timeline: nothing of it was applied.
             self.applied = 0;
+            self.local_reset = true;
         }
         if let Some(w) = &self.writer {
             if w.send(u.clone()).await.is_err() {
@@ -194,30 +199,65 @@ impl Route {
         all.send((i, Some(u))).await.is_ok()
     }
 
+    /// One update of a term's own watcher, while the serve loop's is the
+    /// old one: to the term; a reset the old one has not delivered also to
+    /// the serve loop (the switch follows at once). `false`: the serve loop
+    /// is gone.
+    async fn for_term(&mut self, u: Update, (i, all): (usize, &Serve)) -> bool {
+        let Some((chain, tx)) = &mut self.pending else {
+            return true;
+        };
+        let shown = (chain.saw(&u) && !self.local_reset).then(|| u.clone());
+        if tx.send(u).await.is_err() {
+            self.pending = None;
+            return true;
+        }
+        match shown {
+            Some(u) => {
+                self.forwarded = true;
+                all.send((i, Some(u))).await.is_ok()
+            }
+            None => true,
+        }
+    }
+
     /// The term's watcher becomes the feed's once the old one has seen as
-    /// far (or has shown the serve loop nothing yet); a term gone is
-    /// dropped.
+    /// far (or has shown the serve loop nothing yet), on the same
+    /// timeline; a term gone is dropped.
     fn switch(&mut self) {
         if self.pending.as_ref().is_some_and(|(_, tx)| tx.is_closed()) {
             self.pending = None;
         }
         let ready = match &self.pending {
-            Some((chain, _)) => !self.forwarded || self.local.seen >= chain.seen || chain.reset,
             None => false,
+            Some(_) if !self.forwarded => true,
+            // Only the term's is on a new timeline: its reset was shown.
+            Some((chain, _)) if chain.reset && !self.local_reset => true,
+            // Only the serve loop's is: wait for the term's to reset too.
+            Some((chain, _)) if !chain.reset && self.local_reset => false,
+            Some((chain, _)) => self.local.seen >= chain.seen,
         };
-        if !ready {
+        if ready {
+            self.promote();
+        }
+    }
+
+    /// Makes the term's watcher the feed's now.
+    fn promote(&mut self) {
+        let Some((chain, tx)) = self.pending.take() else {
             return;
-        }
-        if let Some((chain, tx)) = self.pending.take() {
-            self.applied = match (self.forwarded, chain.reset) {
-                // Everything the term's watcher brings is new to the serve
-                // loop: none shown yet, or a timeline the old one had not.
-                (false, _) | (_, true) => 0,
-                (true, false) => self.applied.max(self.local.seen),
-            };
-            self.local = chain;
-            self.writer = Some(tx);
-        }
+        };
+        self.applied = if !self.forwarded {
+            // Nothing shown yet: all of it is new to the serve loop.
+            0
+        } else if chain.reset && !self.local_reset {
+            // Shown up to its reset, the last it delivered.
+            chain.seen
+        } else {
+            self.applied.max(self.local.seen)
+        };
+        self.local = chain;
+        self.writer = Some(tx);
     }
 }
 
@@ -466,6 +506,40 @@ mod tests {
         new.send(batch(4, &[3, 4])).await.unwrap();
         assert_eq!(recorded(&mut term).await, (4, vec![3, 4]));
         assert_eq!(rig.shown().await, (4, vec![3, 4]));
+        assert!(old.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_reset_only_the_terms_watcher_saw_is_shown_to_the_serve_loop() {
+        let mut rig = Rig::new();
+        let (_, old) = started(&rig.starts, 0).await;
+        old.send(batch(20, &[20])).await.unwrap();
+        assert_eq!(rig.shown().await, (20, vec![20]));
+        let mut term = rig.tap(25).await;
+        let (_, new) = started(&rig.starts, 1).await;
+        new.send(reset(3)).await.unwrap();
+        assert_eq!(recorded(&mut term).await, (3, vec![3]));
+        assert_eq!(rig.shown().await, (3, vec![3]));
+        new.send(batch(4, &[4])).await.unwrap();
+        assert_eq!(rig.shown().await, (4, vec![4]));
+        assert!(old.is_closed());
+    }
+
+    #[tokio::test]
+    async fn a_reset_both_watchers_saw_is_shown_once() {
+        let mut rig = Rig::new();
+        let (_, old) = started(&rig.starts, 0).await;
+        old.send(batch(20, &[20])).await.unwrap();
+        assert_eq!(rig.shown().await, (20, vec![20]));
+        let mut term = rig.tap(25).await;
+        let (_, new) = started(&rig.starts, 1).await;
+        old.send(reset(3)).await.unwrap();
+        assert_eq!(rig.shown().await, (3, vec![3]));
+        new.send(reset(3)).await.unwrap();
+        assert_eq!(recorded(&mut term).await, (3, vec![3]));
+        new.send(batch(4, &[4])).await.unwrap();
+        assert_eq!(recorded(&mut term).await, (4, vec![4]));
+        assert_eq!(rig.shown().await, (4, vec![4]));
         assert!(old.is_closed());
     }
 

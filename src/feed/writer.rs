@@ -150,7 +150,10 @@ impl Term {
             let won = self.campaign(&pinned, &name, &mut cluster, &mut stop).await;
             let leadership = match won {
                 Ok(Won::Term(l)) => *l,
-                Ok(Won::Stopped) => return,
+                Ok(Won::Stopped) => {
+                    self.watcher_ended();
+                    return;
+                }
                 // Another etcd answers now: the campaign is dropped (its
                 // lease there is not kept alive) until the recorded one is
                 // back.
@@ -317,8 +320,13 @@ impl Term {
         stop: &mut oneshot::Receiver<()>,
     ) -> Result<Won, crate::election::Error> {
         let opts = CampaignOptions::new(self.ctx.ttl);
-        let stopped = async {
-            let _ = stop.await;
+        // Serve's stop, or the feed's watcher gone: the wait ends cleanly.
+        let taps = self.parts.taps.clone();
+        let stopped = async move {
+            tokio::select! {
+                _ = stop => {}
+                _ = taps.closed() => {}
+            }
         };
         // The writer's token fences only the database, whose fence starts a
         // new generation when etcd starts over: not refused by tenure's
@@ -456,9 +464,9 @@ impl Term {
             Ok(p) => p,
             Err(e) => return self.close(store, Ended::Failed(e)).await,
         };
-        let Some(mut rx) = self.tap(resume).await else {
-            return self.close(store, Ended::Failed(WATCHER_GONE.into())).await;
-        };
+        // No pipeline any more: read as a watcher that ended (at serve's
+        // stop, the term still waits for its own).
+        let mut rx = self.tap(resume).await.unwrap_or_else(|| mpsc::channel(1).1);
         let mut noted: Option<Instant> = None;
         // The feed's watcher ended because serve is stopping: the term
         // records serve's last events and ends at its own stop.
@@ -506,11 +514,13 @@ impl Term {
     pub(super) fn watcher_ended(&self) -> bool {
         let ended = self.parts.taps.is_closed() && !*self.parts.stopping.borrow();
         if ended {
-            eprintln!(
-                "tenure: {}: the feed's watcher stopped: this replica no longer stands for \
-                 writing it",
-                self.who()
-            );
+            let why = "the feed's watcher stopped: this replica no longer stands for writing it";
+            eprintln!("tenure: {}: {why}", self.who());
+            self.parts.readiness.set_writer_role(Role::Refused {
+                at_ms: now_ms(),
+                why: why.to_owned(),
+                permanent: true,
+            });
         }
         ended || self.parts.taps.is_closed()
     }

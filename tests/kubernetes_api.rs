@@ -374,6 +374,25 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     by_etcd.ready().await;
     by_api.ready().await;
     eprintln!("both serves ready after {:?}", began.elapsed());
+    // Each page's header names what its feed reads, and how it counts.
+    let page = |s: &Serve| reqwest::get(s.url("/"));
+    let api_page = page(&by_api)
+        .await
+        .expect("GET /")
+        .text()
+        .await
+        .expect("body");
+    assert!(api_page.contains("Kubernetes API reachable"), "{api_page}");
+    assert!(api_page.contains("resourceVersion <b"), "{api_page}");
+    assert!(!api_page.contains("etcd reachable"), "{api_page}");
+    let etcd_page = page(&by_etcd)
+        .await
+        .expect("GET /")
+        .text()
+        .await
+        .expect("body");
+    assert!(etcd_page.contains("etcd reachable"), "{etcd_page}");
+    assert!(etcd_page.contains("rev <b"), "{etcd_page}");
 
     let mut cs = kube::candidates(&api, "default", "demo", &["a", "b", "c"]);
     let long = Duration::from_secs(30);

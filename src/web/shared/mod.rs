@@ -25,7 +25,14 @@ pub(in crate::web) struct Head {
     pub(in crate::web) title: String,
     pub(in crate::web) css: String,
     pub(in crate::web) js: String,
-    pub(in crate::web) etcd_up: bool,
+    /// Whether every feed's source answered its watcher last time.
+    pub(in crate::web) up: bool,
+    /// What answers: `etcd`, `Kubernetes API`, or (several clusters of
+    /// both kinds) `every cluster` (`a cluster`, when one does not).
+    pub(in crate::web) source: &'static str,
+    /// What `revision` counts: `rev` (etcd), `resourceVersion` (the
+    /// Kubernetes API), or `at` (several clusters of both kinds).
+    pub(in crate::web) revision_word: &'static str,
     /// The last revision processed: with several clusters, each's (`a 12 · b 34`).
     pub(in crate::web) revision: String,
     pub(in crate::web) rendered_at: String,
@@ -41,8 +48,9 @@ impl Head {
             css: assets::css_href(),
             js: assets::js_href(),
             // Several clusters: up when every one is.
-            etcd_up: state.readiness.etcd_up()
-                && state.clusters.iter().all(|c| c.readiness.etcd_up()),
+            up: state.readiness.etcd_up() && state.clusters.iter().all(|c| c.readiness.etcd_up()),
+            source: Self::source(state).0,
+            revision_word: Self::source(state).1,
             revision: if state.clusters.is_empty() {
                 state.readiness.revision().to_string()
             } else {
@@ -55,6 +63,22 @@ impl Head {
             },
             rendered_at: short_time(now)[..19].to_owned(),
             now_ms: now,
+        }
+    }
+
+    /// What the feeds read, and what their positions are called: a feed of
+    /// the Kubernetes API has no etcd and no revision of its own to name.
+    fn source(state: &AppState) -> (&'static str, &'static str) {
+        let mut sources = state.clusters.iter().map(|c| c.readiness.source());
+        let first = sources.next().unwrap_or(state.readiness.source());
+        match first {
+            _ if sources.any(|s| s != first) => {
+                let down = !(state.readiness.etcd_up()
+                    && state.clusters.iter().all(|c| c.readiness.etcd_up()));
+                (if down { "a cluster" } else { "every cluster" }, "at")
+            }
+            "etcd" => ("etcd", "rev"),
+            _ => ("Kubernetes API", "resourceVersion"),
         }
     }
 }

@@ -856,8 +856,9 @@ fn the_history_check_catches_what_it_should() {
 }
 
 /// BENCHMARKS.md opens with the block `cargo bench --bench bench -- --markdown`
-/// prints: the bench's markers, the command, a commit of this repository and
-/// the results table's header as `benches/stats.rs` writes it.
+/// prints: the bench's markers, the command, a recent commit of this
+/// repository (among the last 60) and the results table's header as
+/// `benches/stats.rs` writes it.
 #[test]
 fn benchmarks_open_with_the_generated_block() {
     let text = std::fs::read_to_string(root().join("BENCHMARKS.md")).expect("BENCHMARKS.md");
@@ -916,6 +917,18 @@ fn benchmarks_open_with_the_generated_block() {
             known.ok(),
             Some(true),
             "commit {commit} is not in this repository"
+        );
+        // And recent: figures of a tree long gone say nothing of this one.
+        let recent = std::process::Command::new("git")
+            .args(["rev-list", "--max-count=60", "HEAD"])
+            .current_dir(root())
+            .output()
+            .expect("git rev-list");
+        let recent = String::from_utf8_lossy(&recent.stdout);
+        assert!(
+            recent.lines().any(|c| c.starts_with(commit)),
+            "BENCHMARKS.md's figures are of commit {commit}, not among the last 60: \
+             regenerate them (`cargo bench --bench bench -- --markdown --runs 5`)"
         );
     }
 }

@@ -123,6 +123,17 @@ async fn a_lease_page_turns_lapsed_without_a_reload() {
             "the Lease's renewal line, not lapsed",
         )
         .await;
+    // The Lease's own figures, read live: no etcd lease, no "not read
+    // live" banner, when it runs out.
+    browser
+        .wait_for(
+            "const t = document.body.innerText; \
+             return !t.includes('not read live') && !t.includes('0 · lease') \
+             && t.includes('Kubernetes Lease') \
+             && document.getElementById('runs-out').innerText.startsWith('in ')",
+            "the Lease's leader box: runs out in …, no etcd words",
+        )
+        .await;
     // A marker that a reload would wipe out.
     browser
         .eval("window.__tenureNoReload = 42; return true")
@@ -135,6 +146,12 @@ async fn a_lease_page_turns_lapsed_without_a_reload() {
             "return document.getElementById('lapsed') !== null \
              && window.__tenureNoReload === 42",
             "the lapse, shown without a reload",
+        )
+        .await;
+    browser
+        .wait_for(
+            "return document.getElementById('runs-out').innerText.startsWith('ran out')",
+            "the lease said to have run out",
         )
         .await;
     browser.quit().await;

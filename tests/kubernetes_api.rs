@@ -53,6 +53,41 @@ const INTRUDER: &str = "intruder";
 const LEASE_API: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases/demo";
 
 /// Waits (20 s at most) until `serve` recorded `want`; what it recorded.
+/// The Lease's page through the API, once its renewals are read: no etcd
+/// lease or TTL, no "not read live" banner, when the lease runs out.
+async fn lease_page_speaks_kubernetes(serve: &Serve) {
+    let url = serve.url(&format!("/elections/{}", NAME.replace('/', "%2F")));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let page = loop {
+        let page = reqwest::get(&url)
+            .await
+            .expect("GET")
+            .text()
+            .await
+            .expect("body");
+        if page.contains("id=\"runs-out\">in ") {
+            break page;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no 'runs out in': {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for etcd_word in [
+        "not read live",
+        "0 <span class=\"muted\">· lease",
+        "TTL left",
+        "etcd reachable",
+    ] {
+        assert!(
+            !page.contains(etcd_word),
+            "{etcd_word:?} on the Lease page: {page}"
+        );
+    }
+    assert!(page.contains("Kubernetes Lease"), "{page}");
+}
+
 async fn settled(serve: &Serve, want: &[Recorded]) -> Vec<Recorded> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -428,6 +463,7 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     // Resumed, not listed afresh: no gap (a restart that forgot its
     // resume point would record one).
     assert_eq!(gaps(&by_api).await, [], "{}", by_api.log_text());
+    lease_page_speaks_kubernetes(&by_api).await;
 
     // A forced takeover through the API while l3 still renews; nobody
     // renews the intruder's claim, a new candidate takes it after 4 s.

@@ -240,10 +240,13 @@ fn concerns(e: &crate::events::cluster::ClusterEvent, name: &str) -> bool {
 /// shown.
 async fn ask_etcd(s: &AppState, name: &Target) -> EtcdAnswer {
     let Some(own) = name.name.own() else {
-        return EtcdAnswer::missing(
-            "Another system's election, as tenure's watcher recorded it (not read live)."
-                .to_owned(),
-        );
+        return EtcdAnswer {
+            foreign: true,
+            ..EtcdAnswer::missing(
+                "Another system's election, as tenure's watcher recorded it (not read live)."
+                    .to_owned(),
+            )
+        };
     };
     let Some(client) = s.client_of(name) else {
         return EtcdAnswer::missing(
@@ -252,7 +255,11 @@ async fn ask_etcd(s: &AppState, name: &Target) -> EtcdAnswer {
         );
     };
     match tokio::time::timeout(ETCD_WAIT, client.leader(own)).await {
-        Ok(Ok(leader)) => EtcdAnswer { leader, note: None },
+        Ok(Ok(leader)) => EtcdAnswer {
+            leader,
+            note: None,
+            foreign: false,
+        },
         Ok(Err(e)) if e.is_unavailable() => {
             EtcdAnswer::missing("etcd unreachable: showing what the history knows.".to_owned())
         }

@@ -80,6 +80,9 @@ pub(super) struct EtcdAnswer {
     pub(super) leader: Option<LeaderStatus>,
     /// What the page says when etcd did not answer.
     pub(super) note: Option<String>,
+    /// Not asked: another system's election (tenure's own only are read
+    /// from etcd by name).
+    pub(super) foreign: bool,
 }
 
 impl EtcdAnswer {
@@ -88,6 +91,7 @@ impl EtcdAnswer {
         EtcdAnswer {
             leader: None,
             note: Some(note),
+            foreign: false,
         }
     }
 

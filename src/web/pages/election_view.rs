@@ -15,6 +15,7 @@ use super::election_rows::{
 use super::renewals::{renewal_line, RenewalLine};
 use super::urls::{election_href, encode_component};
 use super::{ago, Head};
+use crate::election::KeyLayout;
 use crate::events::OpenTerm;
 use crate::history::{self, format_duration_ms, format_ms, short_time};
 use crate::web::shared::marks;
@@ -51,6 +52,7 @@ impl PageInput<'_> {
         }
         let leaderless_since = leader.is_none().then(|| leaderless_since(h, now));
         let renewals = self.renewals(leader.as_ref(), now);
+        let etcd_note = self.etcd_note(renewals.as_ref());
         let quiet_note = w.quiet.then(|| {
             let last = w.to_ms - STALE_PAD;
             format!(
@@ -69,7 +71,7 @@ impl PageInput<'_> {
             renewals,
             disagree: disagreement(&self.etcd, open),
             leaderless_since,
-            etcd_note: self.etcd.note.clone(),
+            etcd_note,
             live: live_mode(params, &w, now),
             window_label: format!(
                 "{} → {} UTC",
@@ -99,6 +101,14 @@ impl PageInput<'_> {
             waits: tables.waits,
             members: self.members.as_ref(),
         }
+    }
+
+    /// What the page says of etcd's answer: a Lease whose renewals the
+    /// watcher reads live is not "not read live", though etcd is not asked
+    /// of it.
+    fn etcd_note(&self, renewals: Option<&RenewalLine>) -> Option<String> {
+        let live = self.etcd.foreign && renewals.is_some();
+        self.etcd.note.clone().filter(|_| !live)
     }
 
     /// A Lease's renewals, while the watcher's word is of `leader`'s term.
@@ -216,6 +226,7 @@ fn leader_view(etcd: &EtcdAnswer, open: Option<&OpenTerm>, now: i64) -> Option<L
                 leading_for: since_ms.map(|t| format_duration_ms(now - t)),
                 ttl: st.ttl_remaining_seconds,
                 source: "etcd",
+                lease: l.layout == KeyLayout::Lease,
                 waiting: st
                     .waiting
                     .iter()
@@ -238,6 +249,7 @@ fn leader_view(etcd: &EtcdAnswer, open: Option<&OpenTerm>, now: i64) -> Option<L
             leading_for: Some(format_duration_ms(now - o.started_at_ms)),
             ttl: None,
             source: "history",
+            lease: o.layout == KeyLayout::Lease,
             waiting: Vec::new(),
         }),
         _ => None,
@@ -388,6 +400,8 @@ struct LeaderView {
     ttl: Option<i64>,
     /// "etcd" or "history".
     source: &'static str,
+    /// A Kubernetes Lease: no etcd lease, no TTL of etcd's.
+    lease: bool,
     /// Candidates queued behind the leader (queue layout), next first; only
     /// etcd knows them.
     waiting: Vec<WaiterView>,

@@ -12,6 +12,9 @@ use crate::history::format_duration_ms;
 pub(super) struct RenewalLine {
     pub text: String,
     pub lapsed: Option<String>,
+    /// When the lease runs out, by tenure's clock: its duration after its
+    /// last write arrived (`None`: no duration written, or no write seen).
+    pub runs_out: Option<String>,
 }
 
 /// `l` as the page shows it at `now` (unix ms). Lapsed as the watcher
@@ -39,8 +42,17 @@ pub(super) fn renewal_line(l: &LeaseNow, now: i64) -> RenewalLine {
     } else {
         format!("{} renewals read this term", l.renewals)
     };
+    let runs_out = l.duration_s.filter(|_| l.written_seen).map(|d| {
+        let at = l.written_at_ms + d * 1000;
+        if at > now {
+            format!("in {}", format_duration_ms(at - now))
+        } else {
+            format!("ran out {}", ago(now, at))
+        }
+    });
     RenewalLine {
         text: format!("{every} · {written} · {lease} · {counted}"),
+        runs_out,
         lapsed: l.lapsed.then(|| {
             format!(
                 "Lapsed: no write for longer than its lease ({} since the last one tenure saw), \

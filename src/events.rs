@@ -322,6 +322,15 @@ pub struct Batch {
     pub events: Vec<Event>,
 }
 
+impl Batch {
+    /// It records a reset: what follows is a new timeline of etcd.
+    pub fn has_reset(&self) -> bool {
+        self.events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::Reset { .. }))
+    }
+}
+
 /// Why the watcher re-established its watch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -59,8 +59,8 @@ pub(super) struct Sinks {
 
 impl Sinks {
     /// The watchers' updates and etcd's own events to the sinks, until
-    /// `stop` (exit code 0) or every feed's watcher has stopped (1). A batch also tells its
-    /// cluster's token floor keeper of resets.
+    /// `stop` (exit code 0) or every feed's watcher has stopped (1). A
+    /// batch also tells its cluster's token floor keeper of resets.
     async fn serve(
         &mut self,
         inbox: &mut Inbox,

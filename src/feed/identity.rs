@@ -70,10 +70,11 @@ pub fn first_key(w: &Watched, client: &Client) -> Vec<u8> {
 /// The etcd cluster id the history recorded for `w` (`None`: none yet).
 async fn recorded(w: &Watched, reader: &Reader) -> Result<Option<u64>, String> {
     let (reader, scope) = (reader.clone(), w.name.clone());
-    let resume = tokio::task::spawn_blocking(move || reader.resume_point_of(scope.as_deref()))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("reading which etcd the history recorded: {e}"))?;
+    let resume = super::error::read_history("reading which etcd the history recorded", move || {
+        reader.resume_point_of(scope.as_deref())
+    })
+    .await
+    .map_err(|e| e.to_string())?;
     Ok(resume.and_then(|r| r.cluster_id).filter(|&id| id != 0))
 }
 
@@ -105,8 +106,9 @@ pub async fn verify(w: &Watched, client: &Client, reader: &Reader) -> Result<u64
 
 /// At start, every connected feed: serve does not start when one answers
 /// as another etcd than its history recorded. One that does not answer
-/// now is checked once it does, before anything of it is written (the
-/// pipeline, the writer, the floor: [`confirmed`]; the watcher itself).
+/// now is checked once it does, before anything of it is written (by its
+/// pipeline, before its floor and its client are handed on; by its writer
+/// before each campaign and claim; by the watcher itself).
 pub async fn verify_at_start(feeds: &[Feed], reader: &Reader) -> Result<(), FeedError> {
     for feed in feeds {
         let Some(client) = &feed.watched.client else {

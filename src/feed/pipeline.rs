@@ -243,16 +243,10 @@ fn started(
         return crate::task::spawn(name, async {});
     }
     let task = crate::task::spawn(name, run.in_current_span());
-    tasks.retain(|t| !t.is_finished());
-    tasks.push(task.abort_handle());
-    task
-}
-
-fn register<T>(tasks: &Mutex<Vec<AbortHandle>>, task: &JoinHandle<T>) {
-    let mut tasks = tasks.locked();
     // A writer term restarts its feed's watcher: the ended ones go.
     tasks.retain(|t| !t.is_finished());
     tasks.push(task.abort_handle());
+    task
 }
 
 /// What the history recorded of a cluster's own events: its poller's
@@ -275,29 +269,26 @@ fn poller(
     baseline: crate::events::cluster::ClusterBaseline,
     common: &Common,
     name: Option<&str>,
-) -> Option<JoinHandle<()>> {
+) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
     let cfg = crate::watch::cluster::PollConfig::every(common.cluster_poll, client.op_timeout())?;
     let (ctx, mut crx) = mpsc::channel::<ClusterEvent>(256);
     let poll = crate::watch::cluster::poll(client.etcd(), baseline, cfg, ctx);
     let (name, out) = (name.map(str::to_owned), common.events.clone());
-    Some(crate::task::spawn(
-        "cluster poller",
-        async move {
-            let forward = async {
-                while let Some(mut e) = crx.recv().await {
-                    e.cluster.clone_from(&name);
-                    if out.send(e).await.is_err() {
-                        return;
-                    }
+    Some(async move {
+        let forward = async {
+            while let Some(mut e) = crx.recv().await {
+                e.cluster.clone_from(&name);
+                if out.send(e).await.is_err() {
+                    return;
                 }
-            };
-            tokio::join!(poll, forward);
-        }
-        .in_current_span(),
-    ))
+            }
+        };
+        tokio::join!(poll, forward);
+    })
 }
 
-/// One of several clusters' pipeline.
+/// An etcd feed's pipeline: connected (now or once its etcd answers),
+/// configured and identified, then its poller and its forwarded watcher.
 struct Pipeline {
     watched: Watched,
     /// `None`: read once connected.
@@ -344,7 +335,7 @@ impl Pipeline {
                 }
                 let name = self.watched.name.clone();
                 if let Some(p) = poller(&client, b, &self.common, name.as_deref()) {
-                    register(&self.tasks, &p);
+                    started(&self.stop, &self.tasks, "cluster poller", p);
                 }
             }
             Err(e) => tracing::warn!(error = %e, "etcd's own events are not polled"),

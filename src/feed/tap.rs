@@ -20,7 +20,7 @@
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::events::{Batch, EventKind, ResumePoint, Update, WatchStatus};
+use crate::events::{ResumePoint, Update, WatchStatus};
 
 /// A writer term's request: the feed's updates from `resume` (the history's
 /// resume point, read with the term's fence claimed) into `tx`.
@@ -64,7 +64,7 @@ impl Chain {
         let Update::Batch(b) = u else {
             return false;
         };
-        if is_reset(b) {
+        if b.has_reset() {
             self.seen = b.revision;
             self.reset = true;
             return true;
@@ -78,12 +78,6 @@ impl Drop for Chain {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-fn is_reset(b: &Batch) -> bool {
-    b.events
-        .iter()
-        .any(|e| matches!(e.kind, EventKind::Reset { .. }))
 }
 
 /// `u` as the serve loop is to get it, when it has applied every revision
@@ -286,7 +280,7 @@ async fn next_tap(taps: &mut Option<mpsc::Receiver<Tap>>) -> Option<Tap> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::Event;
+    use crate::events::{Batch, Event, EventKind};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 

@@ -116,11 +116,7 @@ impl Readiness {
                 self.loaded.store(true, Ordering::Relaxed);
                 self.stuck.store(false, Ordering::Relaxed);
                 *self.not_recorded_etcd.locked() = None;
-                let reset = b
-                    .events
-                    .iter()
-                    .any(|e| matches!(e.kind, crate::events::EventKind::Reset { .. }));
-                if reset {
+                if b.has_reset() {
                     // A new timeline: its revisions start lower.
                     self.revision.store(b.revision, Ordering::Relaxed);
                     self.event_revision.store(b.revision, Ordering::Relaxed);

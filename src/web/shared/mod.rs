@@ -43,14 +43,16 @@ pub(in crate::web) struct Head {
 
 impl Head {
     pub(in crate::web) fn new(state: &AppState, title: String, now: i64) -> Self {
+        // Several clusters: up when every one is.
+        let up = state.readiness.etcd_up() && state.clusters.iter().all(|c| c.readiness.etcd_up());
+        let (source, revision_word) = Self::source(state, up);
         Head {
             title,
             css: assets::css_href(),
             js: assets::js_href(),
-            // Several clusters: up when every one is.
-            up: state.readiness.etcd_up() && state.clusters.iter().all(|c| c.readiness.etcd_up()),
-            source: Self::source(state).0,
-            revision_word: Self::source(state).1,
+            up,
+            source,
+            revision_word,
             revision: if state.clusters.is_empty() {
                 state.readiness.revision().to_string()
             } else {
@@ -68,14 +70,12 @@ impl Head {
 
     /// What the feeds read, and what their positions are called: a feed of
     /// the Kubernetes API has no etcd and no revision of its own to name.
-    fn source(state: &AppState) -> (&'static str, &'static str) {
+    fn source(state: &AppState, up: bool) -> (&'static str, &'static str) {
         let mut sources = state.clusters.iter().map(|c| c.readiness.source());
         let first = sources.next().unwrap_or(state.readiness.source());
         match first {
             _ if sources.any(|s| s != first) => {
-                let down = !(state.readiness.etcd_up()
-                    && state.clusters.iter().all(|c| c.readiness.etcd_up()));
-                (if down { "a cluster" } else { "every cluster" }, "at")
+                (if up { "every cluster" } else { "a cluster" }, "at")
             }
             "etcd" => ("etcd", "rev"),
             _ => ("Kubernetes API", "resourceVersion"),

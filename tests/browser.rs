@@ -134,6 +134,23 @@ async fn a_lease_page_turns_lapsed_without_a_reload() {
             "the Lease's leader box: runs out in …, no etcd words",
         )
         .await;
+    // Its own figures: the pod its hostname_uuid identity names, its
+    // duration, its last renewal and when it runs out by its holder's
+    // clock, its transitions; no Margin column (no acting reported).
+    let transitions = format!("{} leaseTransitions", kube::RENEWER_TRANSITIONS);
+    let figures = format!(
+        "const t = id => (document.getElementById(id) || {{innerText: ''}}).innerText; \
+         return t('holder-pod') === '· pod kcm-0' \
+         && t('lease-duration').startsWith('2 s leaseDurationSeconds') \
+         && t('last-renewal').endsWith(\"UTC renewTime, by the holder's clock\") \
+         && t('runs-out-holder').includes(\"by the holder's clock\") \
+         && t('transitions').startsWith('{transitions}') \
+         && document.getElementById('no-margin') !== null \
+         && ![...document.querySelectorAll('#terms th')].some(h => h.innerText === 'Margin')"
+    );
+    browser
+        .wait_for(&figures, "the Lease's own figures in its leader box")
+        .await;
     // A marker that a reload would wipe out.
     browser
         .eval("window.__tenureNoReload = 42; return true")

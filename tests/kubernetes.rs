@@ -27,7 +27,7 @@ use support::kube::{self, Candidate, KubeApiserver, LeaseLog, Write};
 use support::{Etcd, Serve};
 
 const KEY: &str = "/registry/leases/default/demo";
-const NAME: &str = "/registry/default/demo";
+const NAME: &str = "default/demo";
 /// The holder the test writes over a live one through the API.
 const INTRUDER: &str = "intruder";
 const LEASE_API: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases/demo";

@@ -48,14 +48,14 @@ use support::kube::{self, Candidate, KubeApiserver, LeaseLog, Recorded, Term, Wr
 use support::{Etcd, Serve};
 
 const KEY: &str = "/registry/leases/default/demo";
-const NAME: &str = "/registry/default/demo";
+const NAME: &str = "default/demo";
 const INTRUDER: &str = "intruder";
 const LEASE_API: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases/demo";
 
 /// Waits (20 s at most) until `serve` recorded `want`; what it recorded.
 /// The Lease's page through the API, once its renewals are read: no etcd
 /// lease or TTL, no "not read live" banner, when the lease runs out.
-async fn lease_page_speaks_kubernetes(serve: &Serve) {
+async fn lease_page_speaks_kubernetes(serve: &Serve, api: &KubeApiserver) {
     let url = serve.url(&format!("/elections/{}", NAME.replace('/', "%2F")));
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let page = loop {
@@ -86,6 +86,58 @@ async fn lease_page_speaks_kubernetes(serve: &Serve) {
         );
     }
     assert!(page.contains("Kubernetes Lease"), "{page}");
+    // Named as Kubernetes names it; kube-apiserver's etcd prefix nowhere.
+    assert!(
+        page.contains(&format!("<h1 class=\"election-name\">{NAME}</h1>")),
+        "{page}"
+    );
+    assert!(!page.contains("/registry"), "{page}");
+    // Its own figures, as the API has them (its holder renews steadily).
+    let (status, body) = api.curl("GET", LEASE_API, None).await;
+    assert_eq!(status, 200, "{body}");
+    let lease: Value = serde_json::from_str(&body).expect("a Lease");
+    let transitions = lease["spec"]["leaseTransitions"].as_i64().unwrap_or(0);
+    let duration = lease["spec"]["leaseDurationSeconds"]
+        .as_i64()
+        .expect("duration");
+    for figure in [
+        format!("id=\"transitions\">{transitions} "),
+        format!("id=\"lease-duration\">{duration} s "),
+        "renewTime, by the holder's clock".to_owned(),
+        "id=\"no-margin\"".to_owned(),
+    ] {
+        assert!(page.contains(&figure), "{figure:?} not on the page: {page}");
+    }
+    // Its holder's identity is no hostname_uuid: no pod guessed.
+    assert!(!page.contains("holder-pod"), "{page}");
+    assert!(!page.contains(">Margin</th>"), "{page}");
+    no_etcd_word_in_a_browser(serve).await;
+}
+
+/// The overview and the Lease's page as a browser shows them (headless
+/// Chromium): named as Kubernetes names it, and no word of etcd in any
+/// text a reader sees.
+async fn no_etcd_word_in_a_browser(serve: &Serve) {
+    let browser = support::Browser::start().await;
+    let check = format!(
+        "const t = document.body.innerText; \
+         return t.includes('{NAME}') && !t.toLowerCase().includes('etcd') \
+         && !t.includes('/registry')"
+    );
+    browser.goto(&serve.url("/")).await;
+    browser
+        .wait_for(&check, "the overview: the Lease named, no etcd word")
+        .await;
+    browser
+        .goto(&serve.url(&format!("/elections/{}", NAME.replace('/', "%2F"))))
+        .await;
+    browser
+        .wait_for(
+            &format!("{check} && document.getElementById('runs-out') !== null"),
+            "the Lease's page: no etcd word",
+        )
+        .await;
+    browser.quit().await;
 }
 
 async fn settled(serve: &Serve, want: &[Recorded]) -> Vec<Recorded> {
@@ -280,6 +332,8 @@ async fn leader_agrees(
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
         assert_eq!(got["holder"], spec["holderIdentity"], "{got}");
+        // A plain identity (`e`) names no pod.
+        assert_eq!(got["pod"], Value::Null, "{got}");
         let token_got = (got["token"].as_i64(), got["token_is"].as_str());
         assert_eq!(token_got, (Some(want), Some(token_is)), "{got}");
         assert_eq!(got["revision"].as_i64(), Some(rv), "{got}");
@@ -463,7 +517,7 @@ async fn leases_through_the_api_have_the_history_etcd_gives() {
     // Resumed, not listed afresh: no gap (a restart that forgot its
     // resume point would record one).
     assert_eq!(gaps(&by_api).await, [], "{}", by_api.log_text());
-    lease_page_speaks_kubernetes(&by_api).await;
+    lease_page_speaks_kubernetes(&by_api, &api).await;
 
     // A forced takeover through the API while l3 still renews; nobody
     // renews the intruder's claim, a new candidate takes it after 4 s.
@@ -844,12 +898,12 @@ async fn a_tenants_huge_leases_never_blind_the_record_of_another_namespace() {
     kube::renewing_read(&serve).await;
     let terms = kube::recorded(&serve, kube::RENEWED).await;
     assert!(
-        matches!(terms.as_slice(), [(holder, _, None, None)] if holder == "a"),
+        matches!(terms.as_slice(), [(holder, _, None, None)] if holder == kube::RENEWER),
         "{terms:?}\n{}",
         serve.log_text()
     );
     // The tenant's own Leases are recorded too, their holders cut.
-    let big = kube::recorded(&serve, "/registry/default/big-7").await;
+    let big = kube::recorded(&serve, "default/big-7").await;
     let cut = format!("{}…", "h".repeat(256));
     assert!(
         matches!(big.as_slice(), [(holder, _, None, None)] if *holder == cut),
@@ -860,7 +914,7 @@ async fn a_tenants_huge_leases_never_blind_the_record_of_another_namespace() {
     assert!(serve.log_text().contains(said), "{}", serve.log_text());
     let ignored = serve.metric("tenure_watch_ignored_keys_total").await;
     assert!(ignored >= Some(1.0), "{ignored:?}");
-    assert_eq!(kube::recorded(&serve, "/registry/default/old").await, []);
+    assert_eq!(kube::recorded(&serve, "default/old").await, []);
     renewer.stop().await;
     serve.stop().await;
     eprintln!(
@@ -1026,7 +1080,7 @@ async fn every_lease_of_one_revision_is_recorded() {
     );
     // And each as a term, in the history.
     for (t, i) in [(0, 0), (txns / 2, per - 1), (txns - 1, per / 2)] {
-        let name = format!("/registry/batch/l-{t}-{i}");
+        let name = format!("batch/l-{t}-{i}");
         let terms = kube::recorded(&serve, &name).await;
         assert!(
             matches!(terms.as_slice(), [(h, _, None, None)] if *h == format!("h{i}")),

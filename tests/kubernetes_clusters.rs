@@ -134,7 +134,7 @@ async fn an_api_cluster_and_an_etcd_cluster_in_one_serve_each_its_own() {
         .create_revision();
     let lease = format!("k8s/{RENEWED}");
     until("both clusters' terms", async || {
-        terms(&serve, &lease).await == [("a".to_owned(), acquired, false)]
+        terms(&serve, &lease).await == [(kube::RENEWER.to_owned(), acquired, false)]
             && terms(&serve, "plain/jobs").await == [("p1".to_owned(), p1.token(), false)]
     })
     .await;

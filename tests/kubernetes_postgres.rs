@@ -31,7 +31,7 @@ use support::{Etcd, Serve};
 use tenure::election::Client;
 
 const KEY: &str = "/registry/leases/default/demo";
-const NAME: &str = "k8s//registry/default/demo";
+const NAME: &str = "k8s/default/demo";
 const INTRUDER: &str = "intruder";
 const DB: &str = "kube";
 
@@ -257,7 +257,7 @@ async fn an_api_cluster_on_postgres_survives_its_writer_killed_and_records_each_
     }
     let doubled = pg.psql(
         DB,
-        "SELECT COUNT(*) FROM (SELECT token FROM terms WHERE election = 'k8s//registry/default/demo' \
+        "SELECT COUNT(*) FROM (SELECT token FROM terms WHERE election = 'k8s/default/demo' \
          GROUP BY token HAVING COUNT(*) > 1) AS d",
     );
     assert_eq!(doubled, "0", "a term recorded twice");
@@ -280,7 +280,7 @@ async fn an_api_cluster_on_postgres_survives_its_writer_killed_and_records_each_
     // The exec plugin's cluster, through every replica, past the 20 s
     // expiry of its tokens: its one term, as the renewer wrote it.
     let kcm = format!("k8s2/{RENEWED}");
-    let one = [("a".to_owned(), acquired, None, None)];
+    let one = [(kube::RENEWER.to_owned(), acquired, None, None)];
     for r in replicas.iter().flatten() {
         settled(r, &kcm, &one).await;
     }

@@ -235,7 +235,10 @@ async fn postgres_history_reads_back_like_sqlite() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("tenure serve --db"), "{err}");
     // Migrations are versioned in the database.
-    assert_eq!(pg.psql("single", "SELECT version FROM tenure_schema"), "6");
+    assert_eq!(
+        pg.psql("single", "SELECT version FROM tenure_schema"),
+        tenure::history::PG_SCHEMA_VERSION.to_string()
+    );
     assert_elections_table_matches(&pg, "single");
     let fence = pg.psql("single", "SELECT token FROM history_writer");
     assert!(fence.parse::<i64>().expect("token") > 0, "fence {fence}");

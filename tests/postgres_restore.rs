@@ -342,7 +342,10 @@ async fn a_version_1_fence_is_migrated_with_its_token() {
     .await
     .expect("join")
     .expect("migrate and claim");
-    assert_eq!(pg.psql("v1", "SELECT version FROM tenure_schema"), "6");
+    assert_eq!(
+        pg.psql("v1", "SELECT version FROM tenure_schema"),
+        tenure::history::PG_SCHEMA_VERSION.to_string()
+    );
     // The one row is the unnamed cluster's (schema 5: a row per cluster).
     assert_eq!(
         pg.psql(

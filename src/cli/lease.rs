@@ -1,5 +1,5 @@
-//! `tenure leader` on a Kubernetes Lease (`/registry/NAMESPACE/NAME`, as
-//! `--source kubernetes:/registry/` names it): its holder, token, renewal,
+//! `tenure leader` on a Kubernetes Lease (`NAMESPACE/NAME`, as
+//! `--source kubernetes:PREFIX` and the API name it): its holder, token, renewal,
 //! duration and whether it lapsed by its own clock fields. Read from
 //! kube-apiserver's etcd with the `kubernetes` layout, or through the API
 //! (`--kubeconfig`, `--in-cluster`: `watch::kube::read_lease`); either way
@@ -26,18 +26,12 @@ use crate::layout::{Claim, Hold, Role, Source, Unreadable};
 /// renewed every 2 s between two compactions, 5 minutes apart, has 150).
 const MAX_WALK: usize = 1000;
 
-/// Whether `source` holds Kubernetes Leases (terms read from the values).
-pub(super) fn is_lease_source(source: &Source) -> bool {
-    matches!(source.layout().name(), NAME | NAME_WITH_HEARTBEATS)
-}
-
 /// The etcd key of the Lease `path` names in `source`
-/// (`/registry/default/demo` → `/registry/leases/default/demo`), checked
-/// against the layout's own reading of keys; `None` when it names none.
+/// (`default/demo` → `/registry/leases/default/demo`), checked against the
+/// layout's own reading of keys; `None` when it names none.
 pub(super) fn key_of(source: &Source, path: &str) -> Option<String> {
     let prefix = Kubernetes::prefix_of(source.prefix());
-    let rest = source.key_path(path).strip_prefix(&prefix)?;
-    let key = format!("{prefix}leases/{rest}");
+    let key = format!("{prefix}leases/{path}");
     matches!(source.layout().classify(key.as_bytes(), 0),
         Role::Candidate { election, .. } if election == path)
     .then_some(key)
@@ -51,6 +45,9 @@ struct Answer<'a> {
     /// `etcd` or `kubernetes-api`.
     read_from: &'static str,
     holder: String,
+    /// The pod a `hostname_uuid` holder identity names (client-go's, as
+    /// kube-controller-manager writes it); `null` for any other identity.
+    pod: Option<String>,
     /// The term's token when `token_is` is `acquisition`; the value's
     /// revision when it is `value_revision` (the acquisition not known).
     token: i64,
@@ -77,8 +74,8 @@ pub(super) async fn from_etcd(
 ) -> anyhow::Result<i32> {
     let key = key_of(source, path).with_context(|| {
         format!(
-            "{path} names no Lease of {source}: give /PREFIX/NAMESPACE/NAME (a heartbeat \
-             lease needs --source {NAME_WITH_HEARTBEATS}:PREFIX)"
+            "{path} names no Lease of {source}: give NAMESPACE/NAME (a heartbeat lease needs \
+             --source {NAME_WITH_HEARTBEATS}:PREFIX)"
         )
     })?;
     let resp = client
@@ -110,13 +107,12 @@ pub(super) async fn through_api(
     };
     let source = Source::parse(&format!("{NAME}:{DEFAULT_PREFIX}"))?;
     let named = path
-        .strip_prefix(DEFAULT_PREFIX)
-        .and_then(|rest| rest.split_once('/'))
-        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'));
+        .split_once('/')
+        .filter(|_| crate::layout::path::is_lease_name(path));
     let Some((namespace, name)) = named else {
         anyhow::bail!(
-            "{path} names no Lease: through the API a Lease is {DEFAULT_PREFIX}NAMESPACE/NAME, \
-             as tenure serve --kubeconfig names it"
+            "{path} names no Lease: a Lease is NAMESPACE/NAME (kubectl get lease -n NAMESPACE \
+             NAME), as tenure serve names it"
         );
     };
     let kv = crate::watch::kube::read_lease(&api, DEFAULT_PREFIX, namespace, name)
@@ -209,6 +205,7 @@ impl<'a> Answer<'a> {
             runs_out_us,
             lapsed: runs_out_us.map(|out| out < now_us),
             transitions: hold.transitions,
+            pod: crate::layout::kubernetes::pod_of(&hold.holder).map(str::to_owned),
             holder: hold.holder,
         }
     }
@@ -228,8 +225,11 @@ impl<'a> Answer<'a> {
                 crate::text::visible(&self.holder)
             )
         };
+        let pod = self.pod.as_deref().map_or(String::new(), |p| {
+            format!(" (pod {})", crate::text::visible(p))
+        });
         println!(
-            "{} leads {} ({token}; {} layout, read from {})",
+            "{}{pod} leads {} ({token}; {} layout, read from {})",
             crate::text::visible(&self.holder),
             crate::text::visible(self.name),
             self.layout,
@@ -270,21 +270,22 @@ mod tests {
 
     #[test]
     fn a_lease_name_is_its_key_less_leases() {
-        let kcm = "/registry/kube-system/kube-controller-manager";
+        let kcm = "kube-system/kube-controller-manager";
         assert_eq!(
             key("kubernetes:/registry/", kcm).as_deref(),
             Some("/registry/leases/kube-system/kube-controller-manager")
         );
         assert_eq!(
-            key("kubernetes:/other", "/other/default/demo").as_deref(),
+            key("kubernetes:/other", "default/demo").as_deref(),
             Some("/other/leases/default/demo")
         );
         // A heartbeat is no election unless the source reads them.
-        let node = "/registry/kube-node-lease/node-1";
+        let node = "kube-node-lease/node-1";
         assert_eq!(key("kubernetes:/registry/", node), None);
         assert!(key("kubernetes+heartbeats:/registry/", node).is_some());
         // Not NAMESPACE/NAME.
-        assert_eq!(key("kubernetes:/registry/", "/registry/default"), None);
-        assert_eq!(key("kubernetes:/registry/", "/registry/a/b/c"), None);
+        assert_eq!(key("kubernetes:/registry/", "default"), None);
+        assert_eq!(key("kubernetes:/registry/", "a/b/c"), None);
+        assert_eq!(key("kubernetes:/registry/", "/registry/a/b"), None);
     }
 }

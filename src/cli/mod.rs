@@ -206,8 +206,10 @@ pub enum Command {
     Campaign(campaign::CampaignArgs),
     /// Show who leads an election (exit 1 when nobody does).
     Leader {
-        /// One of tenure's own elections, or another system's key path
-        /// (`/service/pg`) read through its --source.
+        /// One of tenure's own elections, another system's key path
+        /// (`/service/pg`) read through its --source, or a Kubernetes Lease
+        /// (`NAMESPACE/NAME`, with --source kubernetes:PREFIX or --kubeconfig).
+        #[arg(value_parser = any_name)]
         name: crate::layout::path::WatchedName,
         /// Print one JSON object.
         #[arg(long)]
@@ -215,7 +217,7 @@ pub enum Command {
         /// The layout of another system's election: LAYOUT:PREFIX, as for `tenure serve`.
         #[arg(long = "source", env = "TENURE_SOURCES", value_delimiter = ',', value_name = "LAYOUT:PREFIX", value_parser = crate::layout::Source::parse)]
         sources: Vec<crate::layout::Source>,
-        /// A Kubernetes Lease (`/registry/NAMESPACE/NAME`) read through the API of this
+        /// A Kubernetes Lease (`NAMESPACE/NAME`) read through the API of this
         /// kubeconfig's current context instead of etcd.
         #[arg(long, value_name = "FILE")]
         kubeconfig: Option<PathBuf>,
@@ -380,7 +382,7 @@ impl Need {
                 let path = name.as_str();
                 let source = sources.iter().find(|s| s.may_name(path));
                 let key = match source {
-                    Some(s) if lease::is_lease_source(s) => {
+                    Some(s) if s.reads_leases() => {
                         lease::key_of(s, path).unwrap_or_else(|| s.key_path(path).to_owned())
                     }
                     Some(s) => s.key_path(path).to_owned(),
@@ -493,7 +495,36 @@ async fn explain_denied(client: &Client, need: &Need) -> anyhow::Error {
     )
 }
 
-async fn run(cli: Cli) -> anyhow::Result<i32> {
+/// `tenure leader`'s name as typed: read as the sources given name
+/// elections once they are known ([`leader_name`]).
+fn any_name(raw: &str) -> Result<crate::layout::path::WatchedName, String> {
+    use crate::layout::path::WatchedName;
+    WatchedName::parse(raw)
+        .or_else(|e| WatchedName::parse_in(raw, true).map_err(|_| e))
+        .map_err(|e| e.to_string())
+}
+
+/// `tenure leader`'s name read as its sources name elections: where they
+/// read Kubernetes' Leases (a `kubernetes` source, or the API), a name
+/// that is no path is a Lease's, never tenure's own.
+fn leader_name(command: &mut Command) -> anyhow::Result<()> {
+    if let Command::Leader {
+        name,
+        sources,
+        kubeconfig,
+        in_cluster,
+        ..
+    } = command
+    {
+        let leases =
+            kubeconfig.is_some() || *in_cluster || sources.iter().any(|s| s.reads_leases());
+        *name = crate::layout::path::WatchedName::parse_in(name.as_str(), leases)?;
+    }
+    Ok(())
+}
+
+async fn run(mut cli: Cli) -> anyhow::Result<i32> {
+    leader_name(&mut cli.command)?;
     // Commands that need no etcd (history) or run their own (dev) never
     // connect: `tenure dev` stays plain loopback.
     let cli = match cli.command {

@@ -184,6 +184,8 @@ impl ServeCommand {
         MetricsOptions {
             per_election_detail: self.per_election_detail,
             source_holder_labels: self.source_holder_labels,
+            // Each feed's, where its metrics are made.
+            lease_names: false,
         }
     }
 }
@@ -315,7 +317,12 @@ pub async fn run_clusters(
     super::clusters::adopt(&mut feeds, &args.adopt_etcd)?;
     let watched: Vec<_> = feeds.iter().map(|f| (&f.watched, f.cfg.as_ref())).collect();
     super::clusters::refuse_one_etcd_twice(&watched).await?;
-    let serve_metrics = Arc::new(Metrics::with_options(metrics).context("creating metrics")?);
+    // One cluster: its metrics are serve's, named as its feed names.
+    let one = MetricsOptions {
+        lease_names: feeds.len() == 1 && feeds[0].reads_leases(),
+        ..metrics
+    };
+    let serve_metrics = Arc::new(Metrics::with_options(one).context("creating metrics")?);
     let readiness = Arc::new(Readiness::with_max_elections(args.max_elections));
     let mut store = open_history(&args, &db, &serve_metrics).await?;
     super::migrate::same_clusters(&store, &feeds, &db).await?;
@@ -397,8 +404,12 @@ async fn members_of(
     let mut resumes = Vec::with_capacity(feeds.len());
     for f in feeds {
         let (metrics, readiness) = if named {
+            let options = MetricsOptions {
+                lease_names: f.reads_leases(),
+                ..own.options
+            };
             (
-                Arc::new(Metrics::with_options(own.options).context("creating metrics")?),
+                Arc::new(Metrics::with_options(options).context("creating metrics")?),
                 Arc::new(Readiness::with_max_elections(own.args.max_elections)),
             )
         } else {

@@ -46,7 +46,7 @@ pub(super) async fn leader(
         )
     })?;
     // A Kubernetes Lease: one key, its terms read from its value.
-    if super::lease::is_lease_source(source) {
+    if source.reads_leases() {
         return super::lease::from_etcd(client, path, source, json).await;
     }
     let key_path = source.key_path(path);

@@ -115,6 +115,13 @@ impl Feed {
         }
     }
 
+    /// Whether it reads Kubernetes' Leases (through the API, or a
+    /// `kubernetes` source of its etcd): its names that are no paths are
+    /// Leases' (`NAMESPACE/NAME`), known before it connects.
+    pub fn reads_leases(&self) -> bool {
+        self.watched.api.is_some() || self.watched.sources.iter().any(|s| s.reads_leases())
+    }
+
     /// Its scope in the history: its name, `None` for the unnamed cluster.
     pub fn scope(&self) -> &Scope {
         &self.watched.name

@@ -35,6 +35,7 @@
 mod acting;
 pub mod cluster;
 mod export;
+mod lease_names;
 mod meta;
 mod pending;
 mod pg;

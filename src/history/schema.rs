@@ -133,8 +133,15 @@ FROM (SELECT election AS n FROM events WHERE election <> ''
 CREATE INDEX terms_seen_starting ON terms (started_at_ms) WHERE from_snapshot = 0;
 ";
 
+/// Kubernetes' Leases named `NAMESPACE/NAME` (`lease_names.rs`): no SQL of
+/// its own, the rename runs after it.
+const V5: &str = "";
+
 /// Every migration, in order; `user_version` counts those applied.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+
+/// The version whose migration renames Leases (`lease_names.rs`).
+const LEASE_NAMES: usize = 5;
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -171,6 +178,9 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<(), HistoryError> {
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         tx.execute_batch(sql)?;
+        if i + 1 == LEASE_NAMES {
+            super::lease_names::sqlite(&tx)?;
+        }
         tx.pragma_update(None, "user_version", i as i64 + 1)?;
         tx.commit()?;
         tracing::info!(path = %path.display(), version = i + 1, "history: schema migrated");

@@ -5,9 +5,14 @@
 //! operators) holds one. What kube-apiserver writes is measured in
 //! docs/kubernetes-facts.md; tests/kubernetes.rs runs the real parts.
 //!
-//! - **Named** `PREFIX NAMESPACE/NAME` as a path, like every other
-//!   system's election (the prefix first, then the name in that system):
-//!   `/registry/kube-system/kube-controller-manager`.
+//! - **Named as Kubernetes names them**, `NAMESPACE/NAME`
+//!   (`kube-system/kube-controller-manager`, what `kubectl get lease -n
+//!   kube-system kube-controller-manager` takes), whatever the prefix and
+//!   whether read from etcd or through the API ([`lease_name`]). Unlike
+//!   other systems' elections this is no path, and tenure's own names
+//!   could be the same: a cluster reads Leases or tenure's own elections,
+//!   never both (`Source::overlaps`). Histories that named them
+//!   `PREFIX NAMESPACE/NAME` are renamed once (`history::lease_names`).
 //! - **Terms are the value's** ([`Layout::read_claim`]): a Lease key is
 //!   created once and rewritten at every renewal, with no etcd lease. A
 //!   term is a run of writes with one non-empty `holderIdentity` and one
@@ -30,7 +35,7 @@
 //! `k8s.io/api` and `k8s.io/apimachinery` (ARCHITECTURE.md, dependencies,
 //! says why not `k8s-pb`). Unknown fields are skipped, as protobuf does.
 
-use super::path::{watched_path, Prefix};
+use super::path::{lease_name, Prefix};
 use super::{Claim, Hold, Layout, Role, Unreadable};
 use crate::election::KeyLayout;
 
@@ -49,8 +54,6 @@ const ENCRYPTED: &[u8] = b"k8s:enc:";
 pub struct Kubernetes {
     /// `PREFIX leases/`: the one range read.
     leases: Prefix,
-    /// The length of `PREFIX` (names are `PREFIX NAMESPACE/NAME`).
-    prefix_len: usize,
     heartbeats: bool,
 }
 
@@ -61,7 +64,6 @@ impl Kubernetes {
         let prefix = Self::prefix_of(prefix);
         Some(Self {
             leases: Prefix::new(&format!("{prefix}leases/"))?,
-            prefix_len: prefix.len(),
             heartbeats,
         })
     }
@@ -109,10 +111,7 @@ impl Layout for Kubernetes {
         if !self.heartbeats && Self::heartbeat(namespace, name) {
             return Role::Ignored;
         }
-        // `PREFIX NAMESPACE/NAME`: the key less its `leases/`.
-        let mut path = key[..self.prefix_len].to_vec();
-        path.extend_from_slice(rest);
-        match watched_path(&path) {
+        match lease_name(namespace, name) {
             Some(election) => Role::Candidate {
                 election,
                 kind: KeyLayout::Lease,
@@ -124,6 +123,25 @@ impl Layout for Kubernetes {
     fn read_claim(&self, value: &[u8]) -> Option<Claim> {
         Some(read(value))
     }
+}
+
+/// The pod a holder identity names, where it is client-go's
+/// `hostname_uuid` (kube-controller-manager's, kube-scheduler's: the
+/// hostname, which in a pod is its name, `_`, a UUID); `None` for any
+/// other identity (a name of the holder's own choosing is shown as it is,
+/// never guessed into a pod).
+pub fn pod_of(identity: &str) -> Option<&str> {
+    let (host, uuid) = identity.rsplit_once('_')?;
+    let dashes = [8, 13, 18, 23];
+    let is_uuid = uuid.len() == 36
+        && uuid.char_indices().all(|(i, c)| {
+            if dashes.contains(&i) {
+                c == '-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        });
+    (is_uuid && !host.is_empty()).then_some(host)
 }
 
 /// What one stored value of a Lease says.

@@ -273,6 +273,13 @@ pub enum SourceError {
          that are not prefixes of one another"
     )]
     Overlap(String, String),
+    #[error(
+        "sources {0} and {1} would name two elections alike: Kubernetes' Leases are named \
+         NAMESPACE/NAME, as tenure's own elections and other Leases may be; read them in a \
+         cluster of their own (serve --source kubernetes:PREFIX reads Leases without tenure's \
+         own, or give each its own [[cluster]])"
+    )]
+    SameNames(String, String),
 }
 
 impl Source {
@@ -347,22 +354,35 @@ impl Source {
             .any(|(start, end)| key >= start.as_slice() && key < end.as_slice())
     }
 
-    /// The beginning every election name of this source has (another
-    /// system's: its prefix as a path); `None` for tenure's own names.
-    fn names_begin(&self) -> Option<String> {
-        (self.layout.name() != tenure::NAME).then(|| {
-            if self.prefix.starts_with('/') {
-                self.prefix.clone()
-            } else {
-                format!("/{}", self.prefix)
-            }
-        })
+    /// How this source names its elections.
+    fn names(&self) -> Names {
+        if self.layout.name() == tenure::NAME {
+            Names::Own
+        } else if self.reads_leases() {
+            Names::Leases
+        } else if self.prefix.starts_with('/') {
+            Names::Path(self.prefix.clone())
+        } else {
+            Names::Path(format!("/{}", self.prefix))
+        }
     }
 
-    /// Whether an election called `name` could be this source's (another
-    /// system's: its names begin with the prefix as a path).
+    /// Whether this source holds Kubernetes' Leases (named `NAMESPACE/NAME`).
+    pub fn reads_leases(&self) -> bool {
+        matches!(
+            self.layout.name(),
+            kubernetes::NAME | kubernetes::NAME_WITH_HEARTBEATS
+        )
+    }
+
+    /// Whether an election called `name` could be this source's another
+    /// system's: its names begin with the prefix as a path, or are Leases'.
     pub fn may_name(&self, name: &str) -> bool {
-        self.names_begin().is_some_and(|b| name.starts_with(&b))
+        match self.names() {
+            Names::Own => false,
+            Names::Leases => path::is_lease_name(name),
+            Names::Path(b) => name.starts_with(&b),
+        }
     }
 
     /// The key path of this source's election `name`: the name less the
@@ -384,12 +404,12 @@ impl Source {
                 .iter()
                 .any(|(s2, e2)| s1 < e2 && s2 < e1)
         });
-        let names = match (self.names_begin(), other.names_begin()) {
-            (Some(a), Some(b)) => a.starts_with(&b) || b.starts_with(&a),
-            // tenure's names carry no prefix: two of its sources would
-            // both name an election `db`.
-            (None, None) => true,
-            _ => false,
+        let names = match (self.names(), other.names()) {
+            (Names::Path(a), Names::Path(b)) => a.starts_with(&b) || b.starts_with(&a),
+            (Names::Path(_), _) | (_, Names::Path(_)) => false,
+            // tenure's names and Leases' carry no prefix: two such sources
+            // could both name an election `team/db`.
+            _ => true,
         };
         keys || names
     }
@@ -399,6 +419,16 @@ impl std::fmt::Display for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}", self.layout.name(), self.prefix)
     }
+}
+
+/// How a source names its elections.
+enum Names {
+    /// tenure's own names (no prefix).
+    Own,
+    /// Kubernetes' `NAMESPACE/NAME` (no prefix).
+    Leases,
+    /// Paths beginning with this.
+    Path(String),
 }
 
 /// The sources one watcher reads: a key belongs to the first whose ranges
@@ -419,13 +449,15 @@ impl Sources {
     /// What `tenure serve` reads: tenure's own layout under `prefix` (its
     /// one range alone; beside other sources, exactly its two prefixes,
     /// which are merged anyway) and `more`; or `more` alone
-    /// (`sources_only`). Refused where two overlap.
+    /// (`sources_only`, or a Kubernetes source among them: Leases are
+    /// named as tenure's own elections are, so a cluster reads one of the
+    /// two, and naming Leases says which). Refused where two overlap.
     pub fn for_serve(
         prefix: &str,
         more: Vec<Source>,
         sources_only: bool,
     ) -> Result<Self, SourceError> {
-        let base = if sources_only {
+        let base = if sources_only || more.iter().any(Source::reads_leases) {
             Vec::new()
         } else if more.is_empty() {
             vec![Source::tenure(prefix)]
@@ -440,7 +472,12 @@ impl Sources {
     pub fn with(mut self, more: Vec<Source>) -> Result<Self, SourceError> {
         for source in more {
             if let Some(other) = self.0.iter().find(|s| s.overlaps(&source)) {
-                return Err(SourceError::Overlap(other.to_string(), source.to_string()));
+                let (a, b) = (other.to_string(), source.to_string());
+                return Err(if other.reads_leases() || source.reads_leases() {
+                    SourceError::SameNames(a, b)
+                } else {
+                    SourceError::Overlap(a, b)
+                });
             }
             self.0.push(source);
         }
@@ -472,6 +509,12 @@ impl Sources {
         self.0.iter().any(|s| {
             s.may_name(name) || (s.layout.name() == tenure::NAME && !name.starts_with('/'))
         })
+    }
+
+    /// Whether these sources read Kubernetes' Leases: their names that are
+    /// no paths are Leases' (`NAMESPACE/NAME`), not tenure's own.
+    pub fn reads_leases(&self) -> bool {
+        self.0.iter().any(Source::reads_leases)
     }
 
     /// The source `key` belongs to and what it is to it; `None` (and
@@ -611,6 +654,33 @@ mod tests {
                 kind: KeyLayout::Single
             }
         );
+    }
+
+    /// Leases are named `NAMESPACE/NAME`, as tenure's own elections may
+    /// be: a cluster reads one of the two, and serve reads the Leases alone
+    /// when it is given them.
+    #[test]
+    fn leases_and_tenures_own_names_are_never_read_together() {
+        let src = |s: &str| Source::parse(s).expect("parsed");
+        let both = Sources::tenure("").with(vec![src("kubernetes:/registry/")]);
+        assert!(matches!(both, Err(SourceError::SameNames(..))), "{both:?}");
+        assert!(Sources::new(vec![src("kubernetes:/registry/")])
+            .with(vec![src("kubernetes+heartbeats:/other/")])
+            .is_err());
+        let serve = Sources::for_serve("", vec![src("kubernetes:/registry/")], false)
+            .expect("Leases alone");
+        assert!(serve.reads_leases());
+        assert!(serve.watches_name("kube-system/x") && !serve.watches_name("team/a/b"));
+        assert_eq!(serve.iter().count(), 1, "no tenure source beside Leases");
+        // Beside paths of other systems: both.
+        let mixed = Sources::for_serve(
+            "",
+            vec![src("kubernetes:/registry/"), src("patroni:/service/")],
+            false,
+        )
+        .expect("disjoint names");
+        assert!(mixed.watches_name("/service/pg") && mixed.watches_name("ns/x"));
+        assert!(!Sources::tenure("").reads_leases());
     }
 
     #[test]

@@ -3,7 +3,12 @@
 //!
 //! Their elections are named by their key path, always beginning with `/`
 //! (`/service/pg/leader`, `/_ld/job` for a key `_ld/job`): tenure's own
-//! names never do (`ElectionName`), so the two cannot collide.
+//! names never do (`ElectionName`), so the two cannot collide. Kubernetes'
+//! Leases are the one exception: they are named as Kubernetes names them,
+//! `NAMESPACE/NAME` ([`lease_name`]), which tenure's own
+//! names could also be; so a cluster reads one of the two, never both
+//! (`Source::overlaps`), and a name is read as that cluster's
+//! ([`WatchedName::parse_in`]).
 
 use super::Role;
 use crate::election::ElectionName;
@@ -36,6 +41,29 @@ pub fn watched_path(path: &[u8]) -> Option<String> {
     } else {
         format!("/{s}")
     })
+}
+
+/// The name of the Lease `namespace`/`name`: `NAMESPACE/NAME`, each part
+/// UTF-8 without control characters or `/`, shorter than
+/// [`MAX_PATH_BYTES`] together. kube-apiserver allows far less (DNS
+/// labels and subdomains); a key written past it is shown by the same
+/// rule, never guessed. `None`: an invalid key.
+pub fn lease_name(namespace: &[u8], name: &[u8]) -> Option<String> {
+    let (ns, n) = (
+        std::str::from_utf8(namespace).ok()?,
+        std::str::from_utf8(name).ok()?,
+    );
+    let full = format!("{ns}/{n}");
+    is_lease_name(&full).then_some(full)
+}
+
+/// Whether `name` is a Lease's name as [`lease_name`] makes them.
+pub fn is_lease_name(name: &str) -> bool {
+    let Some((ns, n)) = name.split_once('/') else {
+        return false;
+    };
+    let part = |p: &str| !p.is_empty() && !p.contains('/') && !p.chars().any(char::is_control);
+    name.len() < MAX_PATH_BYTES && part(ns) && part(n)
 }
 
 /// A prefix and the one key range it claims (never the whole keyspace):
@@ -81,17 +109,37 @@ pub fn is_watched_path(name: &str) -> bool {
 }
 
 /// An election name as the read-only pages and API take it: one of
-/// tenure's own ([`ElectionName`]) or another system's key path.
+/// tenure's own ([`ElectionName`]), another system's key path, or a
+/// Kubernetes Lease (`NAMESPACE/NAME`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchedName {
     Own(ElectionName),
     Path(String),
+    Lease(String),
 }
 
 impl WatchedName {
     /// A path (beginning with `/`) as [`watched_path`] names one, else
     /// tenure's own name rules.
     pub fn parse(raw: &str) -> Result<Self, crate::election::Error> {
+        Self::parse_in(raw, false)
+    }
+
+    /// [`WatchedName::parse`] in a cluster that reads Kubernetes' Leases
+    /// when `leases` (`Sources::reads_leases`): there a name that is no
+    /// path is a Lease's, `NAMESPACE/NAME`, never tenure's own (a cluster
+    /// reads one of the two).
+    pub fn parse_in(raw: &str, leases: bool) -> Result<Self, crate::election::Error> {
+        if leases && !is_watched_path(raw) {
+            return if is_lease_name(raw) {
+                Ok(Self::Lease(raw.to_owned()))
+            } else {
+                Err(crate::election::Error::InvalidName {
+                    name: raw.chars().take(64).collect(),
+                    reason: "this cluster reads Kubernetes' Leases: a Lease is NAMESPACE/NAME                              (kubectl get lease -n NAMESPACE NAME), another system's election                              a path beginning with /",
+                })
+            };
+        }
         if !is_watched_path(raw) {
             return ElectionName::new(raw).map(Self::Own);
         }
@@ -108,7 +156,7 @@ impl WatchedName {
     pub fn as_str(&self) -> &str {
         match self {
             Self::Own(n) => n.as_str(),
-            Self::Path(p) => p,
+            Self::Path(p) | Self::Lease(p) => p,
         }
     }
 
@@ -116,7 +164,7 @@ impl WatchedName {
     pub fn own(&self) -> Option<&ElectionName> {
         match self {
             Self::Own(n) => Some(n),
-            Self::Path(_) => None,
+            Self::Path(_) | Self::Lease(_) => None,
         }
     }
 }
@@ -165,6 +213,10 @@ mod tests {
 
     #[test]
     fn a_name_is_tenures_own_or_a_path() {
+        let lease = WatchedName::parse_in("kube-system/x", true).expect("a Lease");
+        assert_eq!((lease.own(), lease.as_str()), (None, "kube-system/x"));
+        assert!(WatchedName::parse_in("kube-system/x/y", true).is_err());
+        assert!(WatchedName::parse_in("/app/x", true).is_ok_and(|n| n.own().is_none()));
         let own = WatchedName::parse("team/db").expect("own");
         assert!(own.own().is_some());
         let path = WatchedName::parse("/app/jobs x").expect("a path");

@@ -369,7 +369,7 @@ mod tests {
         let k = Sources::new(vec![
             crate::layout::Source::parse("kubernetes:/registry/").expect("kubernetes")
         ]);
-        let name = "/registry/ns/x";
+        let name = "ns/x";
         let mut lease = kv("/registry/leases/ns/x", 10);
         lease.mod_revision = 58;
         let r = resume(60, &[(name, 55)]);

@@ -55,11 +55,12 @@ impl std::fmt::Display for Target {
 
 impl AppState {
     /// The election `raw` names: with several clusters, `CLUSTER/NAME` of a
-    /// configured cluster, `NAME` valid there.
+    /// configured cluster, `NAME` valid there (a Lease's `NAMESPACE/NAME`
+    /// where that cluster reads Leases).
     pub fn target(&self, raw: &str) -> Result<Target, Error> {
         if self.clusters.is_empty() {
             return Ok(Target {
-                name: WatchedName::parse(raw)?,
+                name: WatchedName::parse_in(raw, self.sources.reads_leases())?,
                 full: raw.to_owned(),
                 cluster: None,
             });
@@ -75,8 +76,14 @@ impl AppState {
                          CLUSTER one of those /readyz lists",
             });
         };
+        // A cluster not connected yet reads what its sources will say:
+        // an API feed's are known at once, an etcd feed's with its client.
+        let leases = self.clusters[i]
+            .sources
+            .get()
+            .is_some_and(Sources::reads_leases);
         Ok(Target {
-            name: WatchedName::parse(rest)?,
+            name: WatchedName::parse_in(rest, leases)?,
             full: raw.to_owned(),
             cluster: Some(i),
         })

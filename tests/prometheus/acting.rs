@@ -21,7 +21,7 @@ async fn a_frozen_holder_acting_into_the_next_term_fires_the_overlap_alerts() {
     let dir = tempfile::tempdir().expect("tempdir");
     let serve = Serve::start(&[etcd.endpoint()], &dir.path().join("h.db"), &[], &[]).await;
     serve.ready().await;
-    let prom = Prometheus::start(&serve.addr, &rules).await;
+    let prom = Prometheus::start(&[&serve.addr], &rules).await;
     prom.await_series(r#"tenure_overlap_seconds_total{job="tenure"} == 0"#)
         .await;
     let h = Holder::start(&etcd.endpoint(), "paused", dir.path(), &["--ttl", "2"]).await;

@@ -31,8 +31,8 @@ use tenure::election::Client;
 // sampler currently samples other elections' leases far less often while one
 // election churns (each new term queues that election again), so `stale`
 // would not be sampled while it runs down.
-/// The Lease election's name: kube-apiserver's prefix, then `NS/NAME`.
-const KCM: &str = "/registry/kube-system/kcm";
+/// The Lease election's name, as Kubernetes names it (`NS/NAME`).
+const KCM: &str = "kube-system/kcm";
 
 /// Writes the Lease `kube-system/kcm` as kube-apiserver stores it with
 /// `--storage-media-type=application/json`: held by `holder`, acquired at
@@ -69,17 +69,20 @@ async fn real_prometheus_scrapes_serve_runs_every_dashboard_query_and_fires_aler
     let rules = fast_rules(&read("grafana/alerts.yaml"));
     let mut etcd = Etcd::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let serve = Serve::start(
+    let serve = Serve::start(&[etcd.endpoint()], &dir.path().join("history.db"), &[], &[]).await;
+    // Leases are read by a serve of their own (a cluster reads Leases or
+    // tenure's own elections, whose names may be alike), scraped beside.
+    let leases = Serve::start(
         &[etcd.endpoint()],
-        &dir.path().join("history.db"),
+        &dir.path().join("leases.db"),
         &["--source", "kubernetes:/registry/"],
         &[],
     )
     .await;
-    let prom = Prometheus::start(&serve.addr, &rules).await;
+    let prom = Prometheus::start(&[&serve.addr, &leases.addr], &rules).await;
     let range_start = unix_now();
     // Prometheus applies new scrape targets up to 5 s after it is ready.
-    prom.await_series(r#"tenure_etcd_up{job="tenure"} == 1"#)
+    prom.await_series(r#"count(tenure_etcd_up{job="tenure"} == 1) == 2"#)
         .await;
     let c = Client::connect(&[etcd.endpoint()], "")
         .await
@@ -278,4 +281,5 @@ async fn real_prometheus_scrapes_serve_runs_every_dashboard_query_and_fires_aler
     );
     drop(prom);
     let _ = serve.stop().await;
+    let _ = leases.stop().await;
 }

@@ -32,7 +32,12 @@ impl Drop for Prometheus {
 impl Prometheus {
     /// Starts Prometheus scraping `target` every second with `rules`
     /// loaded, and waits for `/-/ready` (a new port on each of 3 attempts).
-    pub(crate) async fn start(target: &str, rules: &str) -> Prometheus {
+    pub(crate) async fn start(targets: &[&str], rules: &str) -> Prometheus {
+        let targets = targets
+            .iter()
+            .map(|t| format!("'{t}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let mut failures = Vec::new();
         for attempt in 1..=3 {
             let dir = tempfile::Builder::new()
@@ -47,7 +52,7 @@ impl Prometheus {
                 format!(
                     "global:\n  scrape_interval: {SCRAPE_SECS}s\n  scrape_timeout: {SCRAPE_SECS}s\n  \
                      evaluation_interval: {SCRAPE_SECS}s\nrule_files:\n  - {}\nscrape_configs:\n  \
-                     - job_name: tenure\n    static_configs:\n      - targets: ['{target}']\n",
+                     - job_name: tenure\n    static_configs:\n      - targets: [{targets}]\n",
                     rules_path.display()
                 ),
             )

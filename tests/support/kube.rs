@@ -922,10 +922,18 @@ pub async fn page(serve: &super::Serve, name: &str) -> String {
 }
 
 /// The election a [`JsonRenewer`]'s Lease is (kube-system's `kcm`).
-pub const RENEWED: &str = "/registry/kube-system/kcm";
+pub const RENEWED: &str = "kube-system/kcm";
 
-/// A holder (`a`) renewing a Lease written straight into etcd as JSON, with
-/// client-go's cadence: every 500 ms, a 2 s lease, until stopped.
+/// The holder a [`JsonRenewer`] writes: client-go's `hostname_uuid`, as
+/// kube-controller-manager's pod `kcm-0` would.
+pub const RENEWER: &str = "kcm-0_4e3a3c38-5d6a-4b8f-9f2a-0123456789ab";
+
+/// The `leaseTransitions` a [`JsonRenewer`] writes.
+pub const RENEWER_TRANSITIONS: i64 = 3;
+
+/// A holder ([`RENEWER`]) renewing a Lease written straight into etcd as
+/// JSON, with client-go's cadence: every 500 ms, a 2 s lease, until
+/// stopped.
 pub struct JsonRenewer {
     renewing: Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<()>,
@@ -947,8 +955,9 @@ impl JsonRenewer {
                     "kind": "Lease",
                     "apiVersion": "coordination.k8s.io/v1",
                     "metadata": {"name": "kcm", "namespace": "kube-system"},
-                    "spec": {"holderIdentity": "a", "leaseDurationSeconds": 2,
-                             "acquireTime": t(acquired), "renewTime": t(tenure::events::now_ms())}
+                    "spec": {"holderIdentity": RENEWER, "leaseDurationSeconds": 2,
+                             "acquireTime": t(acquired), "renewTime": t(tenure::events::now_ms()),
+                             "leaseTransitions": RENEWER_TRANSITIONS}
                 });
                 raw.put("/registry/leases/kube-system/kcm", lease.to_string(), None)
                     .await

@@ -77,6 +77,8 @@ mod tests {
             partial: false,
             every_us: Some(2_000_000),
             duration_s: Some(15),
+            renewed_us: None,
+            transitions: None,
             written_at_ms: 1,
             written_seen: true,
             lapsed: false,

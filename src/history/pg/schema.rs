@@ -144,8 +144,15 @@ CREATE TABLE IF NOT EXISTS writer_lease (
 );
 "#;
 
+/// Version 7: Kubernetes' Leases named `NAMESPACE/NAME`
+/// (`history/lease_names.rs`): no SQL of its own, the rename runs after it.
+const V7: &str = "";
+
 /// Every migration, in order; `tenure_schema.version` counts those applied.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
+
+/// The version whose migration renames Leases.
+const LEASE_NAMES: usize = 7;
 
 /// The PostgreSQL schema version this build writes and reads.
 pub const PG_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -179,6 +186,9 @@ pub(super) fn migrate(client: &mut Client, url: &str) -> Result<(), HistoryError
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
         tx.batch_execute(sql)?;
+        if i + 1 == LEASE_NAMES {
+            crate::history::lease_names::postgres(&mut tx)?;
+        }
         tx.execute("UPDATE tenure_schema SET version = $1", &[&(i as i64 + 1)])?;
         tracing::info!(db = %redact(url), version = i + 1, "history: schema migrated");
     }

@@ -86,20 +86,20 @@ fn kube_apiserver_s_identity_lease_is_a_heartbeat() {
     assert_eq!(
         all.classify(key, 0),
         Role::Candidate {
-            election: "/registry/kube-system/apiserver-wlv32tlttr4jl3gtroqexyxapa".into(),
+            election: "kube-system/apiserver-wlv32tlttr4jl3gtroqexyxapa".into(),
             kind: KeyLayout::Lease
         }
     );
 }
 
 #[test]
-fn a_lease_is_named_by_its_namespace_and_name_under_the_prefix() {
+fn a_lease_is_named_by_its_namespace_and_name_whatever_the_prefix() {
     let k = Kubernetes::new("", false).expect("the default prefix");
     assert_eq!(k.ranges()[0].0, b"/registry/leases/".to_vec());
     assert_eq!(
         k.classify(b"/registry/leases/kube-system/kube-controller-manager", 0),
         Role::Candidate {
-            election: "/registry/kube-system/kube-controller-manager".into(),
+            election: "kube-system/kube-controller-manager".into(),
             kind: KeyLayout::Lease
         }
     );
@@ -108,12 +108,13 @@ fn a_lease_is_named_by_its_namespace_and_name_under_the_prefix() {
     assert_eq!(k.classify(b"/registry/leases//b", 0), Role::Invalid);
     assert_eq!(k.classify(b"/registry/leases/a/\x01", 0), Role::Invalid);
     assert_eq!(k.classify(b"/registry/pods/a/b", 0), Role::Ignored);
-    // A prefix without its `/`, as kube-apiserver's flag is written.
+    // A prefix without its `/`, as kube-apiserver's flag is written: the
+    // same name (the prefix is etcd's, not Kubernetes').
     let other = Kubernetes::new("/k8s", false).expect("a prefix");
     assert_eq!(
         other.classify(b"/k8s/leases/ns/x", 0),
         Role::Candidate {
-            election: "/k8s/ns/x".into(),
+            election: "ns/x".into(),
             kind: KeyLayout::Lease
         }
     );
@@ -215,4 +216,21 @@ fn encrypted_and_malformed_values_are_named_never_guessed() {
     assert_eq!(read(&pod), malformed);
     pod.truncate(4);
     assert_eq!(read(&pod), malformed);
+}
+
+/// client-go's `hostname_uuid` names the pod; nothing else is read as one.
+#[test]
+fn a_hostname_uuid_identity_names_its_pod() {
+    assert_eq!(
+        pod_of("kube-controller-manager-node1_4e3a3c38-5d6a-4b8f-9f2a-0123456789ab"),
+        Some("kube-controller-manager-node1")
+    );
+    assert_eq!(
+        pod_of("a_b_4e3a3c38-5d6a-4b8f-9f2a-0123456789ab"),
+        Some("a_b")
+    );
+    assert_eq!(pod_of("_4e3a3c38-5d6a-4b8f-9f2a-0123456789ab"), None);
+    assert_eq!(pod_of("kcm_4e3a3c38x5d6a-4b8f-9f2a-0123456789ab"), None);
+    assert_eq!(pod_of("kcm_not-a-uuid"), None);
+    assert_eq!(pod_of("alpha"), None);
 }

@@ -125,6 +125,10 @@ pub struct MetricsOptions {
     /// `leader_info{holder}` is empty: a foreign source's values are not
     /// tenure's to publish on an unauthenticated `/metrics`.
     pub source_holder_labels: bool,
+    /// The elections are Kubernetes' Leases where their names are no paths
+    /// (`NAMESPACE/NAME`): their holders stay out of the label as every
+    /// other system's do.
+    pub lease_names: bool,
 }
 
 /// Prometheus metrics of elections, fencing and the watcher; see the module
@@ -214,11 +218,12 @@ impl Metrics {
     }
 
     /// Whether `name`'s holders stay out of the `holder` label: another
-    /// system's election (its names are paths, `/app/jobs`: a `--source`'s
-    /// values are that system's, a connection string as often as a host)
-    /// unless [`MetricsOptions::source_holder_labels`].
+    /// system's election (its names are paths, `/app/jobs`, or Leases'
+    /// where [`MetricsOptions::lease_names`]: a `--source`'s values are that
+    /// system's, a connection string as often as a host) unless
+    /// [`MetricsOptions::source_holder_labels`].
     fn hides_holder(&self, name: &str) -> bool {
-        !self.options.source_holder_labels && name.starts_with('/')
+        !self.options.source_holder_labels && (name.starts_with('/') || self.options.lease_names)
     }
 
     /// Creates at once the elections of `events` not yet known, when they

@@ -109,8 +109,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct KubeConfig {
     pub api: ApiConfig,
-    /// The etcd prefix names are made with (`/registry/`), so a Lease has
-    /// the name `--source kubernetes:/registry/` gives it.
+    /// The etcd prefix its Leases' keys are made under (`/registry/`), as
+    /// `--source kubernetes:/registry/` reads them: one name
+    /// (`NAMESPACE/NAME`) whichever way a Lease is read.
     pub prefix: String,
     /// Read heartbeat leases as elections too.
     pub heartbeats: bool,

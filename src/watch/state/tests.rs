@@ -638,7 +638,7 @@ fn starts(p: &[Pending]) -> Vec<(i64, String)> {
 #[test]
 fn a_lease_s_terms_are_runs_of_one_holder_ended_as_its_values_say() {
     let mut s = k8s();
-    let name = "/registry/kube-system/kcm";
+    let name = "kube-system/kcm";
     let (p, _) = s.apply(10, &[put(KCM, &lease("a", 0, 0, 0), 10, 10, 0)], 1000);
     assert_eq!(starts(&p), [(10, "a".into())]);
     // Renewals: no event, the token stays the acquiring write's.
@@ -708,7 +708,7 @@ fn a_lease_s_terms_are_runs_of_one_holder_ended_as_its_values_say() {
 
 #[test]
 fn a_resumed_lease_keeps_the_token_history_holds() {
-    let name = "/registry/kube-system/kcm";
+    let name = "kube-system/kcm";
     let kv = Kv {
         key: KCM.as_bytes().to_vec(),
         value: lease("b", 8, 40, 1).into_bytes(),

@@ -53,14 +53,7 @@ impl PageInput<'_> {
         let leaderless_since = leader.is_none().then(|| leaderless_since(h, now));
         let renewals = self.renewals(leader.as_ref(), now);
         let etcd_note = self.etcd_note(renewals.as_ref());
-        let quiet_note = w.quiet.then(|| {
-            let last = w.to_ms - STALE_PAD;
-            format!(
-                "Nothing happened in the last hour: showing the hour around the last event ({}, {}).",
-                short_time(last),
-                ago(now, last)
-            )
-        });
+        let quiet_note = w.quiet.then(|| quiet_note(w.to_ms, now));
         let tables = self.tables(&href, hue);
 
         TimelinePage {
@@ -69,6 +62,7 @@ impl PageInput<'_> {
             href: href.clone(),
             leader,
             renewals,
+            lease_election: self.is_lease(),
             disagree: disagreement(&self.etcd, open),
             leaderless_since,
             etcd_note,
@@ -101,6 +95,18 @@ impl PageInput<'_> {
             waits: tables.waits,
             members: self.members.as_ref(),
         }
+    }
+
+    /// Whether the election is a Kubernetes Lease: named as one in its
+    /// cluster, or its open term is one.
+    fn is_lease(&self) -> bool {
+        let open = self
+            .history
+            .summary
+            .as_ref()
+            .and_then(|s| s.current.as_ref());
+        matches!(self.name.name, crate::layout::path::WatchedName::Lease(_))
+            || open.is_some_and(|o| o.layout == KeyLayout::Lease)
     }
 
     /// What the page says of etcd's answer: a Lease whose renewals the
@@ -227,6 +233,7 @@ fn leader_view(etcd: &EtcdAnswer, open: Option<&OpenTerm>, now: i64) -> Option<L
                 ttl: st.ttl_remaining_seconds,
                 source: "etcd",
                 lease: l.layout == KeyLayout::Lease,
+                pod: pod(l.layout, &l.holder),
                 waiting: st
                     .waiting
                     .iter()
@@ -250,10 +257,30 @@ fn leader_view(etcd: &EtcdAnswer, open: Option<&OpenTerm>, now: i64) -> Option<L
             ttl: None,
             source: "history",
             lease: o.layout == KeyLayout::Lease,
+            pod: pod(o.layout, &o.holder),
             waiting: Vec::new(),
         }),
         _ => None,
     }
+}
+
+/// What the page says when nothing happened in the last hour (the window
+/// ends at `to_ms`).
+fn quiet_note(to_ms: i64, now: i64) -> String {
+    let last = to_ms - STALE_PAD;
+    format!(
+        "Nothing happened in the last hour: showing the hour around the last event ({}, {}).",
+        short_time(last),
+        ago(now, last)
+    )
+}
+
+/// The pod a Lease's holder identity names (`hostname_uuid`).
+fn pod(layout: KeyLayout, holder: &str) -> Option<String> {
+    (layout == KeyLayout::Lease)
+        .then(|| crate::layout::kubernetes::pod_of(holder))
+        .flatten()
+        .map(str::to_owned)
 }
 
 /// What the page says when etcd's leader and the history's open term
@@ -402,6 +429,8 @@ struct LeaderView {
     source: &'static str,
     /// A Kubernetes Lease: no etcd lease, no TTL of etcd's.
     lease: bool,
+    /// The pod a Lease holder's `hostname_uuid` identity names.
+    pod: Option<String>,
     /// Candidates queued behind the leader (queue layout), next first; only
     /// etcd knows them.
     waiting: Vec<WaiterView>,
@@ -422,6 +451,8 @@ pub(super) struct TimelinePage<'a> {
     leader: Option<LeaderView>,
     /// A Kubernetes Lease leader's renewals.
     renewals: Option<RenewalLine>,
+    /// The election is a Kubernetes Lease: no acting margin to show.
+    lease_election: bool,
     /// The history's open term and etcd's leader disagree (history behind).
     disagree: Option<String>,
     leaderless_since: Option<String>,

@@ -6,7 +6,7 @@
 
 use super::ago;
 use crate::events::{LeaseNow, TermRenewals};
-use crate::history::format_duration_ms;
+use crate::history::{format_duration_ms, short_time};
 
 /// The live line under a Lease's leader, and a warning while it lapsed.
 pub(super) struct RenewalLine {
@@ -15,6 +15,15 @@ pub(super) struct RenewalLine {
     /// When the lease runs out, by tenure's clock: its duration after its
     /// last write arrived (`None`: no duration written, or no write seen).
     pub runs_out: Option<String>,
+    /// Its duration as written (`15 s`).
+    pub duration: Option<String>,
+    /// Its last renewal as written, on the holder's clock.
+    pub last_renewal: Option<String>,
+    /// When it runs out by the holder's clock (its last renewal plus its
+    /// duration), and whether that moment passed on tenure's clock.
+    pub runs_out_by_holder: Option<String>,
+    /// `leaseTransitions` as its holders wrote it.
+    pub transitions: Option<i64>,
 }
 
 /// `l` as the page shows it at `now` (unix ms). Lapsed as the watcher
@@ -50,9 +59,31 @@ pub(super) fn renewal_line(l: &LeaseNow, now: i64) -> RenewalLine {
             format!("ran out {}", ago(now, at))
         }
     });
+    let renewed_ms = l.renewed_us.map(|us| us.div_euclid(1000));
+    let out_ms = renewed_ms
+        .zip(l.duration_s)
+        .map(|(r, d)| r.saturating_add(d.saturating_mul(1000)));
+    let runs_out_by_holder = out_ms.map(|at| {
+        let when = if at > now {
+            format!(
+                "{} from now on tenure's clock",
+                format_duration_ms(at - now)
+            )
+        } else {
+            format!("passed {} on tenure's clock", ago(now, at))
+        };
+        format!(
+            "{} UTC by the holder's clock (its last renewal plus its duration): {when}",
+            short_time(at)
+        )
+    });
     RenewalLine {
         text: format!("{every} · {written} · {lease} · {counted}"),
         runs_out,
+        duration: l.duration_s.map(|d| format!("{d} s")),
+        last_renewal: renewed_ms.map(|r| format!("{} UTC", short_time(r))),
+        runs_out_by_holder,
+        transitions: l.transitions,
         lapsed: l.lapsed.then(|| {
             format!(
                 "Lapsed: no write for longer than its lease ({} since the last one tenure saw), \
@@ -140,6 +171,8 @@ mod tests {
             partial: false,
             every_us: Some(2_000_000),
             duration_s: Some(15),
+            renewed_us: Some(900_000),
+            transitions: Some(2),
             written_at_ms: 1_000,
             written_seen: true,
             lapsed: false,
@@ -150,6 +183,22 @@ mod tests {
         assert!(line.lapsed.is_none());
         assert!(line.text.contains("every 2.0s by its clock") && line.text.contains("lease 15s"));
         assert!(line.text.contains("last write 59.0s ago"), "{}", line.text);
+        // By the holder's clock: renewed at 0.9 s, out at 15.9 s.
+        assert_eq!(line.duration.as_deref(), Some("15 s"));
+        assert_eq!(
+            line.last_renewal.as_deref(),
+            Some("1970-01-01 00:00:00.900 UTC")
+        );
+        let by_holder = line.runs_out_by_holder.clone().unwrap_or_default();
+        assert!(
+            by_holder.starts_with("1970-01-01 00:00:15.900 UTC by the holder's clock")
+                && by_holder.ends_with("passed 44.1s ago on tenure's clock"),
+            "{by_holder}"
+        );
+        assert!(renewal_line(&l, 10_000)
+            .runs_out_by_holder
+            .is_some_and(|s| s.ends_with("5.9s from now on tenure's clock")));
+        assert_eq!(line.transitions, Some(2));
         let lapsed = LeaseNow {
             lapsed: true,
             ..l.clone()

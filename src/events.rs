@@ -460,8 +460,9 @@ pub enum Update {
 }
 
 /// A Kubernetes Lease's holder as the watch last read it (live, not
-/// persisted): its term, its renewals, and whether it lapsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// persisted): its term, its renewals, and whether it lapsed. Sent on the
+/// live feed as `event: lease` (`web/live.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LeaseNow {
     pub election: String,
     /// Its holder and term's token; `None`: nobody holds it.

@@ -12,7 +12,7 @@
   var badge = document.getElementById("live-status");
   var TYPES = ["term_started", "term_ended", "leader_value_changed",
                "fence_accepted", "fence_refused", "gap", "reset", "unobserved",
-               "candidate_queued", "candidate_left", "cluster"];
+               "candidate_queued", "candidate_left", "cluster", "lease"];
 
   function setStatus(cls, text, title) {
     if (!badge) return;
@@ -35,10 +35,18 @@
     return Math.floor(s / 86400) + "d " + two(Math.floor(s / 3600) % 24) + "h";
   }
   function tick() {
+    var now = Date.now() + skew;
     var els = document.querySelectorAll("[data-since]");
     for (var i = 0; i < els.length; i++) {
       var since = Number(els[i].getAttribute("data-since"));
-      if (since > 0) els[i].textContent = fmt(Date.now() + skew - since);
+      if (since > 0) els[i].textContent = fmt(now - since);
+    }
+    // A Lease's "runs out": counts down between its renewals (each one,
+    // and its lapse, comes on the feed as `event: lease`).
+    var until = document.querySelectorAll("[data-until]");
+    for (var j = 0; j < until.length; j++) {
+      var at = Number(until[j].getAttribute("data-until"));
+      until[j].textContent = at > now ? "in " + fmt(at - now) : "ran out " + fmt(now - at) + " ago";
     }
   }
   setInterval(tick, 1000);
@@ -110,8 +118,8 @@
   };
   source.onerror = function () { setStatus("down", "reconnecting…", "the live feed dropped; retrying"); };
   // Open terms and "now" move even when nothing happens (a page may ask for
-  // another period with data-refresh, in ms: a Kubernetes Lease's page asks
-  // for 2 s, since its renewals and a lapse come with no event).
+  // another period with data-refresh, in ms; a Kubernetes Lease's renewals
+  // and lapse come on the feed as `event: lease`).
   var every = Number(body.getAttribute("data-refresh")) || 30000;
   setInterval(function () { if (!document.hidden && mode === "swap") schedule(); }, every);
 })();

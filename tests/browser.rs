@@ -71,6 +71,13 @@ async fn timeline_shows_terms_and_updates_live_without_reload() {
             "b's term bar",
         )
         .await;
+    // No polling: its renewals and lapse come on the live feed.
+    assert_eq!(
+        browser
+            .eval("return document.body.getAttribute('data-refresh')")
+            .await,
+        serde_json::Value::Null
+    );
     // A marker that a reload would wipe out.
     browser
         .eval("window.__tenureNoReload = 42; return true")
@@ -151,6 +158,13 @@ async fn a_lease_page_turns_lapsed_without_a_reload() {
     browser
         .wait_for(&figures, "the Lease's own figures in its leader box")
         .await;
+    // No polling: its renewals and lapse come on the live feed.
+    assert_eq!(
+        browser
+            .eval("return document.body.getAttribute('data-refresh')")
+            .await,
+        serde_json::Value::Null
+    );
     // A marker that a reload would wipe out.
     browser
         .eval("window.__tenureNoReload = 42; return true")

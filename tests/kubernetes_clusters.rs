@@ -97,6 +97,28 @@ async fn kubeconfig(api: &KubeApiserver, dir: &Path) -> String {
     path.display().to_string()
 }
 
+/// What `/api/v1/events` (for `election`, or all) says within `within`,
+/// or until it said a Lease's renewal.
+async fn sse_for(serve: &Serve, election: Option<&str>, within: Duration) -> String {
+    let url = match election {
+        Some(e) => serve.url(&format!(
+            "/api/v1/events?election={}",
+            e.replace('/', "%2F")
+        )),
+        None => serve.url("/api/v1/events"),
+    };
+    let mut resp = reqwest::get(url).await.expect("GET /api/v1/events");
+    let mut said = String::new();
+    let deadline = tokio::time::Instant::now() + within;
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(deadline, resp.chunk()).await {
+        said.push_str(&String::from_utf8_lossy(&chunk));
+        if said.contains("event: lease\ndata:") && said.ends_with('\n') {
+            break;
+        }
+    }
+    said
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_cluster_and_an_etcd_cluster_in_one_serve_each_its_own() {
     if !kube::available() {
@@ -144,6 +166,21 @@ async fn an_api_cluster_and_an_etcd_cluster_in_one_serve_each_its_own() {
         text.contains("cluster k8s: ready") && text.contains("cluster plain: ready"),
         "{text}"
     );
+    // The Lease's renewals on the live feed, named as the pages name it,
+    // to its own subscribers only.
+    let said = sse_for(&serve, Some(&lease), Duration::from_secs(10)).await;
+    let data = said
+        .lines()
+        .skip_while(|l| *l != "event: lease")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no lease event for {lease}: {said}"));
+    let v: serde_json::Value =
+        serde_json::from_str(data.trim_start_matches("data:").trim()).expect("json");
+    assert_eq!(v["election"], lease.as_str(), "{v}");
+    assert_eq!(v["held"][0], kube::RENEWER, "{v}");
+    assert_eq!(v["duration_s"], 2, "{v}");
+    let unfiltered = sse_for(&serve, None, Duration::from_secs(3)).await;
+    assert!(!unfiltered.contains("event: lease"), "{unfiltered}");
     let metrics = serve.metrics().await;
     for c in ["k8s", "plain"] {
         assert!(

@@ -361,6 +361,7 @@ pub async fn run_clusters(
         store,
         live: state.live.clone(),
         cluster_live: state.cluster_live.clone(),
+        lease_live: state.lease_live.clone(),
     };
     let code = sinks::run(sinks, inbox, crx, running, stop).await?;
     let _ = stop_http.send(());
@@ -491,6 +492,7 @@ fn app_state(
     let named = members.iter().any(|m| m.scope.is_some());
     let (live, _) = broadcast::channel(1024);
     let (cluster_live, _) = broadcast::channel(256);
+    let (lease_live, _) = broadcast::channel(1024);
     let first = members.iter().find_map(|m| m.client.get().cloned());
     let clusters = members
         .iter()
@@ -510,6 +512,7 @@ fn app_state(
         client: first,
         live,
         cluster_live,
+        lease_live,
         auth: auth_of(args),
         allowed_hosts: args.allowed_hosts.clone(),
         read_token: args.read_token.clone(),

@@ -55,6 +55,7 @@ pub(super) struct Sinks {
     pub store: History,
     pub live: broadcast::Sender<Arc<Event>>,
     pub cluster_live: broadcast::Sender<Arc<ClusterEvent>>,
+    pub lease_live: broadcast::Sender<Arc<crate::events::LeaseNow>>,
 }
 
 impl Sinks {
@@ -178,7 +179,31 @@ impl Sinks {
             store.flush().await.context("writing history")?;
             m.readiness.apply(u);
         }
+        if let Update::Renewing { changed, .. } = u {
+            live_leases(&self.lease_live, m.scope.as_deref(), changed);
+        }
         Ok(())
+    }
+}
+
+/// A Lease's renewals and lapses to the live feed, named as the pages name
+/// them (`CLUSTER/NAME` with several clusters), once the readiness that
+/// the pages read has them.
+fn live_leases(
+    live: &broadcast::Sender<Arc<crate::events::LeaseNow>>,
+    scope: Option<&str>,
+    changed: &[crate::events::LeaseNow],
+) {
+    if live.receiver_count() == 0 {
+        return;
+    }
+    for l in changed {
+        let mut l = l.clone();
+        if let Some(cluster) = scope {
+            l.election = crate::events::qualify(cluster, &l.election);
+        }
+        // No subscribers is fine.
+        let _ = live.send(Arc::new(l));
     }
 }
 

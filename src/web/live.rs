@@ -3,6 +3,11 @@
 //! recorded (`event: cluster`, whatever the filter). Each message has `id: <revision>`,
 //! `event: <type>` and the event's JSON as `data`. A subscriber that falls
 //! behind gets `event: lagged` with `{"missed":N}` and should re-read.
+//! With a filter naming a Kubernetes Lease, also `event: lease` (no `id`:
+//! no revision of its own) at each of its renewals and lapses as the
+//! watcher read them (at most one a second), so that its page follows
+//! them without polling; not to unfiltered subscribers (a fleet's Leases
+//! renew every few seconds each, and no event of the history says so).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -34,8 +39,9 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
 
 /// Every event as it is recorded, as Server-Sent Events: `id: <revision>`,
 /// `event: <type>`, the event's JSON as `data`; `event: cluster` for etcd's
-/// own; `event: lagged` with `{"missed":N}` for a subscriber that fell
-/// behind. The stream does not end.
+/// own; `event: lease` for the renewals and lapses of the Kubernetes Lease
+/// the filter names; `event: lagged` with `{"missed":N}` for a subscriber
+/// that fell behind. The stream does not end.
 #[utoipa::path(get, path = "/api/v1/events", tag = "live", operation_id = "live_events",
     params(LiveQuery),
     security((), ("read_token" = []), ("read_basic" = [])),
@@ -60,7 +66,10 @@ async fn events(
     // etcd's own events concern every election: sent whatever the filter,
     // as `event: cluster`.
     let crx = Some(s.cluster_live.subscribe());
-    let stream = stream::unfold((rx, crx, filter), |(mut rx, mut crx, filter)| async move {
+    // A Lease's renewals: only for a subscriber that names one election.
+    let lrx = filter.as_ref().map(|_| s.lease_live.subscribe());
+    let start = (rx, crx, lrx, filter);
+    let stream = stream::unfold(start, |(mut rx, mut crx, mut lrx, filter)| async move {
         loop {
             let cluster = async {
                 match crx.as_mut() {
@@ -68,7 +77,24 @@ async fn events(
                     None => std::future::pending().await,
                 }
             };
+            let lease = async {
+                match lrx.as_mut() {
+                    Some(l) => l.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                item = lease => match item {
+                    Ok(l) if filter.as_deref() == Some(l.election.as_str()) => {
+                        let data = serde_json::to_string(&*l).unwrap_or_default();
+                        let sse = SseEvent::default().event("lease").data(data);
+                        return Some((Ok(sse), (rx, crx, lrx, filter)));
+                    }
+                    Ok(_) => {}
+                    // Missed renewals: the next one says all of it again.
+                    Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => lrx = None,
+                },
                 item = rx.recv() => match item {
                     Ok(event) => {
                         if filter
@@ -87,13 +113,13 @@ async fn events(
                             .id(event.revision.to_string())
                             .event(event.kind.name())
                             .data(data);
-                        return Some((Ok(sse), (rx, crx, filter)));
+                        return Some((Ok(sse), (rx, crx, lrx, filter)));
                     }
                     Err(RecvError::Lagged(n)) => {
                         let sse = SseEvent::default()
                             .event("lagged")
                             .data(format!("{{\"missed\":{n}}}"));
-                        return Some((Ok(sse), (rx, crx, filter)));
+                        return Some((Ok(sse), (rx, crx, lrx, filter)));
                     }
                     Err(RecvError::Closed) => return None,
                 },
@@ -101,13 +127,13 @@ async fn events(
                     Ok(e) => {
                         let data = serde_json::to_string(&*e).unwrap_or_default();
                         let sse = SseEvent::default().event("cluster").data(data);
-                        return Some((Ok(sse), (rx, crx, filter)));
+                        return Some((Ok(sse), (rx, crx, lrx, filter)));
                     }
                     Err(RecvError::Lagged(n)) => {
                         let sse = SseEvent::default()
                             .event("lagged")
                             .data(format!("{{\"missed\":{n}}}"));
-                        return Some((Ok(sse), (rx, crx, filter)));
+                        return Some((Ok(sse), (rx, crx, lrx, filter)));
                     }
                     // No more etcd events (the sender is gone): the
                     // elections' feed goes on.

@@ -83,6 +83,10 @@ pub struct AppState {
     pub live: broadcast::Sender<Arc<Event>>,
     /// etcd's own events as they are recorded, for the same feed.
     pub cluster_live: broadcast::Sender<Arc<crate::events::cluster::ClusterEvent>>,
+    /// Kubernetes Leases' renewals and lapses as the watchers read them
+    /// (named as the pages name them), for the same feed: a Lease's page
+    /// follows them without polling.
+    pub lease_live: broadcast::Sender<Arc<crate::events::LeaseNow>>,
     pub auth: Auth,
     /// `--allowed-host`: names a mutating call may be addressed to besides
     /// IP literals and `localhost` (`api/origin.rs`).

@@ -78,6 +78,7 @@ pub async fn serve(store: &Store) -> (String, tokio::task::JoinHandle<()>) {
         client: Some(client),
         live: tokio::sync::broadcast::channel(16).0,
         cluster_live: tokio::sync::broadcast::channel(16).0,
+        lease_live: tokio::sync::broadcast::channel(16).0,
         auth: Auth::Open,
         allowed_hosts: Vec::new(),
         read_token: None,

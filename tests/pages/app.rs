@@ -70,6 +70,7 @@ pub fn app_state(store: &Store, client: Client, readiness: Arc<Readiness>) -> Ar
         client: Some(client),
         live: tokio::sync::broadcast::channel(16).0,
         cluster_live: tokio::sync::broadcast::channel(16).0,
+        lease_live: tokio::sync::broadcast::channel(16).0,
         auth: Auth::Open,
         allowed_hosts: Vec::new(),
         read_token: None,

@@ -15,6 +15,8 @@ pub(super) struct RenewalLine {
     /// When the lease runs out, by tenure's clock: its duration after its
     /// last write arrived (`None`: no duration written, or no write seen).
     pub runs_out: Option<String>,
+    /// The same moment (unix ms), for the page to count down to.
+    pub runs_out_at_ms: Option<i64>,
     /// Its duration as written (`15 s`).
     pub duration: Option<String>,
     /// Its last renewal as written, on the holder's clock.
@@ -51,8 +53,11 @@ pub(super) fn renewal_line(l: &LeaseNow, now: i64) -> RenewalLine {
     } else {
         format!("{} renewals read this term", l.renewals)
     };
-    let runs_out = l.duration_s.filter(|_| l.written_seen).map(|d| {
-        let at = l.written_at_ms + d * 1000;
+    let runs_out_at_ms = l
+        .duration_s
+        .filter(|_| l.written_seen)
+        .map(|d| l.written_at_ms.saturating_add(d.saturating_mul(1000)));
+    let runs_out = runs_out_at_ms.map(|at| {
         if at > now {
             format!("in {}", format_duration_ms(at - now))
         } else {
@@ -80,6 +85,7 @@ pub(super) fn renewal_line(l: &LeaseNow, now: i64) -> RenewalLine {
     RenewalLine {
         text: format!("{every} · {written} · {lease} · {counted}"),
         runs_out,
+        runs_out_at_ms,
         duration: l.duration_s.map(|d| format!("{d} s")),
         last_renewal: renewed_ms.map(|r| format!("{} UTC", short_time(r))),
         runs_out_by_holder,

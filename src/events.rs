@@ -474,9 +474,10 @@ pub struct LeaseNow {
     pub partial: bool,
     pub every_us: Option<i64>,
     pub duration_s: Option<i64>,
-    /// Its last renewal as written (renewTime, else acquireTime: µs on the
-    /// holder's clock), and its `leaseTransitions` as its holders wrote it.
+    /// Its `renewTime` and `acquireTime` as written (µs on the holder's
+    /// clock), and its `leaseTransitions` as its holders wrote it.
     pub renewed_us: Option<i64>,
+    pub acquired_us: Option<i64>,
     pub transitions: Option<i64>,
     /// When its last write arrived (tenure's clock, unix ms); when
     /// `written_seen` is false, when it was read in a snapshot instead

@@ -73,7 +73,7 @@ async fn serve_config(dir: &Path, tables: &str) -> Serve {
     let serve = Serve::start(
         &nowhere(),
         &dir.join("history.db"),
-        &["--config", &cfg, "--cluster-poll", "0"],
+        &["--config", &cfg, "--cluster-poll", "0", "--no-auth"],
         &[],
     )
     .await;
@@ -181,6 +181,24 @@ async fn an_api_cluster_and_an_etcd_cluster_in_one_serve_each_its_own() {
     assert_eq!(v["duration_s"], 2, "{v}");
     let unfiltered = sse_for(&serve, None, Duration::from_secs(3)).await;
     assert!(!unfiltered.contains("event: lease"), "{unfiltered}");
+    // A Lease is read, never written: no campaign in its name (it would
+    // be a key of tenure's own in kube-apiserver's etcd, recorded by nobody).
+    let campaign = reqwest::Client::new()
+        .post(serve.url(&format!(
+            "/api/v1/elections/{}/campaign",
+            lease.replace('/', "%2F")
+        )))
+        .json(&serde_json::json!({"candidate": "intruder", "ttl_seconds": 10}))
+        .send()
+        .await
+        .expect("POST campaign");
+    let status = campaign.status().as_u16();
+    let body: Value = campaign.json().await.expect("json");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_name")),
+        "{body}"
+    );
     let metrics = serve.metrics().await;
     for c in ["k8s", "plain"] {
         assert!(

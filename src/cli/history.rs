@@ -12,12 +12,15 @@ use crate::layout::path::WatchedName;
 /// A name as the history stores it: an election's, or `CLUSTER/NAME` of
 /// one of several clusters, `NAME` valid within it.
 fn history_name(raw: &str) -> Result<String, String> {
+    // Any name some cluster could give: tenure's own, a path, a Lease's.
+    let valid = |n: &str| WatchedName::parse(n).is_ok() || WatchedName::parse_in(n, true).is_ok();
     match WatchedName::parse(raw) {
         Ok(_) => Ok(raw.to_owned()),
+        Err(_) if valid(raw) => Ok(raw.to_owned()),
         Err(e) => {
-            let qualified = raw.split_once('/').is_some_and(|(cluster, rest)| {
-                super::clusters::valid_name(cluster) && WatchedName::parse(rest).is_ok()
-            });
+            let qualified = raw
+                .split_once('/')
+                .is_some_and(|(cluster, rest)| super::clusters::valid_name(cluster) && valid(rest));
             if qualified {
                 Ok(raw.to_owned())
             } else {
@@ -29,8 +32,9 @@ fn history_name(raw: &str) -> Result<String, String> {
 
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
-    /// The election: one of tenure's own, or another system's key path (`/service/pg`);
-    /// in a history of several clusters (`serve --cluster`), CLUSTER/NAME.
+    /// The election: one of tenure's own, another system's key path (`/service/pg`), or a
+    /// Kubernetes Lease (`NAMESPACE/NAME`); in a history of several clusters
+    /// (`serve --cluster`), CLUSTER/NAME.
     #[arg(value_parser = history_name)]
     pub name: String,
 

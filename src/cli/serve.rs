@@ -425,12 +425,13 @@ async fn members_of(
             metrics.adopt(&r.open_terms);
         }
         announce(f.scope().as_deref(), resume.as_ref(), db);
-        let m = Member::new(
+        let mut m = Member::new(
             f.scope().clone(),
             metrics,
             readiness,
             own.args.raise_token_floor,
         );
+        m.reads_leases = f.reads_leases();
         if let (Some(client), Some(cfg)) = (&f.watched.client, &f.cfg) {
             let _ = m.sources.set(cfg.sources_read(client.keys().prefix()));
             let _ = m.client.set(client.clone());
@@ -503,6 +504,7 @@ fn app_state(
             readiness: m.readiness.clone(),
             metrics: m.metrics.clone(),
             sources: m.sources.clone(),
+            reads_leases: m.reads_leases,
         })
         .collect();
     Arc::new(AppState {

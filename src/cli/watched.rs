@@ -40,10 +40,18 @@ pub(super) async fn leader(
     json: bool,
 ) -> anyhow::Result<i32> {
     let source = sources.iter().find(|s| s.may_name(path)).with_context(|| {
-        format!(
-            "{path} is another system's election: give the --source LAYOUT:PREFIX it is \
-             written in (or TENURE_SOURCES), as for tenure serve"
-        )
+        let lease = crate::layout::path::lease_name_of_path(path)
+            .filter(|_| sources.iter().any(|s| s.reads_leases()));
+        match lease {
+            Some(now) => format!(
+                "{path} names no election of these sources: a Kubernetes Lease is named \
+                 NAMESPACE/NAME ({now}), not by its etcd path"
+            ),
+            None => format!(
+                "{path} is another system's election: give the --source LAYOUT:PREFIX it is \
+                 written in (or TENURE_SOURCES), as for tenure serve"
+            ),
+        }
     })?;
     // A Kubernetes Lease: one key, its terms read from its value.
     if source.reads_leases() {

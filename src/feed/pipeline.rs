@@ -46,6 +46,9 @@ pub struct Member {
     /// web reads the same cells.
     pub client: Arc<OnceLock<Client>>,
     pub sources: Arc<OnceLock<Sources>>,
+    /// Its names that are no paths are Kubernetes Leases' (`Feed::reads_leases`),
+    /// known before it connects.
+    pub reads_leases: bool,
     /// Raises the token floor for the resets of its batches; made with
     /// the client.
     floors: Option<FloorKeeper>,
@@ -65,6 +68,7 @@ impl Member {
             readiness,
             client: Arc::default(),
             sources: Arc::default(),
+            reads_leases: false,
             floors: None,
             raise_token_floor,
         }

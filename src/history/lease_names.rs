@@ -29,13 +29,8 @@ const NAMES_SQL: &str = "SELECT election FROM elections";
 
 /// The name an old Lease name has now (`None`: not an old Lease name).
 pub(super) fn renamed(old: &str) -> Option<String> {
-    if let Some(path) = old.strip_prefix('/') {
-        // `/PREFIX…/NAMESPACE/NAME`: its last two segments (the prefix
-        // may be `/` alone).
-        let mut parts = path.rsplitn(3, '/');
-        let (name, namespace) = (parts.next()?, parts.next()?);
-        let full = format!("{namespace}/{name}");
-        return crate::layout::path::is_lease_name(&full).then_some(full);
+    if old.starts_with('/') {
+        return crate::layout::path::lease_name_of_path(old);
     }
     // `CLUSTER//PREFIX…/NAMESPACE/NAME`: the cluster kept.
     let (cluster, rest) = old.split_once('/')?;

@@ -511,6 +511,21 @@ impl Sources {
         })
     }
 
+    /// Whether a term of `name` in `layout` could be one these sources
+    /// read: a Lease's (`NAMESPACE/NAME`, the `lease` layout) where they
+    /// read Leases, tenure's own (no path, not `lease`) where they read
+    /// tenure's layout, a path under another system's prefix. A history's
+    /// open term of a source no longer read (a `--source` dropped between
+    /// two runs) is none of theirs: never a contradiction of their etcd.
+    pub fn may_hold(&self, name: &str, layout: KeyLayout) -> bool {
+        let lease = layout == KeyLayout::Lease;
+        self.0.iter().any(|s| match s.names() {
+            Names::Leases => lease && path::is_lease_name(name),
+            Names::Own => !lease && !name.starts_with('/'),
+            Names::Path(b) => !lease && name.starts_with(&b),
+        })
+    }
+
     /// Whether these sources read Kubernetes' Leases: their names that are
     /// no paths are Leases' (`NAMESPACE/NAME`), not tenure's own.
     pub fn reads_leases(&self) -> bool {

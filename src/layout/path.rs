@@ -57,6 +57,18 @@ pub fn lease_name(namespace: &[u8], name: &[u8]) -> Option<String> {
     is_lease_name(&full).then_some(full)
 }
 
+/// The name a Lease has now that an earlier tenure named by its etcd path,
+/// `/PREFIX…/NAMESPACE/NAME` (its last two segments; the prefix may be `/`
+/// alone); `None` for a name of no such shape. For a history's rename
+/// (`history::lease_names`) and the hints that old names get.
+pub fn lease_name_of_path(old: &str) -> Option<String> {
+    let path = old.strip_prefix('/')?;
+    let mut parts = path.rsplitn(3, '/');
+    let (name, namespace) = (parts.next()?, parts.next()?);
+    let full = format!("{namespace}/{name}");
+    is_lease_name(&full).then_some(full)
+}
+
 /// Whether `name` is a Lease's name as [`lease_name`] makes them.
 pub fn is_lease_name(name: &str) -> bool {
     let Some((ns, n)) = name.split_once('/') else {
@@ -136,7 +148,9 @@ impl WatchedName {
             } else {
                 Err(crate::election::Error::InvalidName {
                     name: raw.chars().take(64).collect(),
-                    reason: "this cluster reads Kubernetes' Leases: a Lease is NAMESPACE/NAME                              (kubectl get lease -n NAMESPACE NAME), another system's election                              a path beginning with /",
+                    reason: "this cluster reads Kubernetes' Leases: a Lease is named \
+                             NAMESPACE/NAME (kubectl get lease -n NAMESPACE NAME), and any other \
+                             system's election by a path beginning with /",
                 })
             };
         }

@@ -72,7 +72,13 @@ pub(super) fn contradiction(
         .map(|t| (t.election.as_str(), (t.token, t.lease_id)))
         .collect();
     if exact {
-        for t in &resume.open_terms {
+        // Terms of sources no longer read are not looked for (the load
+        // ends them `unknown`, not seen).
+        let ours = resume
+            .open_terms
+            .iter()
+            .filter(|t| sources.may_hold(&t.election, t.layout));
+        for t in ours {
             // A candidate key a foreign put stripped of its lease is still
             // the term's key (the watcher keeps that term).
             let there = elections
@@ -372,6 +378,13 @@ mod tests {
         let name = "ns/x";
         let mut lease = kv("/registry/leases/ns/x", 10);
         lease.mod_revision = 58;
+        let resume = |revision, open: &[(&str, i64)]| {
+            let mut r = resume(revision, open);
+            for t in &mut r.open_terms {
+                t.layout = KeyLayout::Lease;
+            }
+            r
+        };
         let r = resume(60, &[(name, 55)]);
         assert_eq!(
             contradiction(&k, &r, std::slice::from_ref(&lease), 60, 10),
@@ -394,5 +407,20 @@ mod tests {
         assert_eq!(witness_missing(&k, &w, std::slice::from_ref(&lease)), None);
         lease.mod_revision = 57;
         assert!(witness_missing(&k, &w, &[lease]).is_some());
+    }
+
+    /// A term of a source no longer read (tenure's own writer election,
+    /// recorded while serve also read tenure's layout; a Lease under its
+    /// old path name) is not looked for in the sources read now: no reset.
+    #[test]
+    fn open_terms_of_sources_no_longer_read_are_not_contradicted() {
+        let leases = crate::layout::Source::parse("kubernetes:/registry/").expect("kubernetes");
+        let k = Sources::for_serve("", vec![leases], false).expect("Leases alone");
+        let mut r = resume(60, &[("tenure/history-writer", 40), ("/registry/ns/x", 30)]);
+        r.open_terms[1].layout = KeyLayout::Lease;
+        assert_eq!(contradiction(&k, &r, &[], 60, 10), None);
+        // The same terms, with tenure's layout read: contradicted.
+        let own = Sources::tenure("");
+        assert!(contradiction(&own, &r, &[], 60, 10).is_some());
     }
 }

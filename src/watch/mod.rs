@@ -219,6 +219,13 @@ impl Watcher {
         more: Vec<crate::layout::Source>,
         sources_only: bool,
     ) -> Result<Plan, SourcesError> {
+        if !sources_only && more.iter().any(|s| s.reads_leases()) {
+            tracing::info!(
+                prefix = client.keys().prefix(),
+                "Kubernetes' Leases are read without tenure's own elections (both are named \
+                 NAMESPACE/NAME-like): serve tenure's own elections in a cluster of their own"
+            );
+        }
         let sources =
             crate::layout::Sources::for_serve(client.keys().prefix(), more, sources_only)?;
         let ranges = sources.ranges();

@@ -27,6 +27,9 @@ pub struct ClusterView {
     pub metrics: Arc<Metrics>,
     /// What its watcher reads, set with its client.
     pub sources: Arc<OnceLock<Sources>>,
+    /// Whether its names that are no paths are Kubernetes Leases' (known
+    /// from its configuration, before it connects).
+    pub reads_leases: bool,
 }
 
 /// An election named in a URL: its name within its cluster, and its name
@@ -76,12 +79,9 @@ impl AppState {
                          CLUSTER one of those /readyz lists",
             });
         };
-        // A cluster not connected yet reads what its sources will say:
-        // an API feed's are known at once, an etcd feed's with its client.
-        let leases = self.clusters[i]
-            .sources
-            .get()
-            .is_some_and(Sources::reads_leases);
+        // Known from its configuration: a cluster not connected yet reads
+        // names as its sources will.
+        let leases = self.clusters[i].reads_leases;
         Ok(Target {
             name: WatchedName::parse_in(rest, leases)?,
             full: raw.to_owned(),

@@ -232,6 +232,7 @@ pub fn script(base: i64) -> (Vec<Update>, u64, i64) {
                 every_us: Some(2_000_000),
                 duration_s: Some(15),
                 renewed_us: None,
+                acquired_us: None,
                 transitions: None,
                 written_at_ms: base,
                 written_seen: true,

@@ -78,6 +78,7 @@ mod tests {
             every_us: Some(2_000_000),
             duration_s: Some(15),
             renewed_us: None,
+            acquired_us: None,
             transitions: None,
             written_at_ms: 1,
             written_seen: true,

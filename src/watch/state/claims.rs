@@ -194,10 +194,8 @@ impl Claimed {
             partial: self.renewals.partial,
             every_us: self.renewals.every_us,
             duration_s: self.hold.as_ref().and_then(|h| h.duration_s),
-            renewed_us: self
-                .hold
-                .as_ref()
-                .and_then(|h| h.renewed_us.or(h.acquired_us)),
+            renewed_us: self.hold.as_ref().and_then(|h| h.renewed_us),
+            acquired_us: self.hold.as_ref().and_then(|h| h.acquired_us),
             transitions: self.hold.as_ref().and_then(|h| h.transitions),
             written_at_ms: self.written_at_ms,
             written_seen: self.seen_written,

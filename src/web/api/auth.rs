@@ -10,7 +10,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
-use super::extract::{election_name, raw_name, JsonBody};
+use super::extract::{raw_name, JsonBody};
 use super::ApiError;
 use crate::election::ElectionName;
 use crate::web::{AppState, Auth};
@@ -48,7 +48,20 @@ impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for Mutation<T> {
         let target = state
             .target(&raw)
             .map_err(|e| ApiError::from(e).into_response())?;
-        let name = election_name(target.name.as_str()).map_err(IntoResponse::into_response)?;
+        // Only tenure's own elections are written: another system's (a
+        // path, a Kubernetes Lease) is read, never campaigned or fenced in.
+        let name = match target.name.own() {
+            Some(own) => own.clone(),
+            None => {
+                return Err(ApiError::from(crate::election::Error::InvalidName {
+                    name: target.full.chars().take(64).collect(),
+                    reason: "another system's election (a key path, or a Kubernetes Lease in \
+                             a cluster that reads Leases) is read, never written: campaign, \
+                             renew, resign and fence take tenure's own elections",
+                })
+                .into_response())
+            }
+        };
         let client = state
             .connected_client(&target)
             .map_err(IntoResponse::into_response)?

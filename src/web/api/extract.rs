@@ -11,7 +11,6 @@ use axum::Json;
 use serde::de::DeserializeOwned;
 
 use super::ApiError;
-use crate::election::ElectionName;
 
 /// A JSON body whose rejections (too large, not JSON, wrong fields) are
 /// API errors with the right status.
@@ -78,11 +77,6 @@ pub(super) mod whole {
             .or_else(|| n.as_f64().and_then(of_float))
             .ok_or_else(|| D::Error::custom(format!("{n} is not a whole number of at least 0")))
     }
-}
-
-/// A name given by a client, validated: `invalid_name` (400) otherwise.
-pub(crate) fn election_name(raw: &str) -> Result<ElectionName, ApiError> {
-    Ok(ElectionName::new(raw)?)
 }
 
 /// A query string whose rejections (a field of the wrong type) are 400

@@ -21,6 +21,10 @@ pub const OWN_NAME: &str = r"^(?!\.\.?(/|$))[A-Za-z0-9._-]+(/(?!\.\.?(/|$))[A-Za
 /// characters is refused sooner than the length says.
 const PATH_NAME: &str = r"^/[^\u0000-\u001f\u007f-\u009f]*$";
 
+/// A Kubernetes Lease's name (`layout::path::is_lease_name`): two
+/// non-empty parts without `/` or control characters.
+const LEASE_NAME: &str = r"^[^/\u0000-\u001f\u007f-\u009f]+/[^/\u0000-\u001f\u007f-\u009f]+$";
+
 fn string(pattern: &str, max: usize) -> ObjectBuilder {
     ObjectBuilder::new()
         .schema_type(Type::String)
@@ -40,12 +44,18 @@ pub fn own_name() -> Schema {
         .into()
 }
 
-/// A name the reads take: tenure's own, or another system's key path.
+/// A name the reads take: tenure's own, another system's key path, or a
+/// Kubernetes Lease's (which of the first and the last, its cluster says).
 pub fn watched_name() -> Schema {
     AnyOfBuilder::new()
         .item(own_name())
         .item(string(PATH_NAME, 511).description(Some(
             "another system's election: its key path, from '/', under 512 bytes",
+        )))
+        .item(string(LEASE_NAME, 511).description(Some(
+            "a Kubernetes Lease: NAMESPACE/NAME, under 512 bytes (with several clusters \
+             CLUSTER/NAMESPACE/NAME); in a cluster that reads Leases every name that is no \
+             path is one, in any other none is",
         )))
         .into()
 }

@@ -326,7 +326,16 @@ async fn timeline_page(
         Err(e) => return Err(PageError::History(e.to_string())),
     };
     if h.summary.is_none() && etcd.leader.is_none() {
-        let msg = if name.name.own().is_none() {
+        let old_lease = s
+            .sources_of(name)
+            .filter(|src| src.reads_leases())
+            .and_then(|_| crate::layout::path::lease_name_of_path(name.name.as_str()));
+        let msg = if let Some(now) = old_lease {
+            format!(
+                "tenure has no history of {name}: a Kubernetes Lease is named NAMESPACE/NAME \
+                 ({now}), not by its etcd path"
+            )
+        } else if name.name.own().is_none() {
             format!("tenure has no history of {name}: is its prefix given with --source?")
         } else if etcd.answered() {
             format!("Nobody leads {name} and tenure has no history of it.")

@@ -53,6 +53,9 @@ struct OverviewPage {
     refusing: usize,
     /// The cap on tracked elections was hit: what it means, what to do.
     cap: Option<String>,
+    /// Every cluster reads Kubernetes' Leases (none of tenure's own
+    /// elections): what an empty list says.
+    leases_only: bool,
     error: Option<String>,
     match_value: String,
     /// Column headers: label, link that sorts by it, current direction.
@@ -212,6 +215,11 @@ pub(super) async fn overview(State(s): State<Arc<AppState>>, RawQuery(raw): RawQ
         matching: listing.matching,
         leaderless: listing.leaderless,
         refusing: listing.refusing,
+        leases_only: if s.clusters.is_empty() {
+            s.sources.reads_leases()
+        } else {
+            s.clusters.iter().all(|c| c.reads_leases)
+        },
         cap: s
             .readiness
             .cap_reached()

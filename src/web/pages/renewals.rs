@@ -64,8 +64,12 @@ pub(super) fn renewal_line(l: &LeaseNow, now: i64) -> RenewalLine {
             format!("ran out {}", ago(now, at))
         }
     });
-    let renewed_ms = l.renewed_us.map(|us| us.div_euclid(1000));
+    let ms = |us: i64| us.div_euclid(1000);
+    let renewed_ms = l.renewed_us.map(ms);
+    // client-go writes renewTime with acquireTime; a writer that wrote
+    // only the latter is judged from it, as client-go's candidates do.
     let out_ms = renewed_ms
+        .or(l.acquired_us.map(ms))
         .zip(l.duration_s)
         .map(|(r, d)| r.saturating_add(d.saturating_mul(1000)));
     let runs_out_by_holder = out_ms.map(|at| {
@@ -78,7 +82,8 @@ pub(super) fn renewal_line(l: &LeaseNow, now: i64) -> RenewalLine {
             format!("passed {} on tenure's clock", ago(now, at))
         };
         format!(
-            "{} UTC by the holder's clock (its last renewal plus its duration): {when}",
+            "{} UTC by the holder's clock (its renewTime, else its acquireTime, plus its \
+             duration): {when}",
             short_time(at)
         )
     });
@@ -178,6 +183,7 @@ mod tests {
             every_us: Some(2_000_000),
             duration_s: Some(15),
             renewed_us: Some(900_000),
+            acquired_us: Some(0),
             transitions: Some(2),
             written_at_ms: 1_000,
             written_seen: true,

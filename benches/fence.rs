@@ -40,20 +40,29 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
     for (ci, &callers) in cfg.fence_callers.iter().enumerate() {
         let main = ci == 0;
         let (mut t, mut b, mut full, mut acc) = (vec![], vec![], vec![], vec![]);
+        let mut parts: [Vec<f64>; 3] = Default::default();
         let d = cfg.fence_time;
         // Warm up both paths.
         tenure_rate(&client, &n, token, callers, Duration::from_millis(200)).await?;
         raw_rate(&raw, &n, token, callers, Duration::from_millis(200)).await?;
         for run in 0..cfg.runs {
             // Rotate the order of the sides from run to run.
-            let sides = if main { 4 } else { 2 };
+            let sides = if main { 7 } else { 2 };
             for j in 0..sides {
                 match (run + j) % sides {
                     0 => t.push(tenure_rate(&client, &n, token, callers, d).await?),
                     1 => b.push(raw_rate(&raw, &n, token, callers, d).await?),
                     2 => full.push(shaped_rate(Shape::Full, &raw, &n, token, callers, d).await?),
-                    _ => acc
+                    3 => acc
                         .push(shaped_rate(Shape::AcceptBranch, &raw, &n, token, callers, d).await?),
+                    side => {
+                        let (shape, into) = match side {
+                            4 => (Shape::Compares3, &mut parts[0]),
+                            5 => (Shape::Compares3Prev, &mut parts[1]),
+                            _ => (Shape::Compares2, &mut parts[2]),
+                        };
+                        into.push(shaped_rate(shape, &raw, &n, token, callers, d).await?);
+                    }
                 }
             }
             eprintln!(
@@ -116,6 +125,38 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
                 .paired_ratio(&acc, &b)
                 .note("3 compares (the token floor's included), put with prev_kv, get of the leader key, as Client::fence's fast path sends it: the floor for the fence's own txn"),
             );
+            let shapes = [
+                (
+                    "4g",
+                    "its 3 compares and a bare put",
+                    "no previous value, no get, no nested branch",
+                ),
+                (
+                    "4h",
+                    "its 3 compares and the put with its previous value",
+                    "no get, no nested branch",
+                ),
+                (
+                    "4i",
+                    "2 compares (the leader's and the fence value's) and a bare put",
+                    "no floor compare",
+                ),
+            ];
+            for ((id, what, note), samples) in shapes.into_iter().zip(&parts) {
+                rows.push(
+                    Row::rate(
+                        id,
+                        &format!("diagnostic: {what}, {callers} callers"),
+                        "checks/s",
+                        samples,
+                    )
+                    .baseline_samples("raw etcd txn (1 compare + put)", &b)
+                    .paired_ratio(samples, &b)
+                    .note(format!(
+                        "what each part of the accepted branch costs: {note}"
+                    )),
+                );
+            }
         }
     }
     let _ = leadership.resign().await;
@@ -165,6 +206,13 @@ pub enum Shape {
     /// it (every refusal branch included): before the fast path, every check
     /// sent this; now only the first write to a resource and refusals do.
     Full,
+    /// What each part of the accepted branch costs: its three compares and
+    /// a bare put (no previous value, no get, no nested branch) ...
+    Compares3,
+    /// ... those and the put's previous value ...
+    Compares3Prev,
+    /// ... the raw txn's compare and the fence value's (no floor compare).
+    Compares2,
 }
 
 fn shaped_txn(
@@ -189,7 +237,23 @@ fn shaped_txn(
             TxnOp::get(leader, None),
         ]
     };
+    let put = |prev: bool| {
+        TxnOp::put(
+            fence_b,
+            pad_token(token),
+            prev.then(|| etcd_client::PutOptions::new().with_prev_key()),
+        )
+    };
+    let below = Compare::value(fence_b, CompareOp::Less, pad_token(token + 1));
+    let no_floor = Compare::version(floor.as_bytes(), CompareOp::Equal, 0);
     match shape {
+        Shape::Compares3 => Txn::new()
+            .when([is_current, below, no_floor])
+            .and_then([put(false)]),
+        Shape::Compares3Prev => Txn::new()
+            .when([is_current, below, no_floor])
+            .and_then([put(true)]),
+        Shape::Compares2 => Txn::new().when([is_current, below]).and_then([put(false)]),
         Shape::Single => {
             Txn::new()
                 .when([is_current])

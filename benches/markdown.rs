@@ -3,7 +3,7 @@
 //! One paragraph saying what was measured where (the commit, the build, the
 //! machine's cores and model, etcd's version, how busy the machine was), the
 //! command that regenerates the block, the results table of `stats::table`
-//! and each row's note. `tests/docs.rs` checks that BENCHMARKS.md opens with
+//! and each row's note. `tests/docs/documents.rs` checks that BENCHMARKS.md opens with
 //! such a block, names a commit of this repository and the command.
 
 use std::process::Command;

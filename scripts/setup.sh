@@ -34,7 +34,7 @@ if [ "${1:-}" = "--test" ]; then
   # tests/guard.rs names the guard's process with ps.
   command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
   command -v ps >/dev/null 2>&1 || need+=(procps)
-  # tests/postgres.rs and the bench's pg measurement start their own PostgreSQL server
+  # tests/postgres/ and the bench's pg measurement start their own PostgreSQL server
   # (initdb, postgres) and use psql.
   { ls /usr/lib/postgresql/*/bin/postgres && command -v psql; } >/dev/null 2>&1 || need+=(postgresql)
   # tests/patroni.rs runs Patroni from a venv on Debian's python3 (below); Debian keeps

@@ -69,7 +69,7 @@ impl EndCause {
 
     /// What the cause tells, in the words every view uses (the election
     /// page, the report, the metric's help; grafana/ and docs/ quote it,
-    /// checked by tests/docs.rs): only what tenure knows, not a guess at
+    /// checked by tests/docs/causes.rs): only what tenure knows, not a guess at
     /// who did it.
     pub fn description(self) -> &'static str {
         match self {

@@ -14,7 +14,7 @@
 //! What schemathesis is told beyond the document, and why:
 //! - `cursor` is a cursor the server gave (a page's `next_cursor`): it is
 //!   opaque and checked (a cursor it did not give is a 400, which
-//!   `tests/api.rs` checks), so no schema can say which strings are valid;
+//!   `tests/api/` checks), so no schema can say which strings are valid;
 //! - 410 counts as a refusal of valid data like 404: a term renewed after it
 //!   ended is gone (`term_gone`, as documented);
 //! - not fuzzed: the live feed (it never ends), `/api/v1/report` (its

@@ -29,7 +29,7 @@ async fn patroni_terms_are_recorded_as_its_leader_key_says() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("history.db");
     // Beside tenure's own where etcd can merge several ranges; alone where
-    // it cannot (tests/sources.rs checks the refusal).
+    // it cannot (tests/sources/access.rs checks the refusal).
     let args: Vec<&str> = if support::fixtures::merges_several_ranges(&mut raw).await {
         vec!["--source", "patroni:"]
     } else {

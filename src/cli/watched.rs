@@ -39,20 +39,10 @@ pub(super) async fn leader(
     sources: &[Source],
     json: bool,
 ) -> anyhow::Result<i32> {
-    let source = sources.iter().find(|s| s.may_name(path)).with_context(|| {
-        let lease = crate::layout::path::lease_name_of_path(path)
-            .filter(|_| sources.iter().any(|s| s.reads_leases()));
-        match lease {
-            Some(now) => format!(
-                "{path} names no election of these sources: a Kubernetes Lease is named \
-                 NAMESPACE/NAME ({now}), not by its etcd path"
-            ),
-            None => format!(
-                "{path} is another system's election: give the --source LAYOUT:PREFIX it is \
-                 written in (or TENURE_SOURCES), as for tenure serve"
-            ),
-        }
-    })?;
+    let source = sources
+        .iter()
+        .find(|s| s.may_name(path))
+        .with_context(|| no_source(path, sources))?;
     // A Kubernetes Lease: one key, its terms read from its value.
     if source.reads_leases() {
         return super::lease::from_etcd(client, path, source, json).await;
@@ -137,4 +127,20 @@ fn blocker(kvs: &[KeyValue], source: &Source, path: &str) -> Option<(String, i64
                 kv.create_revision(),
             )
         })
+}
+
+/// Why no `--source` names `path`, and what to give.
+fn no_source(path: &str, sources: &[Source]) -> String {
+    let lease = crate::layout::path::lease_name_of_path(path)
+        .filter(|_| sources.iter().any(|s| s.reads_leases()));
+    match lease {
+        Some(now) => format!(
+            "{path} names no election of these sources: a Kubernetes Lease is named \
+             NAMESPACE/NAME ({now}), not by its etcd path"
+        ),
+        None => format!(
+            "{path} is another system's election: give the --source LAYOUT:PREFIX it is written \
+             in (or TENURE_SOURCES), as for tenure serve"
+        ),
+    }
 }

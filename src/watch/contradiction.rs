@@ -61,44 +61,20 @@ pub(super) fn contradiction(
 ) -> Option<String> {
     let stored = resume.revision;
     let exact = revision == stored;
+    let keys = keys_of(sources, kvs);
+    if exact {
+        if let Some(missing) = open_term_missing(sources, resume, &keys) {
+            return Some(missing);
+        }
+    }
     let Keys {
-        elections,
-        valued,
-        blocked,
-    } = keys_of(sources, kvs);
+        elections, blocked, ..
+    } = keys;
     let open: HashMap<&str, (i64, i64)> = resume
         .open_terms
         .iter()
         .map(|t| (t.election.as_str(), (t.token, t.lease_id)))
         .collect();
-    if exact {
-        // Terms of sources no longer read are not looked for (the load
-        // ends them `unknown`, not seen).
-        let ours = resume
-            .open_terms
-            .iter()
-            .filter(|t| sources.may_hold(&t.election, t.layout));
-        for t in ours {
-            // A candidate key a foreign put stripped of its lease is still
-            // the term's key (the watcher keeps that term).
-            let there = elections
-                .get(&t.election)
-                .is_some_and(|c| c.contains(&(t.token, t.lease_id)))
-                || blocked
-                    .get(&t.election)
-                    .is_some_and(|b| b.contains(&t.token))
-                || valued
-                    .get(&t.election)
-                    .is_some_and(|(c, m, l)| (*c..=*m).contains(&t.token) && t.lease_id == *l);
-            if !there {
-                return Some(format!(
-                    "history's open term of {} (token {}, lease {:x}) is not in etcd at \
-                     revision {stored}",
-                    t.election, t.token, t.lease_id
-                ));
-            }
-        }
-    }
     let mut names: Vec<&String> = elections.keys().collect();
     names.sort();
     for name in names {
@@ -145,6 +121,40 @@ pub(super) fn contradiction(
 /// CreateRevisions of the lease-less keys among an election's candidates
 /// where candidates hold leases (the lowest of them, older than every
 /// candidate, blocks it: no leader, no open term).
+/// The first of history's open terms (of a source still read) that is not
+/// in etcd at the resume revision itself.
+fn open_term_missing(sources: &Sources, resume: &Resume, keys: &Keys) -> Option<String> {
+    // Terms of sources no longer read are not looked for (the load ends
+    // them `unknown`, not seen).
+    let ours = resume
+        .open_terms
+        .iter()
+        .filter(|t| sources.may_hold(&t.election, t.layout));
+    for t in ours {
+        // A candidate key a foreign put stripped of its lease is still the
+        // term's key (the watcher keeps that term).
+        let there = keys
+            .elections
+            .get(&t.election)
+            .is_some_and(|c| c.contains(&(t.token, t.lease_id)))
+            || keys
+                .blocked
+                .get(&t.election)
+                .is_some_and(|b| b.contains(&t.token))
+            || keys
+                .valued
+                .get(&t.election)
+                .is_some_and(|(c, m, l)| (*c..=*m).contains(&t.token) && t.lease_id == *l);
+        if !there {
+            return Some(format!(
+                "history's open term of {} (token {}, lease {:x}) is not in etcd at revision {}",
+                t.election, t.token, t.lease_id, resume.revision
+            ));
+        }
+    }
+    None
+}
+
 struct Keys {
     elections: HashMap<String, Vec<(i64, i64)>>,
     valued: HashMap<String, (i64, i64, i64)>,

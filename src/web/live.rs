@@ -86,9 +86,7 @@ async fn events(
             tokio::select! {
                 item = lease => match item {
                     Ok(l) if filter.as_deref() == Some(l.election.as_str()) => {
-                        let data = serde_json::to_string(&*l).unwrap_or_default();
-                        let sse = SseEvent::default().event("lease").data(data);
-                        return Some((Ok(sse), (rx, crx, lrx, filter)));
+                        return Some((Ok(lease_sse(&l)), (rx, crx, lrx, filter)));
                     }
                     Ok(_) => {}
                     // Missed renewals: the next one says all of it again.
@@ -96,30 +94,10 @@ async fn events(
                     Err(RecvError::Closed) => lrx = None,
                 },
                 item = rx.recv() => match item {
-                    Ok(event) => {
-                        if filter
-                            .as_deref()
-                            .is_some_and(|f| {
-                                // Its own, and the fleet-wide ones of its cluster.
-                                event.election != f
-                                    && !event.election.is_empty()
-                                    && event.election != crate::events::fleet_name_of(f)
-                            })
-                        {
-                            continue;
-                        }
-                        let data = serde_json::to_string(&*event).unwrap_or_default();
-                        let sse = SseEvent::default()
-                            .id(event.revision.to_string())
-                            .event(event.kind.name())
-                            .data(data);
-                        return Some((Ok(sse), (rx, crx, lrx, filter)));
-                    }
+                    Ok(event) if !concerns(filter.as_deref(), &event) => {}
+                    Ok(event) => return Some((Ok(event_sse(&event)), (rx, crx, lrx, filter))),
                     Err(RecvError::Lagged(n)) => {
-                        let sse = SseEvent::default()
-                            .event("lagged")
-                            .data(format!("{{\"missed\":{n}}}"));
-                        return Some((Ok(sse), (rx, crx, lrx, filter)));
+                        return Some((Ok(lagged_sse(n)), (rx, crx, lrx, filter)));
                     }
                     Err(RecvError::Closed) => return None,
                 },
@@ -130,10 +108,7 @@ async fn events(
                         return Some((Ok(sse), (rx, crx, lrx, filter)));
                     }
                     Err(RecvError::Lagged(n)) => {
-                        let sse = SseEvent::default()
-                            .event("lagged")
-                            .data(format!("{{\"missed\":{n}}}"));
-                        return Some((Ok(sse), (rx, crx, lrx, filter)));
+                        return Some((Ok(lagged_sse(n)), (rx, crx, lrx, filter)));
                     }
                     // No more etcd events (the sender is gone): the
                     // elections' feed goes on.
@@ -143,4 +118,37 @@ async fn events(
         }
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+/// Whether a subscriber filtering on `filter` gets `event`: its own, and
+/// the fleet-wide ones of its cluster.
+fn concerns(filter: Option<&str>, event: &crate::events::Event) -> bool {
+    filter.is_none_or(|f| {
+        event.election == f
+            || event.election.is_empty()
+            || event.election == crate::events::fleet_name_of(f)
+    })
+}
+
+/// An event as its message: `id: <revision>`, `event: <type>`, its JSON.
+fn event_sse(event: &crate::events::Event) -> SseEvent {
+    let data = serde_json::to_string(event).unwrap_or_default();
+    SseEvent::default()
+        .id(event.revision.to_string())
+        .event(event.kind.name())
+        .data(data)
+}
+
+/// A Lease's renewal or lapse as its message (no id: no revision of its
+/// own).
+fn lease_sse(lease: &crate::events::LeaseNow) -> SseEvent {
+    let data = serde_json::to_string(lease).unwrap_or_default();
+    SseEvent::default().event("lease").data(data)
+}
+
+/// `{"missed":N}`: the subscriber fell behind and should re-read.
+fn lagged_sse(missed: u64) -> SseEvent {
+    SseEvent::default()
+        .event("lagged")
+        .data(format!("{{\"missed\":{missed}}}"))
 }

@@ -21,7 +21,14 @@ pub(crate) async fn lease_page_speaks_kubernetes(serve: &Serve, api: &KubeApiser
             .text()
             .await
             .expect("body");
-        if page.contains("id=\"runs-out\">in ") {
+        // "in …", counted down by the page between renewals.
+        let counting = page
+            .split_once("id=\"runs-out\"><span data-until=\"")
+            .is_some_and(|(_, rest)| {
+                rest.split_once("\">")
+                    .is_some_and(|(_, t)| t.starts_with("in "))
+            });
+        if counting {
             break page;
         }
         assert!(

@@ -57,9 +57,9 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
                         .push(shaped_rate(Shape::AcceptBranch, &raw, &n, token, callers, d).await?),
                     side => {
                         let (shape, into) = match side {
-                            4 => (Shape::Compares3, &mut parts[0]),
-                            5 => (Shape::Compares3Prev, &mut parts[1]),
-                            _ => (Shape::Compares2, &mut parts[2]),
+                            4 => (Shape::NoGet, &mut parts[0]),
+                            5 => (Shape::FlatNoGet, &mut parts[1]),
+                            _ => (Shape::FlatGet, &mut parts[2]),
                         };
                         into.push(shaped_rate(shape, &raw, &n, token, callers, d).await?);
                     }
@@ -128,18 +128,18 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
             let shapes = [
                 (
                     "4g",
-                    "its 3 compares and a bare put",
-                    "no previous value, no get, no nested branch",
+                    "the accepted branch without the get of the leader key",
+                    "its 3 compares, the put with its previous value, the nested branch for a floor below the token",
                 ),
                 (
                     "4h",
+                    "the accepted branch flat, without the get",
                     "its 3 compares and the put with its previous value",
-                    "no get, no nested branch",
                 ),
                 (
                     "4i",
-                    "2 compares (the leader's and the fence value's) and a bare put",
-                    "no floor compare",
+                    "the accepted branch flat, with the get",
+                    "its 3 compares, the put with its previous value, the get of the leader key",
                 ),
             ];
             for ((id, what, note), samples) in shapes.into_iter().zip(&parts) {
@@ -206,13 +206,14 @@ pub enum Shape {
     /// it (every refusal branch included): before the fast path, every check
     /// sent this; now only the first write to a resource and refusals do.
     Full,
-    /// What each part of the accepted branch costs: its three compares and
-    /// a bare put (no previous value, no get, no nested branch) ...
-    Compares3,
-    /// ... those and the put's previous value ...
-    Compares3Prev,
-    /// ... the raw txn's compare and the fence value's (no floor compare).
-    Compares2,
+    /// What each part of the accepted branch costs: without the get of the
+    /// leader key (its compares, the put with its previous value, the
+    /// nested branch for a floor below the token) ...
+    NoGet,
+    /// ... without the nested branch either ...
+    FlatNoGet,
+    /// ... with the get, without the nested branch.
+    FlatGet,
 }
 
 fn shaped_txn(
@@ -247,13 +248,24 @@ fn shaped_txn(
     let below = Compare::value(fence_b, CompareOp::Less, pad_token(token + 1));
     let no_floor = Compare::version(floor.as_bytes(), CompareOp::Equal, 0);
     match shape {
-        Shape::Compares3 => Txn::new()
-            .when([is_current, below, no_floor])
-            .and_then([put(false)]),
-        Shape::Compares3Prev => Txn::new()
+        Shape::NoGet => Txn::new()
+            .when([is_current.clone(), below.clone(), no_floor])
+            .and_then([put(true)])
+            .or_else([TxnOp::txn(
+                Txn::new()
+                    .when([
+                        is_current,
+                        below,
+                        Compare::value(floor.as_bytes(), CompareOp::Less, pad_token(token)),
+                    ])
+                    .and_then([put(true)]),
+            )]),
+        Shape::FlatNoGet => Txn::new()
             .when([is_current, below, no_floor])
             .and_then([put(true)]),
-        Shape::Compares2 => Txn::new().when([is_current, below]).and_then([put(false)]),
+        Shape::FlatGet => Txn::new()
+            .when([is_current, below, no_floor])
+            .and_then(accept(true)),
         Shape::Single => {
             Txn::new()
                 .when([is_current])

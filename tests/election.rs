@@ -288,6 +288,47 @@ async fn loss_signal_fires_on_depose_and_drop_resigns() {
     assert_eq!(next, Some(None));
 }
 
+/// The fence's flat fast path requires no token floor; with one (etcd
+/// restored), every check still decides as before: the first accepted
+/// check falls back to the full txn, the client then carries the floor's
+/// branch, and every refusal (below the floor, a stale token, an ended
+/// term) stays one. A client that never met the floor decides the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_decides_the_same_with_a_token_floor() {
+    let etcd = Etcd::start().await;
+    let c = client(&etcd).await;
+    let n = name("floored");
+    let a = lead(&c, n.as_str(), "a", 10).await;
+    let t_a = a.token();
+    // Before any floor: the flat path, no holder read.
+    let d = a.fence("db").await.expect("fence");
+    assert!(d.accepted && d.current_token == Some(t_a), "{d:?}");
+    assert_eq!(c.raise_floor(t_a - 1).await.expect("floor"), t_a - 1);
+    for i in 0..3 {
+        let d = a.fence("db").await.expect("fence");
+        assert!(d.accepted, "check {i} above the floor: {d:?}");
+        assert_eq!((d.current_token, d.stored_token), (Some(t_a), Some(t_a)));
+    }
+    // Below the floor: refused, nothing written.
+    match c.fence(&n, "db", t_a - 1).await {
+        Err(Error::BelowFloor { floor, .. }) => assert_eq!(floor, t_a - 1),
+        other => panic!("below the floor: {other:?}"),
+    }
+    c.depose(&n).await.expect("depose");
+    let b = lead(&c, n.as_str(), "b", 10).await;
+    // A client that has not met the floor yet: falls back, decides alike.
+    let fresh = client(&etcd).await;
+    let ended = fresh.fence(&n, "cache", t_a).await.expect("fence");
+    assert_eq!(ended.reason, Some(FenceReason::TermEnded), "{ended:?}");
+    for c in [&c, &fresh] {
+        let d = c.fence(&n, "db", b.token()).await.expect("fence");
+        assert!(d.accepted, "{d:?}");
+        let stale = c.fence(&n, "db", t_a).await.expect("fence");
+        assert_eq!(stale.reason, Some(FenceReason::StaleToken), "{stale:?}");
+        assert_eq!(stale.current_holder.as_deref(), Some("b"));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_fence_refuses_deposed_leader_and_records_refusals() {
     let etcd = Etcd::start().await;

@@ -4,8 +4,11 @@
 //! The shared fence decides in **one** etcd txn (nested txns pick the
 //! reason) and writes both outcomes to etcd. The common case (the current
 //! term writing again to a resource it already wrote to) is first tried
-//! with the accepted branch alone, a flat txn that writes nothing when its
-//! compares fail; only then is the full nested txn sent:
+//! with the accepted branch alone, a flat txn of its compares and the put,
+//! which writes nothing when its compares fail and reads nothing else (it
+//! costs what a raw compare-and-put costs, BENCHMARKS.md 4); only then is
+//! the full nested txn sent (after etcd was given a token floor, the fast
+//! path carries the floor's branch too):
 //!
 //! - accepted: the leader key of the election has `CreateRevision == token`
 //!   and the resource's stored token is not higher. `P fence/<name>/<resource>`
@@ -89,6 +92,10 @@ pub struct FenceDecision {
     pub token: i64,
     /// The current term's token (leader key CreateRevision), if anyone leads.
     pub current_token: Option<i64>,
+    /// Its holder (the leader key's value) where the fence read it: on a
+    /// refusal always; on the accepted path, whose holder is the token's own
+    /// term, `None` (not read: one read less in the common case) unless
+    /// etcd has a token floor.
     pub current_holder: Option<String>,
     /// The highest token the resource had accepted before this check.
     pub stored_token: Option<i64>,
@@ -122,7 +129,12 @@ impl Client {
             return Ok(decision);
         }
         let subject = self.fence_subject(name).await?;
-        self.fence_full(name, &subject, resource, token).await
+        let decision = self.fence_full(name, &subject, resource, token).await?;
+        // (A queue leader fails the fast path by its layout, not a floor.)
+        if subject == single {
+            self.note_floor(&decision);
+        }
+        Ok(decision)
     }
 
     /// The fence for a holder that knows its own leader key (a
@@ -142,7 +154,9 @@ impl Client {
         {
             return Ok(decision);
         }
-        self.fence_full(name, leader_key, resource, token).await
+        let decision = self.fence_full(name, leader_key, resource, token).await?;
+        self.note_floor(&decision);
+        Ok(decision)
     }
 
     /// The key whose CreateRevision the fence compares: the current
@@ -315,31 +329,36 @@ impl Client {
             Compare::value(fence, CompareOp::Less, pad_token(token.saturating_add(1))),
         ];
         compares.extend(extra);
-        let accept = || {
-            [
-                TxnOp::put(
-                    fence,
-                    pad_token(token),
-                    Some(PutOptions::new().with_prev_key()),
-                ),
-                TxnOp::get(leader, None),
-            ]
+        let put = || {
+            TxnOp::put(
+                fence,
+                pad_token(token),
+                Some(PutOptions::new().with_prev_key()),
+            )
         };
-        // Without a floor (the common case), or with one below the token:
-        // two branches of one txn, since a value compare on a missing key
-        // is false.
         let mut no_floor = compares.clone();
         no_floor.push(Compare::version(floor_key.as_bytes(), CompareOp::Equal, 0));
-        let mut above_floor = compares;
-        above_floor.push(Compare::value(
-            floor_key.as_bytes(),
-            CompareOp::Less,
-            pad_token(token),
-        ));
-        let txn = Txn::new()
-            .when(no_floor)
-            .and_then(accept())
-            .or_else([TxnOp::txn(Txn::new().when(above_floor).and_then(accept()))]);
+        let floor_seen = self.floor_seen.load(std::sync::atomic::Ordering::Relaxed);
+        let txn = if floor_seen {
+            // A floor below the token: a second branch (a value compare on
+            // a missing key is false), and the leader key read as before.
+            let mut above_floor = compares;
+            above_floor.push(Compare::value(
+                floor_key.as_bytes(),
+                CompareOp::Less,
+                pad_token(token),
+            ));
+            let accept = || [put(), TxnOp::get(leader, None)];
+            Txn::new()
+                .when(no_floor)
+                .and_then(accept())
+                .or_else([TxnOp::txn(Txn::new().when(above_floor).and_then(accept()))])
+        } else {
+            // The common case (etcd never restored), flat: the compares and
+            // the put, no branch, no read of the leader key (each cost 3-5 %
+            // of the check, BENCHMARKS.md 4g-4i).
+            Txn::new().when(no_floor).and_then([put()])
+        };
         let resp = self.op(self.etcd().txn(txn)).await?;
         let resp = if resp.succeeded() {
             resp
@@ -355,13 +374,26 @@ impl Client {
             election: name.to_string(),
             resource: resource.to_owned(),
             token,
-            current_token: None,
+            // The compare proved it; its holder's value is read only where
+            // a floor was seen (`current_holder` is `None` otherwise).
+            current_token: Some(token),
             current_holder: None,
             stored_token: None,
             revision: header_revision(&resp)?,
         };
         read_branch(&resp.op_responses(), leader, &mut decision);
         Ok(Some(decision))
+    }
+
+    /// After the fast path failed and the full txn accepted a resource that
+    /// had accepted a token before: a floor below the token is why (the
+    /// flat txn requires none), and the fast path carries its branch from
+    /// now on.
+    fn note_floor(&self, decision: &FenceDecision) {
+        if decision.accepted && decision.stored_token.is_some() {
+            self.floor_seen
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 

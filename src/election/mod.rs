@@ -122,6 +122,10 @@ pub struct Client {
     /// `Some`: campaigns run only in the etcd cluster of this id (asked
     /// before each attempt; see [`Client::only_in_cluster`]).
     pinned_cluster: Option<u64>,
+    /// The shared fence met a token floor in this etcd (`fence.rs`): its
+    /// accepted path then carries the floor's branch, instead of trying
+    /// the flat txn first and falling back at every check.
+    floor_seen: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Client {
@@ -190,6 +194,7 @@ impl Client {
             op_timeout: DEFAULT_OP_TIMEOUT,
             token_floor: true,
             pinned_cluster: None,
+            floor_seen: std::sync::Arc::default(),
             endpoints: std::sync::Arc::from(Vec::new()),
             config: std::sync::Arc::new(ConnectConfig::plain()),
         }

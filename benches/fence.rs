@@ -99,7 +99,7 @@ pub async fn run(cfg: &Config) -> Result<Vec<Row>> {
         .paired_ratio(&t, &b)
         .note(note.clone());
         if main {
-            row = row.target(Target::RatioAtLeast(0.8));
+            row = row.target(Target::RatioAtLeast(0.9));
         }
         rows.push(row);
         if main {

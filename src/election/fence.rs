@@ -341,7 +341,7 @@ impl Client {
         let floor_seen = self.floor_seen.load(std::sync::atomic::Ordering::Relaxed);
         let txn = if floor_seen {
             // A floor below the token: a second branch (a value compare on
-            // a missing key is false), and the leader key read as before.
+            // a missing key is false), and the leader key read (its holder named).
             let mut above_floor = compares;
             above_floor.push(Compare::value(
                 floor_key.as_bytes(),

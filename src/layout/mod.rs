@@ -378,11 +378,8 @@ impl Source {
     /// Whether an election called `name` could be this source's another
     /// system's: its names begin with the prefix as a path, or are Leases'.
     pub fn may_name(&self, name: &str) -> bool {
-        match self.names() {
-            Names::Own => false,
-            Names::Leases => path::is_lease_name(name),
-            Names::Path(b) => name.starts_with(&b),
-        }
+        let names = self.names();
+        !matches!(names, Names::Own) && names.include(name)
     }
 
     /// The key path of this source's election `name`: the name less the
@@ -429,6 +426,17 @@ enum Names {
     Leases,
     /// Paths beginning with this.
     Path(String),
+}
+
+impl Names {
+    /// Whether `name` is one of these.
+    fn include(&self, name: &str) -> bool {
+        match self {
+            Names::Own => !name.starts_with('/'),
+            Names::Leases => path::is_lease_name(name),
+            Names::Path(b) => name.starts_with(b.as_str()),
+        }
+    }
 }
 
 /// The sources one watcher reads: a key belongs to the first whose ranges
@@ -506,9 +514,7 @@ impl Sources {
     /// system's whose names begin with its prefix, or tenure's own (names
     /// without a leading `/`) where tenure's layout is read.
     pub fn watches_name(&self, name: &str) -> bool {
-        self.0.iter().any(|s| {
-            s.may_name(name) || (s.layout.name() == tenure::NAME && !name.starts_with('/'))
-        })
+        self.0.iter().any(|s| s.names().include(name))
     }
 
     /// Whether a term of `name` in `layout` could be one these sources
@@ -519,10 +525,9 @@ impl Sources {
     /// two runs) is none of theirs: never a contradiction of their etcd.
     pub fn may_hold(&self, name: &str, layout: KeyLayout) -> bool {
         let lease = layout == KeyLayout::Lease;
-        self.0.iter().any(|s| match s.names() {
-            Names::Leases => lease && path::is_lease_name(name),
-            Names::Own => !lease && !name.starts_with('/'),
-            Names::Path(b) => !lease && name.starts_with(&b),
+        self.0.iter().any(|s| {
+            let names = s.names();
+            matches!(names, Names::Leases) == lease && names.include(name)
         })
     }
 

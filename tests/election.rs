@@ -327,6 +327,16 @@ async fn the_fence_decides_the_same_with_a_token_floor() {
         assert_eq!(stale.reason, Some(FenceReason::StaleToken), "{stale:?}");
         assert_eq!(stale.current_holder.as_deref(), Some("b"));
     }
+    // The floor raised to the current term's own token: refused by every
+    // client, one that never met a floor too (its flat path compares it).
+    assert_eq!(c.raise_floor(b.token()).await.expect("floor"), b.token());
+    let never_met = client(&etcd).await;
+    for c in [&c, &fresh, &never_met] {
+        match c.fence(&n, "db", b.token()).await {
+            Err(Error::BelowFloor { floor, .. }) => assert_eq!(floor, b.token()),
+            other => panic!("the current token at the floor: {other:?}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

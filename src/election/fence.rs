@@ -355,7 +355,7 @@ impl Client {
                 .or_else([TxnOp::txn(Txn::new().when(above_floor).and_then(accept()))])
         } else {
             // The common case (etcd never restored), flat: the compares and
-            // the put, no branch, no read of the leader key (each cost 3-5 %
+            // the put, no branch, no read of the leader key (each cost 3-10 %
             // of the check, BENCHMARKS.md 4g-4i).
             Txn::new().when(no_floor).and_then([put()])
         };
@@ -388,7 +388,8 @@ impl Client {
     /// After the fast path failed and the full txn accepted a resource that
     /// had accepted a token before: a floor below the token is why (the
     /// flat txn requires none), and the fast path carries its branch from
-    /// now on.
+    /// now on. A wrong guess (a race with the leader key) costs that
+    /// branch and the read, never a decision.
     fn note_floor(&self, decision: &FenceDecision) {
         if decision.accepted && decision.stored_token.is_some() {
             self.floor_seen

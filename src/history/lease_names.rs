@@ -13,7 +13,8 @@
 //! - **Never two into one**: a name that two old names would both become,
 //!   or that the history already holds (one of tenure's own elections
 //!   called `kube-system/x`), is left as it was, and a warning names it.
-//!   Its rows are not lost; they stay under the old name.
+//!   Its rows are not lost; they stay under the old name (the Lease's
+//!   later terms, named by the watcher, join the new name).
 //! - Run inside the schema migration's transaction (SQLite version 5,
 //!   PostgreSQL version 7): all or nothing, once.
 
